@@ -1,0 +1,127 @@
+"""Undo: a new operation that puts back the before-image of everything an operation wrote."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kwtree.errors import InvalidInputError, UndoConflictError
+from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Link, Operation, Relation, entity_key
+from kwtree.state import State
+
+__all__ = ["check_consistent", "current_of", "undo"]
+
+
+def current_of(state: State, entity: Entity) -> Entity | None:
+    """The stored version (live or tombstone) of the entity ``entity`` is a version of."""
+    kind = type(entity)
+    if kind is Keyword:
+        return state.keywords.get(entity.id)  # type: ignore[union-attr]
+    if kind is Info:
+        return state.infos.get(entity.id)  # type: ignore[union-attr]
+    if kind is Link:
+        return state.links.get((entity.info_id, entity.keyword_id))  # type: ignore[union-attr]
+    return state.relations.get((entity.from_id, entity.to_id, entity.type))  # type: ignore[union-attr]
+
+
+def _restore(target: Entity, current: Entity, op_id: str, timestamp: float) -> Entity:
+    fields: dict[str, object] = {"version": current.version + 1, "op_id": op_id}
+    if type(target) is Keyword or type(target) is Info:
+        fields["updated_at"] = timestamp
+    return dataclasses.replace(target, **fields)  # type: ignore[type-var]
+
+
+def _same_state(a: Entity, b: Entity) -> bool:
+    """Equal apart from bookkeeping (version, writer, update time, derived level)."""
+    ignore = {"version", "op_id", "updated_at", "level"}
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in ignore)  # type: ignore[arg-type]
+
+
+def undo(state: State, op: Operation, op_id: str, timestamp: float, force: bool) -> list[Change]:
+    """Changes that restore every entity ``op`` wrote to its state before ``op``.
+
+    Raises UndoConflictError when a later operation wrote one of them (unless ``force``),
+    and InvalidInputError when the restored state would be inconsistent.
+    """
+    first: dict[str, Change] = {}
+    for change in op.changes:
+        first.setdefault(change.key, change)
+    conflicts: dict[str, str] = {}
+    changes: list[Change] = []
+    for key, change in reversed(first.items()):
+        current = current_of(state, change.after)
+        if current is None:  # pragma: no cover - an applied operation's entities always exist
+            raise InvalidInputError(f"cannot undo {op.op_id}: {key} is not in the state")
+        if current.op_id != op.op_id:
+            conflicts[key] = current.op_id
+        before = change.before
+        if before is None:
+            if current.deleted:
+                continue
+            target = dataclasses.replace(current, deleted=True)
+        else:
+            target = before
+        if _same_state(target, current):
+            continue
+        changes.append(Change(_restore(target, current, op_id, timestamp), current))
+    if conflicts and not force:
+        raise UndoConflictError(op.op_id, conflicts)
+    check_consistent(state, changes, f"cannot undo {op.op_id}")
+    return changes
+
+
+def check_consistent(state: State, changes: list[Change], context: str) -> None:
+    """Raise InvalidInputError unless applying ``changes`` leaves a consistent tree: the root
+    live, every live keyword under a live parent with no cycle, no live children under a
+    deleted keyword, and live links and relations only between live entities."""
+    keywords: dict[str, Keyword] = {}
+    infos: dict[str, Info] = {}
+    for change in changes:
+        after = change.after
+        if type(after) is Keyword:
+            keywords[after.id] = after
+        elif type(after) is Info:
+            infos[after.id] = after
+
+    def keyword_live(kid: str) -> bool:
+        found = keywords.get(kid) or state.keywords.get(kid)
+        return found is not None and not found.deleted
+
+    def parent_of(kid: str) -> str | None:
+        found = keywords.get(kid) or state.keywords[kid]
+        return found.parent_id
+
+    for kid, keyword in keywords.items():
+        if keyword.deleted:
+            if kid == ROOT_ID:
+                raise InvalidInputError(f"{context}: the root keyword cannot be deleted")
+            live_children = [c for c in state.children.get(kid, ()) if keyword_live(c) and parent_of(c) == kid]
+            if live_children:
+                raise InvalidInputError(
+                    f"{context}: keyword {keyword.name!r} ({kid}) would be deleted while it still has "
+                    f"child keyword(s) {live_children} written by later operations; move or delete them first"
+                )
+            continue
+        if kid == ROOT_ID:
+            continue
+        if keyword.parent_id is None or not keyword_live(keyword.parent_id):
+            raise InvalidInputError(
+                f"{context}: keyword {keyword.name!r} ({kid}) would return under {keyword.parent_id}, "
+                f"which is no longer live"
+            )
+        seen = {kid}
+        current = keyword.parent_id
+        while current is not None:
+            if current in seen:
+                raise InvalidInputError(f"{context}: keyword {keyword.name!r} ({kid}) would become its own ancestor")
+            seen.add(current)
+            current = parent_of(current)
+    for change in changes:
+        after = change.after
+        if after.deleted:
+            continue
+        if type(after) is Link:
+            info = infos.get(after.info_id) or state.infos.get(after.info_id)
+            if info is None or info.deleted or not keyword_live(after.keyword_id):
+                raise InvalidInputError(f"{context}: link {entity_key(after)} would join an entity that is no longer live")
+        elif type(after) is Relation and not (keyword_live(after.from_id) and keyword_live(after.to_id)):
+            raise InvalidInputError(f"{context}: relation {entity_key(after)} would join a keyword that is no longer live")

@@ -1,0 +1,132 @@
+"""Every exception kwtree raises on purpose derives from :class:`KwtreeError`.
+
+A failed call leaves both the event log and the in-memory state exactly as they were
+before it, whichever of these it raises::
+
+    KwtreeError
+    ├── InvalidInputError (also a ValueError)   an argument is malformed or not allowed
+    │   ├── DuplicateKeywordError               a live sibling already has that name
+    │   └── HasChildrenError                    delete without cascade on a keyword with children
+    ├── NotFoundError (also a LookupError)      an id names nothing live
+    ├── VersionConflictError                    optimistic ``version`` check failed
+    ├── UndoConflictError                       a later operation changed what undo would restore
+    ├── CycleError                              a move or merge would put a keyword under itself
+    ├── ReadOnlyError                           a write on an ``as_of`` or ``read_only`` view
+    ├── ClosedError                             the tree was closed
+    ├── LockTimeoutError                        another process held the writer lock too long
+    ├── StorageError                            the disk refused a write; nothing was committed
+    ├── FormatError                             the directory was written by another format
+    └── CorruptLogError                         a log line that is not a torn tail is unreadable
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClosedError",
+    "CorruptLogError",
+    "CycleError",
+    "DuplicateKeywordError",
+    "FormatError",
+    "HasChildrenError",
+    "InvalidInputError",
+    "KwtreeError",
+    "LockTimeoutError",
+    "NotFoundError",
+    "ReadOnlyError",
+    "StorageError",
+    "UndoConflictError",
+    "VersionConflictError",
+]
+
+
+class KwtreeError(Exception):
+    """Base of every error kwtree raises deliberately."""
+
+
+class InvalidInputError(KwtreeError, ValueError):
+    """Raised when an argument has the wrong type, is empty, or is not allowed here."""
+
+
+class DuplicateKeywordError(InvalidInputError):
+    """Raised when a live sibling under the same parent already has the (normalised) name.
+
+    ``existing_id`` is the id of that sibling, so a caller can reuse it.
+    """
+
+    def __init__(self, message: str, existing_id: str) -> None:
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class HasChildrenError(InvalidInputError):
+    """Raised by ``delete_keyword`` without ``cascade=True`` on a keyword that has children."""
+
+
+class NotFoundError(KwtreeError, LookupError):
+    """Raised when an id names no live keyword, info, link, relation or operation."""
+
+
+class VersionConflictError(KwtreeError):
+    """Raised when the caller's ``version`` is not the entity's current version.
+
+    ``expected`` is the version the caller passed, ``actual`` the one stored.
+    """
+
+    def __init__(self, entity_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"version conflict on {entity_id}: you passed version {expected}, "
+            f"but the current version is {actual}; re-read it and retry"
+        )
+        self.entity_id = entity_id
+        self.expected = expected
+        self.actual = actual
+
+
+class UndoConflictError(KwtreeError):
+    """Raised by ``undo`` when a later operation changed an entity the undone one touched.
+
+    ``conflicts`` maps each such entity key to the op id that last wrote it.
+    """
+
+    def __init__(self, op_id: str, conflicts: dict[str, str]) -> None:
+        listed = ", ".join(f"{key} (by {later})" for key, later in conflicts.items())
+        super().__init__(
+            f"cannot undo {op_id}: later operations changed {listed}; "
+            f"undo those first or pass force=True"
+        )
+        self.op_id = op_id
+        self.conflicts = conflicts
+
+
+class CycleError(KwtreeError):
+    """Raised when a move or merge would make a keyword its own ancestor."""
+
+
+class ReadOnlyError(KwtreeError):
+    """Raised by a write on a tree opened with ``as_of=`` or ``read_only=True``."""
+
+
+class ClosedError(KwtreeError):
+    """Raised by any use of a tree after ``close()``."""
+
+
+class LockTimeoutError(KwtreeError):
+    """Raised when the writer lock of the directory was not free within ``lock_timeout``."""
+
+
+class StorageError(KwtreeError):
+    """Raised when writing or syncing the log failed; the operation was not committed."""
+
+
+class FormatError(KwtreeError):
+    """Raised when the directory's manifest names a format this version cannot open."""
+
+
+class CorruptLogError(KwtreeError):
+    """Raised when a complete log line cannot be read; ``path`` and ``line`` say where."""
+
+    def __init__(self, path: str, line: int, detail: str) -> None:
+        super().__init__(f"{path}:{line}: {detail}")
+        self.path = path
+        self.line = line
+        self.detail = detail

@@ -1,0 +1,357 @@
+"""The event-row format: operation ids, and the encoding of operations as JSONL rows.
+
+One row is one version of one entity, written by orjson with keys in a fixed order::
+
+    {"op": <op id>, "entity": "keyword"|"info"|"link"|"relation", <required fields>,
+     <optional fields>, "before": <previous version's fields>?,
+     "end": {"kind", "actor", "ts", "rows", "audit"?}?}
+
+Fields that hold their default (empty aliases, description, source, reason or metadata,
+``deleted: false``, no parent, no ``before``, ``updated_at`` equal to ``created_at``) are
+omitted; a reader fills them back in, so every row still carries the entity's full state. ``before`` repeats the previous version's
+fields, including its ``op`` and ``v``, so ``undo`` needs no history scan. The last row of
+each operation carries ``end``; an operation without it is torn. docs/log-format.md has
+the full description.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from kwtree.models import (
+    EMPTY_METADATA,
+    Change,
+    Entity,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    RelationType,
+)
+
+__all__ = [
+    "ENTITY_KINDS",
+    "OpClock",
+    "DECODERS",
+    "decode_operation",
+    "encode_operation",
+    "is_op_id",
+]
+
+OP_ID_LENGTH = 32
+_HEX = frozenset("0123456789abcdef")
+_RELATIONS = {member.value: member for member in RelationType}
+
+
+def is_op_id(value: object) -> bool:
+    """True if ``value`` has the form of an operation id (32 lowercase hex digits)."""
+    return isinstance(value, str) and len(value) == OP_ID_LENGTH and _HEX.issuperset(value)
+
+
+class OpClock:
+    """Issues time-ordered, unique operation ids and non-decreasing timestamps.
+
+    An id is 48 bits of Unix milliseconds then 80 random bits, as 32 hex digits, so ids
+    sort by time. ``observe`` feeds the clock every id and timestamp read from the log, so
+    that a new id is always greater than every id already in the directory even when this
+    process's clock runs behind another writer's.
+    """
+
+    __slots__ = ("_last_id", "_last_ts")
+
+    def __init__(self) -> None:
+        self._last_id = 0
+        self._last_ts = 0.0
+
+    def observe(self, op_id: str, timestamp: float) -> None:
+        value = int(op_id, 16)
+        if value > self._last_id:
+            self._last_id = value
+        if timestamp > self._last_ts:
+            self._last_ts = timestamp
+
+    def next(self) -> tuple[str, float]:
+        """Return a new (op id, timestamp) pair."""
+        now = time.time()
+        value = (int(now * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+        if value <= self._last_id:
+            # Same millisecond or a clock behind the log: stay ordered, keep some randomness
+            # so that two clones of one directory do not pick the same successor id.
+            value = self._last_id + 1 + int.from_bytes(os.urandom(4), "big")
+        self._last_id = value
+        timestamp = max(now, self._last_ts)
+        self._last_ts = timestamp
+        return f"{value:032x}", timestamp
+
+
+# --- encoding -----------------------------------------------------------------------------
+
+
+# Each encoder writes the fields every version has (one dict literal, in the fixed order),
+# then the optional ones, also in a fixed order.
+
+
+def _keyword_fields(k: Keyword, op: str, kind: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"op": op, "entity": kind, "id": k.id, "v": k.version, "name": k.name,
+                           "parent_id": k.parent_id, "created_at": k.created_at}
+    if kind is None:
+        del row["entity"]
+    if k.parent_id is None:
+        del row["parent_id"]
+    if k.updated_at != k.created_at:
+        row["updated_at"] = k.updated_at
+    if k.aliases:
+        row["aliases"] = list(k.aliases)
+    if k.description:
+        row["description"] = k.description
+    if k.metadata:
+        row["metadata"] = dict(k.metadata)
+    if k.deleted:
+        row["deleted"] = True
+    return row
+
+
+def _info_fields(i: Info, op: str, kind: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"op": op, "entity": kind, "id": i.id, "v": i.version, "content": i.content,
+                           "created_at": i.created_at}
+    if kind is None:
+        del row["entity"]
+    if i.updated_at != i.created_at:
+        row["updated_at"] = i.updated_at
+    if i.source:
+        row["source"] = i.source
+    if i.metadata:
+        row["metadata"] = dict(i.metadata)
+    if i.deleted:
+        row["deleted"] = True
+    return row
+
+
+def _link_fields(link: Link, op: str, kind: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"op": op, "entity": kind, "v": link.version, "info_id": link.info_id,
+                           "keyword_id": link.keyword_id, "relation": link.relation.value,
+                           "created_by": link.created_by, "created_at": link.created_at}
+    if kind is None:
+        del row["entity"]
+    if link.deleted:
+        row["deleted"] = True
+    return row
+
+
+def _relation_fields(r: Relation, op: str, kind: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"op": op, "entity": kind, "v": r.version, "from_id": r.from_id, "to_id": r.to_id,
+                           "type": r.type, "weight": r.weight, "created_at": r.created_at}
+    if kind is None:
+        del row["entity"]
+    if r.reason:
+        row["reason"] = r.reason
+    if r.deleted:
+        row["deleted"] = True
+    return row
+
+
+_ENCODERS = {
+    Keyword: ("keyword", _keyword_fields),
+    Info: ("info", _info_fields),
+    Link: ("link", _link_fields),
+    Relation: ("relation", _relation_fields),
+}
+ENTITY_KINDS = tuple(kind for kind, _ in _ENCODERS.values())
+
+
+_ROW_SEPARATOR = b',{"op":"'
+_LINE_SEPARATOR = b'\n{"op":"'
+
+
+def encode_operation(op: Operation) -> bytes:
+    """Encode ``op`` as its JSONL rows (each ending in a newline), the end marker last."""
+    rows = []
+    last = len(op.changes) - 1
+    for index, change in enumerate(op.changes):
+        kind, fields = _ENCODERS[type(change.after)]
+        row = fields(change.after, op.op_id, kind)
+        if change.before is not None:
+            row["before"] = fields(change.before, change.before.op_id, None)
+        if index == last:
+            end: dict[str, Any] = {
+                "kind": op.kind,
+                "actor": op.actor,
+                "ts": op.timestamp,
+                "rows": len(op.changes),
+            }
+            if op.audit:
+                end["audit"] = dict(op.audit)
+            row["end"] = end
+        rows.append(row)
+    if len(rows) > 1:
+        # One orjson call for the whole operation is several times faster than one per row
+        # (each small result costs a fresh allocation). Every row starts with {"op":", so in
+        # the array the rows are joined by ',{"op":"'; that text can only occur elsewhere
+        # inside user metadata, and then the count differs and we encode row by row.
+        body = orjson.dumps(rows)
+        if body.count(_ROW_SEPARATOR) == last:
+            return body[1:-1].replace(_ROW_SEPARATOR, _LINE_SEPARATOR) + b"\n"
+    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+
+
+# --- decoding -----------------------------------------------------------------------------
+# Decoders build the entity from a parsed row (or a before-image). They check the types a
+# later step relies on and raise ValueError/KeyError/TypeError on anything else; replay turns
+# those into CorruptLogError with the file and line.
+
+
+def _text(value: object, field: str) -> str:
+    if type(value) is not str:
+        raise ValueError(f"field {field!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _metadata(value: object) -> Mapping[str, Any]:
+    if not value:
+        return EMPTY_METADATA
+    if type(value) is not dict:
+        raise ValueError("field 'metadata' must be an object")
+    return MappingProxyType(value)
+
+
+def _version(value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError("field 'v' must be a positive integer")
+    return value
+
+
+def _timestamp(value: object, field: str) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        return float(value)
+    raise ValueError(f"field {field!r} must be a number")
+
+
+def decode_keyword(r: dict[str, Any], op_id: str) -> Keyword:
+    # The hottest function of replay: one dict lookup per field, inline type checks.
+    kid = r["id"]
+    name = r["name"]
+    version = r["v"]
+    created_at = r["created_at"]
+    if type(kid) is not str or type(name) is not str or type(version) is not int:
+        raise ValueError("fields 'id' and 'name' must be strings and 'v' an integer")
+    if type(created_at) is not float:
+        created_at = _timestamp(created_at, "created_at")
+    updated_at = r.get("updated_at", created_at)
+    if type(updated_at) is not float:
+        updated_at = _timestamp(updated_at, "updated_at")
+    aliases = r.get("aliases")
+    if aliases:
+        if type(aliases) is not list or not all(type(a) is str for a in aliases):
+            raise ValueError("field 'aliases' must be a list of strings")
+        aliases = tuple(aliases)
+    else:
+        aliases = ()
+    parent_id = r.get("parent_id")
+    if parent_id is not None and type(parent_id) is not str:
+        raise ValueError("field 'parent_id' must be a string")
+    description = r.get("description", "")
+    if type(description) is not str:
+        raise ValueError("field 'description' must be a string")
+    metadata = r.get("metadata")
+    return Keyword(
+        kid,
+        name,
+        aliases,
+        parent_id,
+        description,
+        _metadata(metadata) if metadata else EMPTY_METADATA,
+        version,
+        created_at,
+        updated_at,
+        r.get("deleted", False) is True,
+        op_id,
+    )
+
+
+def decode_info(r: dict[str, Any], op_id: str) -> Info:
+    created_at = _timestamp(r["created_at"], "created_at")
+    updated_at = _timestamp(r.get("updated_at", created_at), "updated_at")
+    return Info(
+        _text(r["id"], "id"),
+        _text(r["content"], "content"),
+        _text(r.get("source", ""), "source"),
+        _metadata(r.get("metadata")),
+        _version(r["v"]),
+        created_at,
+        created_at if updated_at == created_at else updated_at,
+        r.get("deleted", False) is True,
+        op_id,
+    )
+
+
+def decode_link(r: dict[str, Any], op_id: str) -> Link:
+    return Link(
+        _text(r["info_id"], "info_id"),
+        _text(r["keyword_id"], "keyword_id"),
+        _RELATIONS[r["relation"]],
+        _text(r["created_by"], "created_by"),
+        _timestamp(r["created_at"], "created_at"),
+        r.get("deleted", False) is True,
+        _version(r["v"]),
+        op_id,
+    )
+
+
+def decode_relation(r: dict[str, Any], op_id: str) -> Relation:
+    weight = r["weight"]
+    if type(weight) is int:
+        weight = float(weight)
+    elif type(weight) is not float:
+        raise ValueError("field 'weight' must be a number")
+    return Relation(
+        _text(r["from_id"], "from_id"),
+        _text(r["to_id"], "to_id"),
+        _text(r["type"], "type"),
+        weight,
+        _text(r.get("reason", ""), "reason"),
+        _timestamp(r["created_at"], "created_at"),
+        r.get("deleted", False) is True,
+        _version(r["v"]),
+        op_id,
+    )
+
+
+DECODERS = {
+    "keyword": decode_keyword,
+    "info": decode_info,
+    "link": decode_link,
+    "relation": decode_relation,
+}
+
+
+def decode_operation(rows: list[dict[str, Any]]) -> Operation:
+    """Build the full Operation (with before-images and audit) from its complete rows."""
+    end = rows[-1]["end"]
+    changes = []
+    for row in rows:
+        decoder = DECODERS[row["entity"]]
+        before = row.get("before")
+        changes.append(
+            Change(
+                after=decoder(row, row["op"]),
+                before=None if before is None else decoder(before, before["op"]),
+            )
+        )
+    audit = end.get("audit")
+    return Operation(
+        op_id=rows[0]["op"],
+        kind=end["kind"],
+        actor=end["actor"],
+        timestamp=float(end["ts"]),
+        changes=tuple(changes),
+        audit=MappingProxyType(audit) if audit else None,
+    )

@@ -1,0 +1,155 @@
+"""The public entities: keywords, infos, links, relations, and the operations that wrote them.
+
+Entities are slotted dataclasses that kwtree never changes after handing them out: every
+write makes a new object, so a value you hold is a consistent snapshot. Treat them as
+read-only; ``metadata`` is a read-only mapping to make the intent plain.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+__all__ = [
+    "EMPTY_METADATA",
+    "ROOT_ID",
+    "Change",
+    "Entity",
+    "Info",
+    "Keyword",
+    "Link",
+    "Operation",
+    "Relation",
+    "RelationType",
+    "entity_key",
+]
+
+ROOT_ID = "root"
+#: The shared metadata of every entity that has none (one object, not one per entity).
+EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
+
+
+class RelationType(str, enum.Enum):
+    """How an info relates to a keyword it is linked to."""
+
+    PRIMARY = "primary"
+    RELATED = "related"
+    EXAMPLE = "example"
+    SOURCE = "source"
+
+
+@dataclass(slots=True, eq=True)
+class Keyword:
+    """One node of the tree. ``level`` (root = 0) is derived at replay, never stored.
+
+    ``op_id`` is the operation that wrote this version; ``version`` counts the writes.
+    """
+
+    id: str
+    name: str
+    aliases: tuple[str, ...]
+    parent_id: str | None
+    description: str
+    metadata: Mapping[str, Any]
+    version: int
+    created_at: float
+    updated_at: float
+    deleted: bool
+    op_id: str
+    level: int = 0
+
+
+@dataclass(slots=True, eq=True)
+class Info:
+    """A text memory, linked to any number of keywords."""
+
+    id: str
+    content: str
+    source: str
+    metadata: Mapping[str, Any]
+    version: int
+    created_at: float
+    updated_at: float
+    deleted: bool
+    op_id: str
+
+
+@dataclass(slots=True, eq=True)
+class Link:
+    """Info ↔ keyword. At most one link exists per (info, keyword) pair."""
+
+    info_id: str
+    keyword_id: str
+    relation: RelationType
+    created_by: str
+    created_at: float
+    deleted: bool
+    version: int
+    op_id: str
+
+
+@dataclass(slots=True, eq=True)
+class Relation:
+    """A directed, typed edge between two keywords; one per (from, to, type)."""
+
+    from_id: str
+    to_id: str
+    type: str
+    weight: float
+    reason: str
+    created_at: float
+    deleted: bool
+    version: int
+    op_id: str
+
+
+Entity: TypeAlias = Keyword | Info | Link | Relation
+
+
+def entity_key(entity: Entity) -> str:
+    """The string that names ``entity`` in operations and ``history(entity_id=...)``.
+
+    Keywords and infos are named by their id, a link by ``"<info_id>/<keyword_id>"``
+    and a relation by ``"<from_id>/<to_id>/<type>"``.
+    """
+    if type(entity) is Keyword or type(entity) is Info:
+        return entity.id
+    if type(entity) is Link:
+        return f"{entity.info_id}/{entity.keyword_id}"
+    return f"{entity.from_id}/{entity.to_id}/{entity.type}"
+
+
+@dataclass(slots=True)
+class Change:
+    """One row of an operation: the entity's new state and its state before (None if new)."""
+
+    after: Entity
+    before: Entity | None
+
+    @property
+    def key(self) -> str:
+        return entity_key(self.after)
+
+
+@dataclass(slots=True, frozen=True)
+class Operation:
+    """One committed (or about to be committed) operation of the event log.
+
+    ``kind`` names the API call (``create_keyword``, ``merge_keywords``, ``undo`` ...),
+    ``timestamp`` is in epoch seconds and ``audit`` holds agent decisions when there were any.
+    """
+
+    op_id: str
+    kind: str
+    actor: str
+    timestamp: float
+    changes: tuple[Change, ...]
+    audit: Mapping[str, Any] | None = None
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        """The keys of every entity this operation wrote, in write order."""
+        return tuple(entity_key(c.after) for c in self.changes)

@@ -1,0 +1,241 @@
+"""Replay: turn bytes of log rows into complete operations and fold them into a State.
+
+``replay_chunk`` is the hot path of every open and refresh. It applies whole operations
+only: rows are buffered until the row carrying ``end``, all of them are decoded (so a bad
+row raises before anything is applied), then applied. A trailing operation without its end
+row is left unconsumed (a torn tail, or a write still in progress in another process).
+
+Out-of-order operation ids (logs merged from two branches) are detected, not handled here:
+the caller falls back to ``replay_sorted``, which orders whole operations by id.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kwtree.errors import CorruptLogError
+from kwtree.events import DECODERS, OP_ID_LENGTH, decode_keyword, is_op_id
+from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
+from kwtree.state import State
+
+__all__ = ["Bound", "ChunkResult", "ChunkStatus", "parse_operations", "replay_chunk", "replay_sorted"]
+
+_PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
+
+
+class ChunkStatus(enum.Enum):
+    DONE = "done"  # every complete operation in the chunk was applied
+    OUT_OF_ORDER = "out_of_order"  # an operation id not above the last applied one was met
+    BOUND_REACHED = "bound_reached"  # the next operation lies past ``Bound.op_id``
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """Stop replay at a point in history: ops up to ``op_id``, or stamped at or before ``timestamp``."""
+
+    op_id: str | None = None
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    status: ChunkStatus
+    consumed_bytes: int  # end of the last whole operation applied (or skipped by the bound)
+    consumed_lines: int
+
+
+def _corrupt(path: str, line: int, detail: str) -> CorruptLogError:
+    return CorruptLogError(path, line, detail)
+
+
+def _decode_row(row: dict[str, Any], op: str, path: str, line: int) -> Entity:
+    try:
+        return DECODERS[row["entity"]](row, op)
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise _corrupt(path, line, f"invalid row: {detail}") from None
+
+
+def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
+    """Validate an end marker; returns the operation's timestamp."""
+    if type(end) is not dict or type(end.get("kind")) is not str or type(end.get("actor")) is not str:
+        raise _corrupt(path, line, "invalid end marker")
+    ts = end.get("ts")
+    if type(ts) is not float and type(ts) is not int:
+        raise _corrupt(path, line, "end marker has no numeric 'ts'")
+    if end.get("rows") != rows:
+        raise _corrupt(path, line, f"operation {op} announces {end.get('rows')} rows but has {rows}")
+    return float(ts)
+
+
+def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
+    for offset, entity in enumerate(entities):
+        if type(entity) is not Keyword or entity.id != ROOT_ID:
+            raise _corrupt(path, first_line + offset, "row before the root keyword exists")
+
+
+def _complete_lines(lines: list[bytes], path: str, first_line: int) -> int:
+    """How many leading lines form whole operations: everything up to the last end row
+    (the lines after it are a torn or still-growing operation)."""
+    for index in range(len(lines) - 1, -1, -1):
+        try:
+            row = orjson.loads(lines[index])
+        except orjson.JSONDecodeError as exc:
+            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
+        if type(row) is dict and "end" in row:
+            return index + 1
+    return 0
+
+
+def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None) -> ChunkResult:
+    """Apply the complete operations in ``data`` (whole lines from one segment, starting at
+    line number ``first_line``) and say how far it got.
+
+    Only whole operations are applied: the lines after the last end row are left alone.
+    Each row is decoded and applied as it is read (the fast path of every open). Raises
+    CorruptLogError for a line that is not a valid row and for an operation that ends
+    without its end row; the state is then partly updated and must be discarded. A bound
+    by timestamp is not handled here (see ``replay_sorted``).
+    """
+    assert bound is None or bound.timestamp is None
+    lines = data.split(b"\n")
+    lines.pop()  # a partial last line (torn or still being written), or b"" after the final newline
+    complete = _complete_lines(lines, path, first_line)
+    loads = orjson.loads
+    decoders = DECODERS
+    put = _PUT
+    put_keyword = State.put_keyword
+    have_root = ROOT_ID in state.keywords
+    last_op = state.last_op_id or ""
+    stop_op = bound.op_id if bound is not None else None
+    current = ""
+    in_op = 0  # rows of the current operation applied so far
+    done_lines = 0
+    status = ChunkStatus.DONE
+    for index in range(complete):
+        try:
+            row = loads(lines[index])
+            op = row["op"]
+            decode = decoders[row["entity"]]
+        except orjson.JSONDecodeError as exc:
+            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
+        except (KeyError, TypeError) as exc:
+            raise _corrupt(path, first_line + index, f"row is not an object with 'op' and a known 'entity': {exc}") from None
+        if op != current:
+            if in_op:
+                raise _corrupt(
+                    path,
+                    first_line + index - in_op,
+                    f"operation {current} has no end row before operation {op} starts",
+                )
+            if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
+                raise _corrupt(path, first_line + index, f"invalid operation id {op!r}")
+            if op <= last_op:
+                status = ChunkStatus.OUT_OF_ORDER
+                break
+            if stop_op is not None and op > stop_op:
+                status = ChunkStatus.BOUND_REACHED
+                break
+            current = op
+        try:
+            entity = decode(row, current)
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise _corrupt(path, first_line + index, f"invalid row: {detail}") from None
+        if not have_root:
+            _check_root([entity], path, first_line + index)
+            have_root = True
+        if decode is decode_keyword:
+            put_keyword(state, entity)  # type: ignore[arg-type]
+        else:
+            put[type(entity)](state, entity)
+        in_op += 1
+        if "end" in row:
+            ts = _check_end(row["end"], current, in_op, path, first_line + index)
+            in_op = 0
+            done_lines = index + 1
+            last_op = current
+            state.op_count += 1
+            state.last_op_id = current
+            if ts > state.last_timestamp:
+                state.last_timestamp = ts
+    consumed = sum(map(len, lines[:done_lines])) + done_lines
+    return ChunkResult(status, consumed, done_lines)
+
+
+@dataclass(slots=True)
+class RawOperation:
+    """The rows of one complete operation, where they were found."""
+
+    op_id: str
+    rows: list[dict[str, Any]]
+    path: str
+    first_line: int
+
+
+def parse_operations(data: bytes, path: str, first_line: int) -> tuple[list[RawOperation], int, int]:
+    """Split ``data`` into complete operations without applying them.
+
+    Returns the operations, and the bytes and lines they cover (a torn tail is left out).
+    """
+    lines = data.split(b"\n")
+    lines.pop()
+    operations: list[RawOperation] = []
+    pending: list[dict[str, Any]] = []
+    done_lines = 0
+    for index, line in enumerate(lines):
+        try:
+            row = orjson.loads(line)
+            op = row["op"]
+        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
+        if not is_op_id(op):
+            raise _corrupt(path, first_line + index, f"invalid operation id {op!r}")
+        if pending and op != pending[0]["op"]:
+            raise _corrupt(
+                path,
+                first_line + index - len(pending),
+                f"operation {pending[0]['op']} has no end row before operation {op} starts",
+            )
+        pending.append(row)
+        if "end" in row:
+            operations.append(RawOperation(op, pending, path, first_line + index + 1 - len(pending)))
+            pending = []
+            done_lines = index + 1
+    consumed = sum(map(len, lines[:done_lines])) + done_lines
+    return operations, consumed, done_lines
+
+
+def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound | None = None) -> None:
+    """Apply whole operations in op-id order, whatever order they were found in.
+
+    Copies of one operation (the same id, e.g. after a naive merge) are applied once.
+    """
+    ordered = sorted(operations, key=lambda raw: raw.op_id)
+    last = ""
+    for raw in ordered:
+        if raw.op_id == last:
+            continue
+        if bound is not None and bound.op_id is not None and raw.op_id > bound.op_id:
+            break
+        last = raw.op_id
+        entities = [
+            _decode_row(row, raw.op_id, raw.path, raw.first_line + offset) for offset, row in enumerate(raw.rows)
+        ]
+        end_line = raw.first_line + len(raw.rows) - 1
+        ts = _check_end(raw.rows[-1]["end"], raw.op_id, len(raw.rows), raw.path, end_line)
+        if ROOT_ID not in state.keywords:
+            _check_root(entities, raw.path, raw.first_line)
+        if bound is not None and bound.timestamp is not None and ts > bound.timestamp:
+            continue
+        for entity in entities:
+            _PUT[type(entity)](state, entity)
+        state.op_count += 1
+        state.last_op_id = raw.op_id
+        if ts > state.last_timestamp:
+            state.last_timestamp = ts

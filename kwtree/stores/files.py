@@ -1,0 +1,53 @@
+"""Small durable-file primitives shared by the stores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["fsync_directory", "read_until_nul", "write_atomically"]
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the creation, rename or removal of entries in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, body: bytes) -> None:
+    """Replace ``path`` with ``body``: readers see the old file or the new one, never a mix.
+
+    The caller fsyncs the directory when the rename itself must be durable.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, body)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_until_nul(fd: int, offset: int) -> bytes:
+    """The bytes of ``fd`` from ``offset`` up to the first NUL byte or the end of the file.
+
+    Log rows never contain NUL (JSON escapes it), so a NUL marks preallocated space.
+    """
+    parts = []
+    size = 1 << 16
+    while True:
+        buf = os.pread(fd, size, offset)
+        if not buf:
+            break
+        nul = buf.find(b"\0")
+        if nul >= 0:
+            parts.append(buf[:nul])
+            break
+        parts.append(buf)
+        offset += len(buf)
+        size = min(size * 4, 1 << 26)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
