@@ -37,6 +37,10 @@ def follow(events: EventLog, state: State, bound: Bound | None, state_lock: thre
     Returns the state: the one passed in, updated in place, or a new one if the log turned
     out to hold operations out of id order and had to be replayed from the start, sorted.
     """
+    if bound is not None and bound.timestamp is not None:
+        # A view by time needs each operation's timestamp before its rows are applied, which
+        # the buffered, sorted replay has (and a fixed view never tails afterwards).
+        return replay_all_sorted(events, bound)
     while True:
         pending = events.read_pending()
         if pending is None:

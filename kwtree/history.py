@@ -16,7 +16,7 @@ import orjson
 
 from kwtree.errors import CorruptLogError
 from kwtree.events import decode_operation
-from kwtree.models import Info, Keyword, Link, Operation, Relation
+from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 from kwtree.replay import Bound
 
 __all__ = ["find_operation", "read_history", "touches"]
@@ -61,9 +61,14 @@ def _decode(path: str, start: int, lines: list[bytes]) -> Operation | None:
 
 
 def touches(op: Operation, entity_id: str) -> bool:
-    """True if ``op`` wrote ``entity_id`` itself, or a link or relation that ends at it."""
+    """True if ``op`` wrote ``entity_id`` itself (an id, or a link or relation key), or a
+    link or relation that ends at it."""
     for change in op.changes:
         e = change.after
+        if "/" in entity_id:
+            if entity_key(e) == entity_id:
+                return True
+            continue
         kind = type(e)
         if kind is Keyword or kind is Info:
             if e.id == entity_id:  # type: ignore[union-attr]
@@ -92,7 +97,9 @@ def read_history(
 ) -> list[Operation]:
     """Complete operations, oldest first (by op id), optionally only those touching
     ``entity_id`` and only the newest ``limit`` of them."""
-    needle = entity_id.encode() if entity_id is not None else None
+    # A link or relation key ("<id>/<id>[/<type>]") is not in the rows verbatim; its first
+    # id is, so that is what lines are screened for before parsing.
+    needle = entity_id.split("/", 1)[0].encode() if entity_id is not None else None
     found: dict[str, Operation] = {}
     in_order = True
     last = ""

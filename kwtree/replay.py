@@ -148,7 +148,11 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
             detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise _corrupt(path, first_line + index, f"invalid row: {detail}") from None
         if not have_root:
-            _check_root([entity], path, first_line + index)
+            if type(entity) is not Keyword or entity.id != ROOT_ID:
+                # The root comes first in op-id order; if it does not come first in the file,
+                # the file is out of order (a merged log) and the sorted replay decides.
+                status = ChunkStatus.OUT_OF_ORDER
+                break
             have_root = True
         if decode is decode_keyword:
             put_keyword(state, entity)  # type: ignore[arg-type]
@@ -229,10 +233,10 @@ def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound
         ]
         end_line = raw.first_line + len(raw.rows) - 1
         ts = _check_end(raw.rows[-1]["end"], raw.op_id, len(raw.rows), raw.path, end_line)
-        if ROOT_ID not in state.keywords:
-            _check_root(entities, raw.path, raw.first_line)
         if bound is not None and bound.timestamp is not None and ts > bound.timestamp:
             continue
+        if ROOT_ID not in state.keywords:
+            _check_root(entities, raw.path, raw.first_line)
         for entity in entities:
             _PUT[type(entity)](state, entity)
         state.op_count += 1

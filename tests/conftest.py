@@ -1,0 +1,43 @@
+"""Shared fixtures and hypothesis profiles.
+
+Profiles: ``default`` keeps the whole suite within a few minutes on 2 cores;
+``thorough`` (KWTREE_HYPOTHESIS_PROFILE=thorough) runs many more examples.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("KWTREE_HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def tree_dir(tmp_path: Path) -> Path:
+    """A path for a new data directory (not yet created)."""
+    return tmp_path / "tree"
+
+
+@pytest.fixture
+def tree(tree_dir: Path):
+    """A fresh writable tree without fsync (tests about durability open their own)."""
+    from kwtree import KeywordTree
+
+    t = KeywordTree(tree_dir, durability="none")
+    yield t
+    t.close()
