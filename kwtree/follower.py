@@ -45,6 +45,10 @@ def follow(events: EventLog, state: State, bound: Bound | None, state_lock: thre
         pending = events.read_pending()
         if pending is None:
             return state
+        if not pending.data:  # the common case before a write: nothing new
+            if events.next_segment():
+                continue
+            return state
         with state_lock:
             result = replay_chunk(state, pending.data, pending.path, pending.first_line, bound)
         events.advance(result.consumed_bytes, result.consumed_lines)

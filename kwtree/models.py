@@ -134,7 +134,7 @@ class Change:
         return entity_key(self.after)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Operation:
     """One committed (or about to be committed) operation of the event log.
 

@@ -6,7 +6,7 @@ raises leaves everything as it was. The facade commits what they return and appl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kwtree.errors import NotFoundError
 from kwtree.models import Info, Keyword
@@ -16,8 +16,7 @@ from kwtree.validate import clean_id
 __all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]
 
 
-@dataclass(frozen=True, slots=True)
-class Stamp:
+class Stamp(NamedTuple):
     """Identity of the operation being decided: every entity it writes carries these."""
 
     op_id: str
@@ -25,8 +24,19 @@ class Stamp:
     actor: str
 
 
+_UUID4_CLEAR = ~((0xF << 76) | (0x3 << 62))
+_UUID4_SET = (0x4 << 76) | (0x2 << 62)
+
+
+def new_id() -> str:
+    """A random UUID4 as 32 lowercase hex digits."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
 def new_ids(count: int) -> list[str]:
     """``count`` random UUID4 ids as 32 lowercase hex digits."""
+    if count == 1:
+        return [new_id()]
     raw = bytearray(os.urandom(16 * count))
     for base in range(0, 16 * count, 16):
         raw[base + 6] = (raw[base + 6] & 0x0F) | 0x40  # version 4

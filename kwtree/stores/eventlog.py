@@ -78,6 +78,12 @@ class EventLog:
         self._data_end = 0  # end of the bytes last read from the current segment
         self._fd = -1
         self._fd_index = -1
+        self._path_str: str | None = None
+        self._path_index = -1
+        # Size of the newest segment as last seen. Only a hint: a stale value costs a sync
+        # that also commits the file size, never correctness (data always goes at the end
+        # of what was caught up to, and nothing live lies beyond it).
+        self._allocated = 0
 
     # --- position and reading --------------------------------------------------------------
 
@@ -87,6 +93,13 @@ class EventLog:
 
     def _path(self, index: int) -> Path:
         return self.log_dir / (self._segments[index] + SEGMENT_SUFFIX)
+
+    def _path_text(self) -> str:
+        """The current segment's path as text (cached: it is asked for on every write)."""
+        if self._path_index != self._index or self._path_str is None:
+            self._path_str = str(self._path(self._index))
+            self._path_index = self._index
+        return self._path_str
 
     def _descriptor(self) -> int:
         if self._fd_index != self._index:
@@ -107,7 +120,7 @@ class EventLog:
             return None
         data = read_until_nul(self._descriptor(), self._offset)
         self._data_end = self._offset + len(data)
-        return Pending(str(self._path(self._index)), self._line, data)
+        return Pending(self._path_text(), self._line, data)
 
     def advance(self, nbytes: int, nlines: int) -> None:
         """Move the read position past ``nbytes`` (``nlines`` lines) of consumed operations."""
@@ -178,11 +191,15 @@ class EventLog:
             self._start_segment(first_op_id, sync=sync)
         fd = self._descriptor()
         pos = self._offset
+        end = pos + len(data)
         try:
-            if self.preallocate and pos + len(data) > os.fstat(fd).st_size:
+            if self.preallocate and end > self._allocated:
+                self._allocated = os.fstat(fd).st_size  # another writer may have padded it
+            if self.preallocate and end > self._allocated:
                 # Write the data and fresh zero padding in one call; the sync below makes
                 # both (and the new size) durable, and later small writes land in the padding.
                 written = os.pwritev(fd, [data, _ZEROS], pos)
+                self._allocated = end + len(_ZEROS)
             else:
                 written = os.pwrite(fd, data, pos)
             if written < len(data):
@@ -197,6 +214,7 @@ class EventLog:
 
     def _discard_from(self, pos: int) -> None:
         """Best effort after a failed append: drop what it may have written."""
+        self._allocated = pos
         try:
             os.ftruncate(self._fd, pos)
             os.fsync(self._fd)
@@ -215,6 +233,7 @@ class EventLog:
         self._segments.append(name)
         self._index = len(self._segments) - 1
         self._offset, self._line, self._data_end = 0, 1, 0
+        self._allocated = 0
 
     def quarantine_tail(self) -> None:
         """Move the bytes after the read position of the newest segment (a torn operation
@@ -237,6 +256,7 @@ class EventLog:
         os.ftruncate(fd, self._offset)
         os.fsync(fd)
         self._data_end = self._offset
+        self._allocated = self._offset
 
     def _trim(self, fd: int, data_end: int) -> None:
         """Cut zero padding after ``data_end`` (and nothing else)."""
@@ -244,6 +264,7 @@ class EventLog:
         if size > data_end and not os.pread(fd, size - data_end, data_end).strip(b"\0"):
             os.ftruncate(fd, data_end)
             os.fsync(fd)
+            self._allocated = min(self._allocated, data_end)
 
     def trim_padding(self) -> None:
         """Remove the preallocated padding of the newest segment (call under the writer lock)."""

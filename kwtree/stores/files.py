@@ -38,7 +38,7 @@ def read_until_nul(fd: int, offset: int) -> bytes:
     Log rows never contain NUL (JSON escapes it), so a NUL marks preallocated space.
     """
     parts = []
-    size = 1 << 16
+    size = 1 << 12  # small first: usually nothing new follows, or one operation does
     while True:
         buf = os.pread(fd, size, offset)
         if not buf:
