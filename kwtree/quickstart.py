@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
@@ -26,9 +27,9 @@ def render_tree(tree: KeywordTree, root_id: str = ROOT_ID, max_depth: int | None
 
     def label(keyword_id: str) -> str:
         keyword = tree.get_keyword(keyword_id)
-        text = f"[bold]{keyword.name}[/bold]"
+        text = f"[bold]{escape(keyword.name)}[/bold]"  # names are data, not rich markup
         if keyword.aliases:
-            text += " [dim](" + ", ".join(keyword.aliases) + ")[/dim]"
+            text += " [dim](" + escape(", ".join(keyword.aliases)) + ")[/dim]"
         count = len(tree.get_infos_of_keyword(keyword_id, size=10_000))
         if count:
             text += f" [cyan]· {count} info{'s' if count != 1 else ''}[/cyan]"
@@ -46,16 +47,17 @@ def render_tree(tree: KeywordTree, root_id: str = ROOT_ID, max_depth: int | None
     return out
 
 
-def run_quickstart(data_dir: Path | None = None, outline: Path | None = None, console: Console | None = None) -> Path:
-    """Build the sample tree in ``data_dir`` (a new temporary directory when None), print a
-    tour of it, and return the directory so it can be opened again."""
+def run_quickstart(data_dir: Path | None = None, console: Console | None = None) -> Path:
+    """Build the sample tree from ``DEFAULT_OUTLINE`` in ``data_dir`` (a new temporary
+    directory when None), print a tour of it, and return the directory. (To load other
+    outlines use ``kwtree.outline.load_outline`` or ``kwtree load``.)"""
     console = console or Console()
-    outline = outline or DEFAULT_OUTLINE
+    outline = DEFAULT_OUTLINE
     if not outline.exists():
-        raise InvalidInputError(
-            f"sample outline {outline} not found; run from a source checkout or pass --outline FILE"
-        )
+        raise InvalidInputError(f"sample outline {outline} not found; the quickstart runs from a source checkout")
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kwtree-quickstart-")) / "memory"
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise InvalidInputError(f"the quickstart builds a new tree: {data_dir} is not empty; pass a new directory")
     with KeywordTree(data_dir) as tree:
         loaded = load_outline(tree, outline)
         ids = loaded.keyword_ids
@@ -74,7 +76,7 @@ def run_quickstart(data_dir: Path | None = None, outline: Path | None = None, co
 
         console.rule("Memories linked to 'Billing Service'")
         for info in tree.get_infos_of_keyword(ids["billing"]):
-            console.print(f"• {info.content} [dim]({info.source})[/dim]")
+            console.print(f"• {escape(info.content)} [dim]({escape(info.source)})[/dim]")
         console.print()
         for relation in tree.get_relations(ids["billing"], direction="both"):
             ends = (tree.get_keyword(relation.from_id).name, tree.get_keyword(relation.to_id).name)

@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,12 +108,16 @@ class KeywordTree:
         self._log: EventLog | None = None
         try:
             self._open(segment_bytes, float(lock_timeout))
+            self._closed = False
+            if self._writable and ROOT_ID not in self._state.keywords:
+                self._commit("init", _create_root)
         except BaseException:
+            self._closed = True
             self._release_resources()
             raise
-        self._closed = False
-        if self._writable and ROOT_ID not in self._state.keywords:
-            self._commit("init", _create_root)
+        # Descriptors are released even if the caller never closes the tree (but only
+        # close() trims the log's preallocated padding).
+        self._finalizer = weakref.finalize(self, _release, self._log, self._lock)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -170,10 +175,7 @@ class KeywordTree:
             self._clock.observe(state.last_op_id, state.last_timestamp)
 
     def _release_resources(self) -> None:
-        if self._log is not None:
-            self._log.close()
-        if self._lock is not None:
-            self._lock.close()
+        _release(self._log, self._lock)
 
     def close(self) -> None:
         """Release the directory. Trims the preallocated space of the newest segment (so the
@@ -562,6 +564,13 @@ class KeywordTree:
         result["log_bytes"] = self._log.size_bytes()
         result["log_segments"] = len(self._log.segments)
         return result
+
+
+def _release(events: EventLog | None, lock: WriterLock | None) -> None:
+    if events is not None:
+        events.close()
+    if lock is not None:
+        lock.close()
 
 
 def _create_root(state: State, stamp: Stamp) -> list[Change]:

@@ -1,0 +1,7 @@
+"""``python -m kwtree``: the same as the ``kwtree`` command."""
+
+import sys
+
+from kwtree.cli import main
+
+sys.exit(main())
