@@ -19,9 +19,9 @@ log = logging.getLogger("kwtree.replay")
 def _check_tail(events: EventLog, path: str, at_open: bool) -> None:
     if not events.unconsumed_bytes:
         return
-    segment, offset = events.position
+    segment, offset, line = events.position
     if not events.on_last_segment:
-        raise CorruptLogError(path, 0, f"sealed segment {segment} ends with an incomplete operation at byte {offset}")
+        raise CorruptLogError(path, line, f"sealed segment {segment} ends with an incomplete operation (byte {offset})")
     if at_open:
         log.warning(
             "ignored %d bytes of an incomplete operation at the end of %s (byte %d): a torn write "

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from kwtree.errors import CorruptLogError
-from kwtree.events import DECODERS, OP_ID_LENGTH, decode_keyword, is_op_id
+from kwtree.events import DECODERS, OP_ID_LENGTH, is_op_id
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.state import State
 
@@ -79,33 +79,20 @@ def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
             raise _corrupt(path, first_line + offset, "row before the root keyword exists")
 
 
-def _complete_lines(lines: list[bytes], path: str, first_line: int) -> int:
-    """How many leading lines form whole operations: everything up to the last end row
-    (the lines after it are a torn or still-growing operation)."""
-    for index in range(len(lines) - 1, -1, -1):
-        try:
-            row = orjson.loads(lines[index])
-        except orjson.JSONDecodeError as exc:
-            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
-        if type(row) is dict and "end" in row:
-            return index + 1
-    return 0
-
-
 def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None) -> ChunkResult:
     """Apply the complete operations in ``data`` (whole lines from one segment, starting at
     line number ``first_line``) and say how far it got.
 
-    Only whole operations are applied: the lines after the last end row are left alone.
-    Each row is decoded and applied as it is read (the fast path of every open). Raises
-    CorruptLogError for a line that is not a valid row and for an operation that ends
-    without its end row; the state is then partly updated and must be discarded. A bound
+    Rows are decoded as they are read but applied only when their operation's end row has
+    been read, so a state never holds part of an operation: rows after the last end row (a
+    torn or still-growing operation) are left unconsumed, and a bad row raises
+    CorruptLogError before any row of its operation is applied (earlier operations stay
+    applied). A complete line that is not a valid row raises too, wherever it is. A bound
     by timestamp is not handled here (see ``replay_sorted``).
     """
     assert bound is None or bound.timestamp is None
     lines = data.split(b"\n")
     lines.pop()  # a partial last line (torn or still being written), or b"" after the final newline
-    complete = _complete_lines(lines, path, first_line)
     loads = orjson.loads
     decoders = DECODERS
     put = _PUT
@@ -114,23 +101,23 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
     current = ""
-    in_op = 0  # rows of the current operation applied so far
+    pending: list[Entity] = []  # the decoded rows of the current operation
     done_lines = 0
     status = ChunkStatus.DONE
-    for index in range(complete):
+    for index, line in enumerate(lines):
         try:
-            row = loads(lines[index])
+            row = loads(line)
             op = row["op"]
             decode = decoders[row["entity"]]
         except orjson.JSONDecodeError as exc:
             raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
         except (KeyError, TypeError) as exc:
-            raise _corrupt(path, first_line + index, f"row is not an object with 'op' and a known 'entity': {exc}") from None
+            raise _corrupt(path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}") from None
         if op != current:
-            if in_op:
+            if pending:
                 raise _corrupt(
                     path,
-                    first_line + index - in_op,
+                    first_line + index - len(pending),
                     f"operation {current} has no end row before operation {op} starts",
                 )
             if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
@@ -154,20 +141,22 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                 status = ChunkStatus.OUT_OF_ORDER
                 break
             have_root = True
-        if decode is decode_keyword:
-            put_keyword(state, entity)  # type: ignore[arg-type]
-        else:
-            put[type(entity)](state, entity)
-        in_op += 1
-        if "end" in row:
-            ts = _check_end(row["end"], current, in_op, path, first_line + index)
-            in_op = 0
-            done_lines = index + 1
-            last_op = current
-            state.op_count += 1
-            state.last_op_id = current
-            if ts > state.last_timestamp:
-                state.last_timestamp = ts
+        pending.append(entity)
+        if "end" not in row:
+            continue
+        ts = _check_end(row["end"], current, len(pending), path, first_line + index)
+        for entity in pending:
+            if type(entity) is Keyword:
+                put_keyword(state, entity)
+            else:
+                put[type(entity)](state, entity)
+        pending = []
+        done_lines = index + 1
+        last_op = current
+        state.op_count += 1
+        state.last_op_id = current
+        if ts > state.last_timestamp:
+            state.last_timestamp = ts
     consumed = sum(map(len, lines[:done_lines])) + done_lines
     return ChunkResult(status, consumed, done_lines)
 

@@ -147,14 +147,19 @@ class KeywordTree:
 
     def _create_directory(self, segment_bytes: int | None, lock_timeout: float) -> None:
         directory = self._dir
-        if directory.exists() and any(entry.name != LOCK_NAME for entry in directory.iterdir()):
+        if (directory / MANIFEST_NAME).exists():
+            return  # another process created it meanwhile
+        if _holds_foreign_files(directory):  # checked first, so no lock file lands there
             raise FormatError(
                 f"{directory} is not empty and has no {MANIFEST_NAME}: kwtree creates its data only "
                 f"in a new or empty directory; pass another data_dir"
             )
         directory.mkdir(parents=True, exist_ok=True)
+        # Several processes may create one directory at once: the lock makes one of them do it.
         with WriterLock(directory / LOCK_NAME, lock_timeout) as creation_lock:
             if not (directory / MANIFEST_NAME).exists():
+                if _holds_foreign_files(directory):
+                    raise FormatError(f"{directory} gained files that are not kwtree's while it was being created")
                 (directory / LOG_DIR).mkdir(exist_ok=True)
                 Manifest.new(segment_bytes).save(directory)
                 if self._durable:
@@ -564,6 +569,20 @@ class KeywordTree:
         result["log_bytes"] = self._log.size_bytes()
         result["log_segments"] = len(self._log.segments)
         return result
+
+
+def _holds_foreign_files(directory: Path) -> bool:
+    """True if ``directory`` exists and holds anything but what creating a tree makes before
+    its manifest (the lock file, an empty log directory, the manifest's temporary file)."""
+    if not directory.is_dir():
+        return False
+    for entry in directory.iterdir():
+        if entry.name == LOCK_NAME or entry.name.startswith(f".{MANIFEST_NAME}."):
+            continue
+        if entry.name == LOG_DIR and entry.is_dir() and not any(entry.iterdir()):
+            continue
+        return True
+    return False
 
 
 def _release(events: EventLog | None, lock: WriterLock | None) -> None:

@@ -189,7 +189,7 @@ def test_corrupt_lines_are_reported_with_file_and_line(tree_dir):
             tree.create_keyword(name)
     segment = next((tree_dir / "log").glob("*.jsonl"))
     lines = segment.read_bytes().splitlines()
-    for broken, detail in [(b'{"op": oops', "unreadable"), (b"[1, 2]", "row is not an object"),
+    for broken, detail in [(b'{"op": oops', "unreadable"), (b"[1, 2]", "not a row"),
                            (lines[2].replace(b'"name"', b'"nom"'), "missing field")]:
         segment.write_bytes(b"\n".join([*lines[:2], broken, *lines[3:]]) + b"\n")
         with pytest.raises(CorruptLogError) as error:

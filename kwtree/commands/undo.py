@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kwtree.commands import Stamp
+from kwtree.commands.infos import retire_link, retire_relation
 from kwtree.errors import InvalidInputError, UndoConflictError
 from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Link, Operation, Relation, entity_key
 from kwtree.state import State
@@ -65,8 +67,37 @@ def undo(state: State, op: Operation, op_id: str, timestamp: float, force: bool)
         changes.append(Change(_restore(target, current, op_id, timestamp), current))
     if conflicts and not force:
         raise UndoConflictError(op.op_id, conflicts)
+    changes = _retire_dependents(state, changes, op_id) + changes
     check_consistent(state, changes, f"cannot undo {op.op_id}")
     return changes
+
+
+def _retire_dependents(state: State, changes: list[Change], op_id: str) -> list[Change]:
+    """Changes retiring the live links and relations of every keyword or info that ``changes``
+    delete (later operations may have linked or related them), as ``delete_keyword`` and
+    ``delete_info`` do; undoing this undo brings them back from their before-images."""
+    written = {change.key for change in changes}
+    stamp = Stamp(op_id, 0.0, "")
+    retired: list[Change] = []
+
+    def retire(change: Change) -> None:
+        if change.key not in written:
+            written.add(change.key)
+            retired.append(change)
+
+    for change in changes:
+        after, before = change.after, change.before
+        if not after.deleted or before is None or before.deleted:
+            continue
+        if type(after) is Keyword:
+            for link in state.infos_by_keyword.get(after.id, {}).values():
+                retire(retire_link(link, stamp))
+            for rel in (*state.rel_out.get(after.id, {}).values(), *state.rel_in.get(after.id, {}).values()):
+                retire(retire_relation(rel, stamp))
+        elif type(after) is Info:
+            for kid in state.keywords_by_info.get(after.id, ()):
+                retire(retire_link(state.links[(after.id, kid)], stamp))
+    return retired
 
 
 def check_consistent(state: State, changes: list[Change], context: str) -> None:

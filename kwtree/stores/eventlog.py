@@ -117,7 +117,9 @@ class EventLog:
     def read_pending(self) -> Pending | None:
         """The bytes of the current segment after the read position (None if no segment)."""
         if not self._segments:
-            return None
+            self._segments = segment_names(self.log_dir)  # another process may have started the log
+            if not self._segments:
+                return None
         data = read_until_nul(self._descriptor(), self._offset)
         self._data_end = self._offset + len(data)
         return Pending(self._path_text(), self._line, data)
@@ -165,9 +167,9 @@ class EventLog:
         return True
 
     @property
-    def position(self) -> tuple[str | None, int]:
-        """(current segment name, byte offset of the read position)."""
-        return (self._segments[self._index] if self._segments else None, self._offset)
+    def position(self) -> tuple[str | None, int, int]:
+        """(current segment name, byte offset and line number of the read position)."""
+        return (self._segments[self._index] if self._segments else None, self._offset, self._line)
 
     def size_bytes(self) -> int:
         """Bytes of log data (padding excluded; the newest segment up to its read data)."""
