@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ def to_json(value: Any) -> Any:
 
 
 def _time(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
 
 
 def _one_line(text: str) -> str:

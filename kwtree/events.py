@@ -27,7 +27,6 @@ import orjson
 from kwtree.models import (
     EMPTY_METADATA,
     Change,
-    Entity,
     Info,
     Keyword,
     Link,

@@ -35,7 +35,6 @@ from kwtree.events import OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
 from kwtree.history import find_operation, read_history
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Change, Info, Keyword, Link, Operation, Relation, RelationType
-from kwtree.normalize import normalize_name
 from kwtree.replay import Bound
 from kwtree.state import State, apply
 from kwtree.stores.eventlog import LOG_DIR, EventLog

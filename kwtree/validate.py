@@ -16,6 +16,7 @@ from kwtree.models import EMPTY_METADATA, RelationType
 from kwtree.normalize import normalize_name
 
 __all__ = [
+    "check_patch",
     "clean_aliases",
     "clean_choice",
     "clean_id",
@@ -135,6 +136,18 @@ def clean_metadata(value: object) -> Mapping[str, Any]:
         return EMPTY_METADATA
     _check_json(value, "metadata")
     return MappingProxyType(orjson.loads(orjson.dumps(dict(value))))
+
+
+def check_patch(patch: object, allowed: tuple[str, ...], hint: str) -> Mapping[str, Any]:
+    """A non-empty dict whose keys are among ``allowed`` (``hint`` says where the rest go)."""
+    if not isinstance(patch, Mapping):
+        raise InvalidInputError(f"patch must be a dict, got {_type_name(patch)}")
+    if not patch:
+        raise InvalidInputError(f"patch is empty; give at least one of {', '.join(allowed)}")
+    unknown = sorted(str(key) for key in patch if key not in allowed)
+    if unknown:
+        raise InvalidInputError(f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} ({hint})")
+    return patch
 
 
 def clean_relation_type(value: object) -> RelationType:

@@ -305,7 +305,7 @@ def check_run(tree: KeywordTree, parent_id: str, acks) -> int:
             visible[index] = [keyword.id, *(m.id for m in members)]
     assert sorted(visible) == list(range(len(visible)))  # a prefix: no operation lost in the middle
     assert len(visible) >= len(acks)
-    for kind, index, ids in acks:
+    for _kind, index, ids in acks:
         assert visible[index] == ids
     return len(visible)
 

@@ -10,6 +10,7 @@ from kwtree.errors import InvalidInputError, NotFoundError, VersionConflictError
 from kwtree.models import Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.state import State
 from kwtree.validate import (
+    check_patch,
     clean_int,
     clean_label,
     clean_metadata,
@@ -101,16 +102,7 @@ def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change
 
 def update_info(state: State, stamp: Stamp, info_id: object, patch: object, version: object) -> list[Change]:
     info = require_info(state, info_id)
-    if not isinstance(patch, Mapping):
-        raise InvalidInputError(f"patch must be a dict, got {type(patch).__name__}")
-    if not patch:
-        raise InvalidInputError(f"patch is empty; give at least one of {', '.join(INFO_PATCH_FIELDS)}")
-    unknown = sorted(str(key) for key in patch if key not in INFO_PATCH_FIELDS)
-    if unknown:
-        raise InvalidInputError(
-            f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(INFO_PATCH_FIELDS)} "
-            f"(use link_info / unlink_info to change its keywords)"
-        )
+    patch = check_patch(patch, INFO_PATCH_FIELDS, "use link_info / unlink_info to change its keywords")
     content = clean_text(patch["content"], "content", allow_empty=False) if "content" in patch else info.content
     source = clean_text(patch["source"], "source", allow_empty=True) if "source" in patch else info.source
     metadata = clean_metadata(patch["metadata"]) if "metadata" in patch else info.metadata

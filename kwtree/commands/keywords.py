@@ -21,6 +21,7 @@ from kwtree.models import EMPTY_METADATA, ROOT_ID, Change, Keyword, Link, Relati
 from kwtree.normalize import normalize_name
 from kwtree.state import State
 from kwtree.validate import (
+    check_patch,
     clean_aliases,
     clean_choice,
     clean_int,
@@ -99,16 +100,7 @@ def create_keyword(
 
 def update_keyword(state: State, stamp: Stamp, keyword_id: object, patch: object, version: object) -> list[Change]:
     keyword = require_keyword(state, keyword_id)
-    if not isinstance(patch, Mapping):
-        raise InvalidInputError(f"patch must be a dict, got {type(patch).__name__}")
-    if not patch:
-        raise InvalidInputError(f"patch is empty; give at least one of {', '.join(KEYWORD_PATCH_FIELDS)}")
-    unknown = sorted(str(key) for key in patch if key not in KEYWORD_PATCH_FIELDS)
-    if unknown:
-        raise InvalidInputError(
-            f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(KEYWORD_PATCH_FIELDS)} "
-            f"(use move_keyword to change the parent)"
-        )
+    patch = check_patch(patch, KEYWORD_PATCH_FIELDS, "use move_keyword to change the parent")
     expected = clean_int(version, "version", 1)
     if keyword.id == ROOT_ID and ("name" in patch or "aliases" in patch):
         raise InvalidInputError("the root keyword cannot be renamed or given aliases")
@@ -118,7 +110,7 @@ def update_keyword(state: State, stamp: Stamp, keyword_id: object, patch: object
         if new_key != key:
             _check_unique_sibling(state, state.keywords[keyword.parent_id], new_key, exclude=keyword.id)  # type: ignore[index]
         key = new_key
-    aliases = clean_aliases(patch["aliases"] if "aliases" in patch else keyword.aliases, key)
+    aliases = clean_aliases(patch.get("aliases", keyword.aliases), key)
     description = (
         clean_text(patch["description"], "description", allow_empty=True)
         if "description" in patch
