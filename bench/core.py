@@ -72,8 +72,8 @@ _OPEN_PROBE = r"""
 import gc, json, os, sys, time
 data_dir = sys.argv[1]
 segments = sorted(os.listdir(os.path.join(data_dir, "log")))
-t0 = time.perf_counter()
 from kwtree import KeywordTree
+t0 = time.perf_counter()
 tree = KeywordTree(data_dir, read_only=True)
 opened = time.perf_counter() - t0
 import orjson

@@ -67,9 +67,37 @@ def undo(state: State, op: Operation, op_id: str, timestamp: float, force: bool)
         changes.append(Change(_restore(target, current, op_id, timestamp), current))
     if conflicts and not force:
         raise UndoConflictError(op.op_id, conflicts)
-    changes = _retire_dependents(state, changes, op_id) + changes
+    changes = _in_apply_order(state, _retire_dependents(state, changes, op_id) + changes)
     check_consistent(state, changes, f"cannot undo {op.op_id}")
     return changes
+
+
+def _in_apply_order(state: State, changes: list[Change]) -> list[Change]:
+    """The changes ordered so that applying them one by one never passes through a state
+    the reducer would repair: keywords that end live first, each after the parent it is
+    restored under; then links, relations and infos; then keywords that end deleted,
+    deepest first. (Undoing an operation backwards is not enough: after a forced undo of
+    an earlier operation, a child's row can come before the row that revives its parent.)"""
+    live = {c.after.id: c for c in changes if type(c.after) is Keyword and not c.after.deleted}
+    depth: dict[str, int] = {}
+
+    def depth_in_result(kid: str) -> int:
+        """Depth among the keywords this undo restores (a keyword outside them counts 0)."""
+        path: list[str] = []
+        while kid in live and kid not in depth and kid not in path:  # (a cycle stops the walk;
+            path.append(kid)  # check_consistent reports it)
+            kid = live[kid].after.parent_id  # type: ignore[assignment,union-attr]
+        below = depth.get(kid, 0)
+        for node in reversed(path):
+            below += 1
+            depth[node] = below
+        return below
+
+    restored = sorted(live.values(), key=lambda c: depth_in_result(c.after.id))  # type: ignore[union-attr]
+    deleted = [c for c in changes if type(c.after) is Keyword and c.after.deleted]
+    deleted.sort(key=lambda c: -state.keywords[c.after.id].level)  # type: ignore[union-attr]
+    others = [c for c in changes if type(c.after) is not Keyword]
+    return [*restored, *others, *deleted]
 
 
 def _retire_dependents(state: State, changes: list[Change], op_id: str) -> list[Change]:
