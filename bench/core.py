@@ -169,7 +169,8 @@ def bench_durable_write(n: int, rounds: int, work: Path) -> dict:
         result["kwtree_create_keyword"] += _kwtree_single(work / f"single_kw_{r}", n, "keyword")
         result["append_fsync"] += _append_fsync(work / f"single_{r}.jsonl", n)
         result["kwtree_create_info"] += _kwtree_single(work / f"single_info_{r}", n, "info")
-    out = {name: summary([s * 1e6 for s in samples]) for name, samples in result.items()}
+    out: dict = {name: summary([s * 1e6 for s in samples]) for name, samples in result.items()}
+    out["raw_us"] = {name: [round(s * 1e6, 1) for s in samples] for name, samples in result.items()}
     out["ratio_p50_keyword_to_sqlite"] = out["kwtree_create_keyword"]["median"] / out["sqlite_wal_full"]["median"]
     out["ratio_p50_info_to_sqlite"] = out["kwtree_create_info"]["median"] / out["sqlite_wal_full"]["median"]
     return out
@@ -201,7 +202,8 @@ def bench_batch(size: int, rounds: int, work: Path) -> dict:
             con.execute("COMMIT")
             sqlite_rates.append(size / (time.perf_counter() - t))
         con.close()
-    out = {"batch_size": size, "kwtree_rows_per_s": summary(kw_rates), "sqlite_executemany_rows_per_s": summary(sqlite_rates)}
+    out = {"batch_size": size, "kwtree_rows_per_s": summary(kw_rates), "sqlite_executemany_rows_per_s": summary(sqlite_rates),
+           "raw_rows_per_s": {"kwtree": [round(r) for r in kw_rates], "sqlite": [round(r) for r in sqlite_rates]}}
     out["ratio_median_kwtree_to_sqlite"] = out["kwtree_rows_per_s"]["median"] / out["sqlite_executemany_rows_per_s"]["median"]
     return out
 
@@ -250,6 +252,7 @@ def bench_memory(n: int, work: Path) -> dict:
         runs = [json.loads(subprocess.run([sys.executable, "-c", _MEMORY_PROBE, mode, str(data_dir), str(n)],
                                           check=True, capture_output=True, text=True).stdout) for _ in range(3)]
         out[mode] = summary([r["bytes_per_keyword"] for r in runs])
+        out[f"raw_{mode}"] = [round(r["bytes_per_keyword"], 1) for r in runs]
     out["keywords"] = n
     return out
 
