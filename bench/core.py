@@ -265,6 +265,7 @@ class Plan:
     write_rounds: int
     batch_rounds: int
     memory_n: int
+    batch_size: int = 10_000
 
 
 QUICK = Plan(replay_rows=(50_000,), replay_repeats=3, write_n=500, write_rounds=2, batch_rounds=2, memory_n=50_000)
@@ -280,7 +281,7 @@ def run(plan: Plan, work: Path | None = None) -> dict:
         results = {
             "replay": [bench_replay(rows, plan.replay_repeats, tmp_path) for rows in plan.replay_rows],
             "durable_write": bench_durable_write(plan.write_n, plan.write_rounds, tmp_path),
-            "batch": bench_batch(10_000, plan.batch_rounds, tmp_path),
+            "batch": bench_batch(plan.batch_size, plan.batch_rounds, tmp_path),
             "memory": bench_memory(plan.memory_n, tmp_path),
         }
     return results
