@@ -36,7 +36,6 @@ from kwtree.models import (
 )
 
 __all__ = [
-    "ENTITY_KINDS",
     "OpClock",
     "DECODERS",
     "decode_operation",
@@ -162,7 +161,6 @@ _ENCODERS = {
     Link: ("link", _link_fields),
     Relation: ("relation", _relation_fields),
 }
-ENTITY_KINDS = tuple(kind for kind, _ in _ENCODERS.values())
 
 
 _ROW_SEPARATOR = b',{"op":"'

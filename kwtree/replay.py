@@ -49,34 +49,30 @@ class ChunkResult:
     consumed_lines: int
 
 
-def _corrupt(path: str, line: int, detail: str) -> CorruptLogError:
-    return CorruptLogError(path, line, detail)
-
-
 def _decode_row(row: dict[str, Any], op: str, path: str, line: int) -> Entity:
     try:
         return DECODERS[row["entity"]](row, op)
     except (KeyError, TypeError, ValueError) as exc:
         detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise _corrupt(path, line, f"invalid row: {detail}") from None
+        raise CorruptLogError(path, line, f"invalid row: {detail}") from None
 
 
 def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
     """Validate an end marker; returns the operation's timestamp."""
     if type(end) is not dict or type(end.get("kind")) is not str or type(end.get("actor")) is not str:
-        raise _corrupt(path, line, "invalid end marker")
+        raise CorruptLogError(path, line, "invalid end marker")
     ts = end.get("ts")
     if type(ts) is not float and type(ts) is not int:
-        raise _corrupt(path, line, "end marker has no numeric 'ts'")
+        raise CorruptLogError(path, line, "end marker has no numeric 'ts'")
     if end.get("rows") != rows:
-        raise _corrupt(path, line, f"operation {op} announces {end.get('rows')} rows but has {rows}")
+        raise CorruptLogError(path, line, f"operation {op} announces {end.get('rows')} rows but has {rows}")
     return float(ts)
 
 
 def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
     for offset, entity in enumerate(entities):
         if type(entity) is not Keyword or entity.id != ROOT_ID:
-            raise _corrupt(path, first_line + offset, "row before the root keyword exists")
+            raise CorruptLogError(path, first_line + offset, "row before the root keyword exists")
 
 
 def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None) -> ChunkResult:
@@ -110,18 +106,18 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
             op = row["op"]
             decode = decoders[row["entity"]]
         except orjson.JSONDecodeError as exc:
-            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
+            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
         except (KeyError, TypeError) as exc:
-            raise _corrupt(path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}") from None
+            raise CorruptLogError(path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}") from None
         if op != current:
             if pending:
-                raise _corrupt(
+                raise CorruptLogError(
                     path,
                     first_line + index - len(pending),
                     f"operation {current} has no end row before operation {op} starts",
                 )
             if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
-                raise _corrupt(path, first_line + index, f"invalid operation id {op!r}")
+                raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
             if op <= last_op:
                 status = ChunkStatus.OUT_OF_ORDER
                 break
@@ -133,7 +129,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
             entity = decode(row, current)
         except (KeyError, TypeError, ValueError) as exc:
             detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise _corrupt(path, first_line + index, f"invalid row: {detail}") from None
+            raise CorruptLogError(path, first_line + index, f"invalid row: {detail}") from None
         if not have_root:
             if type(entity) is not Keyword or entity.id != ROOT_ID:
                 # The root comes first in op-id order; if it does not come first in the file,
@@ -186,11 +182,11 @@ def parse_operations(data: bytes, path: str, first_line: int) -> tuple[list[RawO
             row = orjson.loads(line)
             op = row["op"]
         except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
-            raise _corrupt(path, first_line + index, f"unreadable row: {exc}") from None
+            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
         if not is_op_id(op):
-            raise _corrupt(path, first_line + index, f"invalid operation id {op!r}")
+            raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
         if pending and op != pending[0]["op"]:
-            raise _corrupt(
+            raise CorruptLogError(
                 path,
                 first_line + index - len(pending),
                 f"operation {pending[0]['op']} has no end row before operation {op} starts",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import threading
 import weakref
@@ -60,9 +61,9 @@ def _clean_as_of(as_of: object) -> Bound | None:
         if not is_op_id(as_of):
             raise InvalidInputError(f"as_of must be an op id (32 lowercase hex digits) or a timestamp, got {as_of!r}")
         return Bound(op_id=as_of)
-    if type(as_of) in (int, float):
+    if type(as_of) in (int, float) and math.isfinite(as_of):  # type: ignore[arg-type]
         return Bound(timestamp=float(as_of))  # type: ignore[arg-type]
-    raise InvalidInputError(f"as_of must be an op id string or a float timestamp, got {type(as_of).__name__}")
+    raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
 class KeywordTree:
@@ -190,7 +191,7 @@ class KeywordTree:
             if self._closed:
                 return
             self._closed = True
-            if self._writable and self._durable and self._lock is not None and self._log is not None:
+            if self._writable and self._lock is not None and self._log is not None:
                 try:
                     with self._lock:
                         self._log.trim_padding()

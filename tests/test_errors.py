@@ -174,6 +174,8 @@ def test_constructor_arguments_are_checked(tmp_path):
         KeywordTree(tmp_path / "x", as_of="yesterday")
     with pytest.raises(InvalidInputError, match="as_of"):
         KeywordTree(tmp_path / "x", as_of=[1])
+    with pytest.raises(InvalidInputError, match="finite"):
+        KeywordTree(tmp_path / "x", as_of=float("nan"))
     with pytest.raises(InvalidInputError, match="read_only"):
         KeywordTree(tmp_path / "x", read_only="no")
     with pytest.raises(InvalidInputError, match="actor"):
