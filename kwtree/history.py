@@ -63,12 +63,10 @@ def _decode(path: str, start: int, lines: list[bytes]) -> Operation | None:
 def touches(op: Operation, entity_id: str) -> bool:
     """True if ``op`` wrote ``entity_id`` itself (an id, or a link or relation key), or a
     link or relation that ends at it."""
+    if "/" in entity_id:
+        return any(entity_key(change.after) == entity_id for change in op.changes)
     for change in op.changes:
         e = change.after
-        if "/" in entity_id:
-            if entity_key(e) == entity_id:
-                return True
-            continue
         kind = type(e)
         if kind is Keyword or kind is Info:
             if e.id == entity_id:  # type: ignore[union-attr]

@@ -92,7 +92,6 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     loads = orjson.loads
     decoders = DECODERS
     put = _PUT
-    put_keyword = State.put_keyword
     have_root = ROOT_ID in state.keywords
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
@@ -125,7 +124,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                 status = ChunkStatus.BOUND_REACHED
                 break
             current = op
-        try:
+        try:  # _decode_row inlined: this loop runs once per row of every open
             entity = decode(row, current)
         except (KeyError, TypeError, ValueError) as exc:
             detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
@@ -142,10 +141,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
             continue
         ts = _check_end(row["end"], current, len(pending), path, first_line + index)
         for entity in pending:
-            if type(entity) is Keyword:
-                put_keyword(state, entity)
-            else:
-                put[type(entity)](state, entity)
+            put[type(entity)](state, entity)
         pending = []
         done_lines = index + 1
         last_op = current

@@ -113,7 +113,7 @@ class KeywordTree:
                 self._commit("init", _create_root)
         except BaseException:
             self._closed = True
-            self._release_resources()
+            _release(self._log, self._lock)
             raise
         # Descriptors are released even if the caller never closes the tree (but only
         # close() trims the log's preallocated padding).
@@ -179,9 +179,6 @@ class KeywordTree:
         if state.last_op_id is not None:
             self._clock.observe(state.last_op_id, state.last_timestamp)
 
-    def _release_resources(self) -> None:
-        _release(self._log, self._lock)
-
     def close(self) -> None:
         """Release the directory. Trims the preallocated space of the newest segment (so the
         log never carries padding into git or backups); calling close twice is harmless."""
@@ -197,7 +194,7 @@ class KeywordTree:
                         self._log.trim_padding()
                 except (LockTimeoutError, OSError) as exc:
                     log.warning("could not trim the log padding of %s on close: %s", self._dir, exc)
-            self._release_resources()
+            _release(self._log, self._lock)
 
     def __enter__(self) -> KeywordTree:
         self._check_open()

@@ -24,19 +24,8 @@ class Stamp(NamedTuple):
     actor: str
 
 
-_UUID4_CLEAR = ~((0xF << 76) | (0x3 << 62))
-_UUID4_SET = (0x4 << 76) | (0x2 << 62)
-
-
-def new_id() -> str:
-    """A random UUID4 as 32 lowercase hex digits."""
-    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_CLEAR | _UUID4_SET:032x}"
-
-
 def new_ids(count: int) -> list[str]:
-    """``count`` random UUID4 ids as 32 lowercase hex digits."""
-    if count == 1:
-        return [new_id()]
+    """``count`` random UUID4 ids as 32 lowercase hex digits (one read of the OS's randomness)."""
     raw = bytearray(os.urandom(16 * count))
     for base in range(0, 16 * count, 16):
         raw[base + 6] = (raw[base + 6] & 0x0F) | 0x40  # version 4

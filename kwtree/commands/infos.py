@@ -37,14 +37,14 @@ INFO_PATCH_FIELDS = ("content", "source", "metadata")
 _INFO_SPEC_FIELDS = frozenset({"content", "source", "metadata", "keyword_ids"})
 
 
-def retire_link(link: Link, stamp: Stamp) -> Change:
-    """The change that tombstones a live link."""
-    return Change(dataclasses.replace(link, deleted=True, version=link.version + 1, op_id=stamp.op_id), link)
+def retire_link(link: Link, op_id: str) -> Change:
+    """The change by operation ``op_id`` that tombstones a live link."""
+    return Change(dataclasses.replace(link, deleted=True, version=link.version + 1, op_id=op_id), link)
 
 
-def retire_relation(rel: Relation, stamp: Stamp) -> Change:
-    """The change that tombstones a live relation."""
-    return Change(dataclasses.replace(rel, deleted=True, version=rel.version + 1, op_id=stamp.op_id), rel)
+def retire_relation(rel: Relation, op_id: str) -> Change:
+    """The change by operation ``op_id`` that tombstones a live relation."""
+    return Change(dataclasses.replace(rel, deleted=True, version=rel.version + 1, op_id=op_id), rel)
 
 
 def _keywords(state: State, keyword_ids: object, field: str) -> list[Keyword]:
@@ -124,7 +124,7 @@ def update_info(state: State, stamp: Stamp, info_id: object, patch: object, vers
 
 def delete_info(state: State, stamp: Stamp, info_id: object) -> list[Change]:
     info = require_info(state, info_id)
-    changes = [retire_link(state.links[(info.id, kid)], stamp) for kid in state.keywords_by_info.get(info.id, ())]
+    changes = [retire_link(state.links[(info.id, kid)], stamp.op_id) for kid in state.keywords_by_info.get(info.id, ())]
     gone = dataclasses.replace(
         info, deleted=True, version=info.version + 1, updated_at=stamp.timestamp, op_id=stamp.op_id
     )
@@ -157,7 +157,7 @@ def unlink_info(state: State, stamp: Stamp, info_id: object, keyword_id: object)
     link = state.links.get((info.id, keyword.id))
     if link is None or link.deleted:
         raise NotFoundError(f"info {info.id} is not linked to keyword {keyword.name!r} ({keyword.id})")
-    return [retire_link(link, stamp)]
+    return [retire_link(link, stamp.op_id)]
 
 
 def relate(
@@ -201,4 +201,4 @@ def unrelate(state: State, stamp: Stamp, from_id: object, to_id: object, type_: 
     if not found:
         what = "no relation" if kind is None else f"no {kind!r} relation"
         raise NotFoundError(f"keyword {source.name!r} ({source.id}) has {what} to {target.name!r} ({target.id})")
-    return [retire_relation(rel, stamp) for rel in found]
+    return [retire_relation(rel, stamp.op_id) for rel in found]

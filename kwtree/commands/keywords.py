@@ -174,7 +174,7 @@ def merge_keywords(state: State, stamp: Stamp, src_id: object, dst_id: object) -
     ]
     ts = stamp.timestamp
     for info_id, link in list(state.infos_by_keyword.get(src.id, {}).items()):
-        changes.append(retire_link(link, stamp))
+        changes.append(retire_link(link, stamp.op_id))
         existing = state.links.get((info_id, dst.id))
         if existing is None or existing.deleted:
             version = existing.version + 1 if existing is not None else 1
@@ -183,7 +183,7 @@ def merge_keywords(state: State, stamp: Stamp, src_id: object, dst_id: object) -
     added: set[tuple[str, str, str]] = set()
 
     def repoint(rel: Relation, from_id: str, to_id: str) -> None:
-        changes.append(retire_relation(rel, stamp))
+        changes.append(retire_relation(rel, stamp.op_id))
         key = (from_id, to_id, rel.type)
         if from_id == to_id or key in added:
             return
@@ -226,7 +226,7 @@ def delete_keyword(
     affected: dict[str, RelationType] = {}
     for kid in doomed:
         for info_id, link in state.infos_by_keyword.get(kid, {}).items():
-            changes.append(retire_link(link, stamp))
+            changes.append(retire_link(link, stamp.op_id))
             if affected.get(info_id) is not RelationType.PRIMARY:
                 affected[info_id] = link.relation
     orphans = [
@@ -258,7 +258,7 @@ def delete_keyword(
             key = (rel.from_id, rel.to_id, rel.type)
             if key not in seen:
                 seen.add(key)
-                changes.append(retire_relation(rel, stamp))
+                changes.append(retire_relation(rel, stamp.op_id))
     # Children before parents, so no keyword is ever deleted while it has live children.
     for kid in reversed(doomed):
         node = state.keywords[kid]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from kwtree.commands import Stamp
 from kwtree.commands.infos import retire_link, retire_relation
 from kwtree.errors import InvalidInputError, UndoConflictError
 from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Link, Operation, Relation, entity_key
@@ -105,7 +104,6 @@ def _retire_dependents(state: State, changes: list[Change], op_id: str) -> list[
     delete (later operations may have linked or related them), as ``delete_keyword`` and
     ``delete_info`` do; undoing this undo brings them back from their before-images."""
     written = {change.key for change in changes}
-    stamp = Stamp(op_id, 0.0, "")
     retired: list[Change] = []
 
     def retire(change: Change) -> None:
@@ -119,12 +117,12 @@ def _retire_dependents(state: State, changes: list[Change], op_id: str) -> list[
             continue
         if type(after) is Keyword:
             for link in state.infos_by_keyword.get(after.id, {}).values():
-                retire(retire_link(link, stamp))
+                retire(retire_link(link, op_id))
             for rel in (*state.rel_out.get(after.id, {}).values(), *state.rel_in.get(after.id, {}).values()):
-                retire(retire_relation(rel, stamp))
+                retire(retire_relation(rel, op_id))
         elif type(after) is Info:
             for kid in state.keywords_by_info.get(after.id, ()):
-                retire(retire_link(state.links[(after.id, kid)], stamp))
+                retire(retire_link(state.links[(after.id, kid)], op_id))
     return retired
 
 
