@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run.py            # full run
     .venv/bin/python bench/run.py --quick    # smaller sizes, a few minutes
+    .venv/bin/python bench/run.py --only placement   # one suite; the others' tables are kept
 
 Writes bench/results/<name>.json (machine, versions, parameters, every raw sample) and
 replaces the generated section of docs/benchmarks.md. Every figure sits next to a baseline
@@ -24,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core  # noqa: E402
+import placement  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -72,25 +74,51 @@ def write_doc(sections: list[str], info: dict, mode: str) -> None:
     DOC.write_text(f"{before}{BEGIN}\n{body}\n{END}{after}")
 
 
+def _run_core(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    plan = core.QUICK if quick else core.FULL
+    return dataclasses.asdict(plan), core.run(plan, work)
+
+
+def _run_placement(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"seed": placement.SEED}, placement.run(quick, work=work)
+
+
+#: Each suite: how to run it, and how to print its results as markdown.
+SUITES = {
+    "core": (_run_core, core.markdown),
+    "placement": (_run_placement, placement.markdown),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     parser.add_argument("--work", type=Path, default=None, help="directory for temporary data (default: repo)")
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--only", choices=list(SUITES), action="append",
+                        help="run only this suite (repeatable); the doc keeps the others' last results")
     args = parser.parse_args(argv)
-    plan = core.QUICK if args.quick else core.FULL
     info = machine()
-    started = time.perf_counter()
-    results = core.run(plan, args.work)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    record = {"machine": info, "mode": "quick" if args.quick else "full",
-              "parameters": dataclasses.asdict(plan), "seconds": time.perf_counter() - started, "results": results}
-    (RESULTS / "core.json").write_text(json.dumps(record, indent=1))
-    section = core.markdown(results)
-    print(section)
+    sections = []
+    mode = "quick" if args.quick else "full"
+    for name, (run_suite, markdown) in SUITES.items():
+        path = RESULTS / f"{name}.json"
+        if args.only and name not in args.only:
+            if path.exists():
+                sections.append(markdown(json.loads(path.read_text())["results"]))
+            continue
+        started = time.perf_counter()
+        parameters, results = run_suite(args.quick, args.work)
+        record = {"machine": info, "mode": mode, "parameters": parameters,
+                  "seconds": time.perf_counter() - started, "results": results}
+        path.write_text(json.dumps(record, indent=1))
+        section = markdown(results)
+        print(section)
+        print(f"\n{name}: {record['seconds']:.0f} s; raw results in {path}\n")
+        sections.append(section)
     if not args.no_doc:
-        write_doc([section], info, record["mode"])
-    print(f"\n{record['seconds']:.0f} s; raw samples in {RESULTS / 'core.json'}")
+        write_doc(sections, info, mode)
     return 0
 
 

@@ -34,7 +34,17 @@ from kwtree.errors import (
     VersionConflictError,
 )
 from kwtree.events import is_op_id
-from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation, RelationType
+from kwtree.models import (
+    ROOT_ID,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    RelationType,
+    SearchResult,
+    SearchStatus,
+)
 from kwtree.stores.manifest import MANIFEST_NAME
 from kwtree.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
 
@@ -251,6 +261,52 @@ def _load(tree: KeywordTree, args: argparse.Namespace) -> Any:
     return load_outline(tree, args.file)
 
 
+def _reorganize(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    plan = tree.reorganize(args.scope)
+    if args.out is not None:
+        args.out.write_text(json.dumps(plan, ensure_ascii=False, indent=1) + "\n")
+    return plan
+
+
+def _plan(file: str) -> Any:
+    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{file} is not a JSON plan: {exc}") from None
+
+
+def show_search(result: SearchResult) -> None:
+    agent = f" ({result.rounds} agent round{'s' if result.rounds != 1 else ''})" if result.rounds else ""
+    if result.status is SearchStatus.MATCHED:
+        assert result.node is not None
+        print(f"{result.node.id}\tmatched\t{' › '.join(k.name for k in result.path[1:])}{agent}")
+        for info in result.infos:
+            print(f"  {line(info)}")
+    elif result.status is SearchStatus.AMBIGUOUS:
+        print(f"ambiguous: {len(result.candidates)} candidates{agent}")
+        for keyword in result.candidates:
+            print(f"  {line(keyword)}")
+    else:
+        hint = f"; suggested: {result.suggested_name!r} under {result.suggested_parent_id}" if result.suggested_parent_id else ""
+        print(f"not found ({result.reason}){hint}{agent}")
+
+
+def show_plan(plan: dict[str, Any], tree: KeywordTree) -> None:
+    def name(kid: str) -> str:
+        return tree.get_keyword(kid).name
+
+    print(f"plan by {plan['planner']} for {plan['scope_id']}: {len(plan['steps'])} step(s)")
+    for step in plan["steps"]:
+        if step["op"] == "merge":
+            what = f"merge {name(step['src_id'])!r} into {name(step['dst_id'])!r}"
+        elif step["op"] == "move":
+            what = f"move {name(step['keyword_id'])!r} under {name(step['new_parent_id'])!r}"
+        else:
+            what = f"group {len(step['member_ids'])} children of {name(step['parent_id'])!r} under new {step['name']!r}"
+        print(f"  {what}\t{step['reason']}")
+
+
 def _init(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
     operations = tree.tree_metrics()["operations"]
     return {"data_dir": str(tree.data_dir), "operations": operations, "last_op_id": tree.last_op_id}
@@ -373,13 +429,26 @@ COMMANDS: tuple[Command, ...] = (
               arg("--direction", choices=DIRECTIONS, default="out", help="default: out")),
         show=_show_relations,
     ),
+    Command(
+        "search", "KeywordTree.search",
+        "find the keyword QUERY names: exact name or alias first, then the agent walks the tree",
+        example="./memory \"python packaging tool\"", opens="read",
+        call=lambda t, a: t.search(a.query, llm_expand_query=not a.exact),
+        args=(arg("query", metavar="QUERY"),
+              arg("--exact", action="store_true", help="exact lookup only: no agent, no LLM call")),
+        show=lambda r, t, a: show_search(r),
+    ),
     # --- keyword writes --------------------------------------------------------------------
     Command(
-        "add", "KeywordTree.create_keyword", "create a keyword under --parent (default: the root)",
-        example='./memory Rust --parent "$TOOLS" --alias rs --description "systems language"', opens="write",
-        call=lambda t, a: t.create_keyword(a.name, a.parent, a.aliases, a.description or "", _metadata(a.metadata)),
-        args=(arg("name", metavar="NAME"), arg("--parent", metavar="ID", help="the parent keyword (default: root)"),
-              ALIASES, DESCRIPTION, METADATA),
+        "add", "KeywordTree.create_keyword",
+        "create a keyword under --parent (without one, the agent places it; --no-auto-place: the root)",
+        example='./memory Rust --alias rs --description "a systems programming language"', opens="write",
+        call=lambda t, a: t.create_keyword(
+            a.name, a.parent, a.aliases, a.description or "", _metadata(a.metadata), llm_auto_place=not a.no_auto_place),
+        args=(arg("name", metavar="NAME"), arg("--parent", metavar="ID", help="the parent keyword"),
+              ALIASES, DESCRIPTION, METADATA,
+              arg("--no-auto-place", action="store_true", help="without --parent, put it under the root")),
+        show=lambda r, t, a: print(f"{line(r)}\tunder {' › '.join(k.name for k in t.get_path(r.parent_id))}"),
     ),
     Command(
         "update", "KeywordTree.update_keyword",
@@ -427,10 +496,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "add-info", "KeywordTree.create_info", "store a memory (CONTENT, or - for stdin) linked to each --keyword",
         example='./memory "Uses uv to manage Python environments." --keyword "$PY" --source chat', opens="write",
-        call=lambda t, a: t.create_info(_content(a.content), a.source, a.keyword, _metadata(a.metadata)),
+        call=lambda t, a: t.create_info(_content(a.content), a.source, a.keyword, _metadata(a.metadata), a.auto_link),
         args=(arg("content", metavar="CONTENT"), arg("--source", default="", help="where it came from"),
               arg("--keyword", action="append", metavar="ID", help="link it to this keyword (repeatable)"),
-              METADATA),
+              METADATA,
+              arg("--auto-link", action="store_true",
+                  help="also link it to the keywords the agent finds for its text (created by agent)")),
     ),
     Command(
         "update-info", "KeywordTree.update_info", "change an info's content, source or metadata",
@@ -482,6 +553,21 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("op_id", metavar="OP_ID"),
               arg("--force", action="store_true", help="undo even if later operations changed the same entities")),
         show=_show_undo,
+    ),
+    Command(
+        "reorganize", "KeywordTree.reorganize",
+        "propose merges, moves and new groups (writes nothing; --out saves the plan for apply-plan)",
+        example="./memory --out plan.json", opens="read", call=_reorganize,
+        args=(arg("--scope", metavar="ID", help="only the subtree under this keyword"),
+              arg("--out", type=Path, metavar="FILE", help="also write the plan as JSON to FILE")),
+        show=lambda r, t, a: show_plan(r, t),
+    ),
+    Command(
+        "apply-plan", "KeywordTree.apply_reorganize_plan",
+        "apply a reorganisation plan (a JSON file, or - for stdin) as one operation that undo reverses",
+        example="./memory plan.json", opens="write", call=lambda t, a: t.apply_reorganize_plan(_plan(a.file)),
+        args=(arg("file", metavar="FILE", help="the plan, as `kwtree reorganize --out` wrote it"),),
+        show=lambda r, t, a: print("the plan has no steps: nothing written" if r is None else line(r)),
     ),
     Command(
         "metrics", "KeywordTree.tree_metrics", "counts and shape of the live tree, and the size of its log",
@@ -537,13 +623,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _llm_client() -> Any:
+    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none."""
+    choice = os.environ.get("KWTREE_LLM", "offline").strip().lower()
+    if choice in ("", "offline"):
+        return None
+    if choice == "anthropic":
+        from kwtree.agent.anthropic_client import AnthropicLLMClient
+
+        return AnthropicLLMClient()
+    raise InvalidInputError(f"KWTREE_LLM must be 'anthropic' or 'offline', got {choice!r}")
+
+
 def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
     if command.opens == "read":
-        return KeywordTree(args.dir, read_only=True, as_of=args.as_of)
+        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, llm_client=_llm_client())
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
         # A mistyped DIR must not silently become a new, empty tree.
         raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
-    return KeywordTree(args.dir, durability=args.durability, actor=args.actor)
+    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, llm_client=_llm_client())
 
 
 def run(command: Command, args: argparse.Namespace) -> None:

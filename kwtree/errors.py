@@ -16,7 +16,11 @@ before it, whichever of these it raises::
     ├── LockTimeoutError                        another process held the writer lock too long
     ├── StorageError                            the disk refused a write; nothing was committed
     ├── FormatError                             the directory was written by another format
-    └── CorruptLogError                         a log line that is not a torn tail is unreadable
+    ├── CorruptLogError                         a log line that is not a torn tail is unreadable
+    └── LLMError                                an LLM client call failed (the agent falls back)
+        ├── LLMResponseError                    the answer was not JSON of the requested shape
+        ├── LLMTimeoutError                     no answer within the client's timeout
+        └── LLMUnavailableError                 the API refused (after retries) or was unreachable
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ __all__ = [
     "HasChildrenError",
     "InvalidInputError",
     "KwtreeError",
+    "LLMError",
+    "LLMResponseError",
+    "LLMTimeoutError",
+    "LLMUnavailableError",
     "LockTimeoutError",
     "NotFoundError",
     "ReadOnlyError",
@@ -130,3 +138,27 @@ class CorruptLogError(KwtreeError):
         self.path = path
         self.line = line
         self.detail = detail
+
+
+class LLMError(KwtreeError):
+    """Raised by an LLM client when a call produced no usable decision. The descend loop
+    catches it (and any other client exception) and falls back to ``agent_failure``."""
+
+
+class LLMResponseError(LLMError):
+    """Raised when the model's answer is not a JSON object of the requested shape."""
+
+
+class LLMTimeoutError(LLMError):
+    """Raised when the model did not answer within the client's timeout."""
+
+
+class LLMUnavailableError(LLMError):
+    """Raised when the API refused the request (after retries) or could not be reached.
+
+    ``status_code`` is the last HTTP status seen, or None when no answer came back.
+    """
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code

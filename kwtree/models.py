@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
@@ -24,6 +24,8 @@ __all__ = [
     "Operation",
     "Relation",
     "RelationType",
+    "SearchResult",
+    "SearchStatus",
     "entity_key",
 ]
 
@@ -153,3 +155,34 @@ class Operation:
     def entity_ids(self) -> tuple[str, ...]:
         """The keys of every entity this operation wrote, in write order."""
         return tuple(entity_key(c.after) for c in self.changes)
+
+
+class SearchStatus(str, enum.Enum):
+    """How a search ended."""
+
+    MATCHED = "matched"
+    AMBIGUOUS = "ambiguous"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(slots=True)
+class SearchResult:
+    """The answer of ``search``.
+
+    MATCHED: ``node`` with its ``path`` (root first) and its first ``infos``. AMBIGUOUS:
+    ``candidates``. NOT_FOUND: ``reason`` (``exact_miss_llm_disabled``, ``agent_failure``,
+    ``agent_timeout``, ``invalid_jump`` or the navigator's words) and, when the agent walked
+    the tree, ``suggested_parent_id`` and ``suggested_name`` for creating it. ``rounds`` and
+    ``trace`` show the agent's work (empty for an exact hit).
+    """
+
+    status: SearchStatus
+    node: Keyword | None = None
+    path: list[Keyword] = field(default_factory=list)
+    infos: list[Info] = field(default_factory=list)
+    candidates: list[Keyword] = field(default_factory=list)
+    suggested_parent_id: str | None = None
+    suggested_name: str | None = None
+    reason: str = ""
+    rounds: int = 0
+    trace: list[dict[str, Any]] = field(default_factory=list)

@@ -43,6 +43,7 @@ class State:
         "children",
         "infos",
         "infos_by_keyword",
+        "keyword_journal",
         "keywords",
         "keywords_by_info",
         "last_op_id",
@@ -73,6 +74,28 @@ class State:
         self.op_count = 0
         self.last_op_id: str | None = None
         self.last_timestamp = 0.0
+        #: ids of keywords written since a consumer (the agent's text index) last took the
+        #: list; None until a consumer asks for it, so replay pays nothing for it
+        self.keyword_journal: list[str] | None = None
+
+    def fork(self) -> State:
+        """An independent copy to try operations on (entities are shared: they are never
+        changed in place once stored)."""
+        copy = State()
+        copy.keywords = dict(self.keywords)
+        copy.infos = dict(self.infos)
+        copy.links = dict(self.links)
+        copy.relations = dict(self.relations)
+        copy.names = {key: found if type(found) is str else list(found) for key, found in self.names.items()}
+        copy.children = {key: list(ids) for key, ids in self.children.items()}
+        copy.infos_by_keyword = {key: dict(links) for key, links in self.infos_by_keyword.items()}
+        copy.keywords_by_info = {key: list(ids) for key, ids in self.keywords_by_info.items()}
+        copy.rel_out = {key: dict(rels) for key, rels in self.rel_out.items()}
+        copy.rel_in = {key: dict(rels) for key, rels in self.rel_in.items()}
+        copy.op_count = self.op_count
+        copy.last_op_id = self.last_op_id
+        copy.last_timestamp = self.last_timestamp
+        return copy
 
     # --- queries the reducer and the commands share ---------------------------------------
 
@@ -114,6 +137,9 @@ class State:
     def put_keyword(self, k: Keyword) -> None:
         keywords = self.keywords
         kid = k.id
+        journal = self.keyword_journal
+        if journal is not None:
+            journal.append(kid)
         old = keywords.setdefault(kid, k)  # one probe both finds an old version and stores k
         if old is k:
             old = None

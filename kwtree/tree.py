@@ -17,9 +17,16 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kwtree import metrics
+from kwtree import search as results
+from kwtree.agent.clients import LLMClient
+from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
+from kwtree.agent.navigation import LLMNavigator
+from kwtree.agent.offline import OfflineNavigator
+from kwtree.agent import reorganize as planner
+from kwtree.commands import reorganize as reorganize_commands
 from kwtree.commands import Stamp, require_info, require_keyword
 from kwtree.commands import infos as info_commands
 from kwtree.commands import keywords as keyword_commands
@@ -35,14 +42,35 @@ from kwtree.errors import (
 from kwtree.events import OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
 from kwtree.history import find_operation, read_history
-from kwtree.models import EMPTY_METADATA, ROOT_ID, Change, Info, Keyword, Link, Operation, Relation, RelationType
+from kwtree.models import (
+    EMPTY_METADATA,
+    ROOT_ID,
+    Change,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    RelationType,
+    SearchResult,
+    SearchStatus,
+)
+from kwtree.normalize import normalize_name
 from kwtree.replay import Bound
 from kwtree.state import State, apply
 from kwtree.stores.eventlog import LOG_DIR, EventLog
 from kwtree.stores.files import fsync_directory
 from kwtree.stores.lock import WriterLock
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
-from kwtree.validate import clean_choice, clean_id, clean_int, clean_label, clean_name_key, clean_relation_type
+from kwtree.validate import (
+    clean_choice,
+    clean_id,
+    clean_int,
+    clean_label,
+    clean_name_key,
+    clean_relation_type,
+    clean_text,
+)
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
 
@@ -51,7 +79,18 @@ log = logging.getLogger("kwtree")
 LOCK_NAME = "lock"
 DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
+#: ``create_info(auto_link=True)`` links an info to at most this many keywords.
+MAX_AGENT_LINKS = 5
 Decide = Callable[[State, Stamp], list[Change]]
+T = TypeVar("T")
+#: Operations after which the MRU cache forgets the keywords they wrote.
+_MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
+
+
+def _clean_flag(value: object, field: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def _clean_as_of(as_of: object) -> Bound | None:
@@ -75,6 +114,11 @@ class KeywordTree:
     timestamp) opens a read-only view of the tree as it was then; ``read_only=True`` opens
     the current tree without ever writing. Several processes may open one directory: writes
     are serialised by a lock file, and ``refresh()`` picks up what the others wrote.
+
+    The agent (``search``, auto-placement, ``create_info(auto_link=True)``, ``reorganize``)
+    asks ``llm_client`` when one is given and the offline navigator otherwise; it shows the
+    navigator at most ``max_candidates`` keywords a round, for at most ``descend_max_rounds``
+    rounds, and remembers ``mru_capacity`` recent matches.
     """
 
     def __init__(
@@ -87,13 +131,28 @@ class KeywordTree:
         read_only: bool = False,
         lock_timeout: float = 10.0,
         segment_bytes: int | None = None,
+        llm_client: LLMClient | None = None,
+        mru_capacity: int = 128,
+        max_candidates: int = 50,
+        descend_max_rounds: int = 6,
     ) -> None:
         self._closed = True  # until the open below succeeds
         clean_choice(durability, "durability", DURABILITY_MODES)
         self._actor = clean_label(actor, "actor")
         self._bound = _clean_as_of(as_of)
-        if type(read_only) is not bool:
-            raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
+        _clean_flag(read_only, "read_only")
+        if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
+            raise InvalidInputError(
+                f"llm_client must have a chat(messages, json_schema) method (an LLMClient), got {type(llm_client).__name__}"
+            )
+        navigator = OfflineNavigator() if llm_client is None else LLMNavigator(llm_client)
+        self._agent = DescendLoop(
+            navigator,
+            mru_capacity=clean_int(mru_capacity, "mru_capacity", 1, 1_000_000),
+            max_candidates=clean_int(max_candidates, "max_candidates", 2, 1000),
+            max_rounds=clean_int(descend_max_rounds, "descend_max_rounds", 1, 100),
+        )
+        self._llm_client = llm_client
         if type(lock_timeout) not in (int, float) or not lock_timeout >= 0:
             raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
         if segment_bytes is not None:
@@ -236,7 +295,14 @@ class KeywordTree:
                 self._log.append(encode_operation(op), op_id, sync=self._durable)
                 with self._state_lock:
                     apply(self._state, op)
+        if kind in _MRU_EVICTING:
+            self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
         return op
+
+    def _read(self, read: Callable[[State], T]) -> T:
+        """``read`` applied to the current state under the state lock (for the agent)."""
+        with self._state_lock:
+            return read(self._state)
 
     def refresh(self) -> int:
         """Apply the operations other processes appended since the last look; returns how many.
@@ -262,6 +328,53 @@ class KeywordTree:
     @property
     def data_dir(self) -> Path:
         return self._dir
+
+    # --- search and the agent ---------------------------------------------------------------
+
+    def search(self, query: str, llm_expand_query: bool = True) -> SearchResult:
+        """Find the keyword ``query`` names.
+
+        An exact hit on a name or alias (after normalisation) is MATCHED (with its path and
+        first infos), or AMBIGUOUS when several keywords answer to it. Otherwise, with
+        ``llm_expand_query=False``, NOT_FOUND with reason ``exact_miss_llm_disabled`` and no
+        agent call; else the agent walks the tree (the LLM client, or the offline navigator),
+        and a miss comes with a suggested parent and name.
+        """
+        self._check_open()
+        text = clean_text(query, "query", allow_empty=False)
+        expand = _clean_flag(llm_expand_query, "llm_expand_query")
+        key = normalize_name(text)
+        hits = self._read(lambda state: state.lookup_names(key)) if key else []
+        if len(hits) == 1:
+            result = self._read(lambda state: results.matched(state, hits[0]))
+            self._agent.remember([keyword.id for keyword in result.path])
+            return result
+        if hits:
+            return self._read(lambda state: results.ambiguous(state, hits, "several keywords have this name"))
+        if not expand:
+            return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
+        descent = self._agent.descend(self._read, text, "search")
+        return self._read(lambda state: results.from_descent(state, descent))
+
+    def agent_stats(self) -> dict[str, Any]:
+        """What the agent did since this tree was opened: walks (``descents``), navigator
+        ``calls`` and ``rounds``, ``failures`` and ``fallbacks`` by reason, ``outcomes``,
+        the navigator's name and token ``usage``, and the MRU cache's size."""
+        self._check_open()
+        return self._agent.stats()
+
+    def _place(self, name: object, description: object) -> tuple[str, dict[str, Any]]:
+        """The parent the agent chooses for a new keyword, and the audit of that choice."""
+        clean_name_key(name)  # bad input fails before any agent call
+        text = clean_text(description, "description", allow_empty=True)
+        descent = self._agent.descend(self._read, str(name).strip(), "suggest_parent", text)
+        if descent.status is DescentStatus.MATCHED:
+            parent = descent.keyword_ids[0]
+        elif descent.status is DescentStatus.MISSING and descent.suggested_parent_id is not None:
+            parent = descent.suggested_parent_id
+        else:
+            parent = ROOT_ID
+        return parent, {"agent": descent.audit()}
 
     # --- keyword reads -----------------------------------------------------------------------
 
@@ -379,13 +492,31 @@ class KeywordTree:
         aliases: Sequence[str] | None = None,
         description: str = "",
         metadata: Mapping[str, Any] | None = None,
+        llm_auto_place: bool = True,
     ) -> Keyword:
-        """Create a keyword under ``parent_id`` (the root when None). Raises
-        DuplicateKeywordError if a live sibling has the same normalised name."""
-        op = self._commit(
-            "create_keyword",
-            lambda s, st: keyword_commands.create_keyword(s, st, name, parent_id, aliases, description, metadata),
-        )
+        """Create a keyword under ``parent_id``. Without a parent, the agent places it
+        (``llm_auto_place=True``: the keyword it matches as the parent, or the parent it
+        suggests, or the root when it is ambiguous; the decision is recorded with the
+        operation) or it goes under the root. Raises DuplicateKeywordError if a live
+        sibling has the same normalised name."""
+        audit: dict[str, Any] | None = None
+        if parent_id is None and _clean_flag(llm_auto_place, "llm_auto_place"):
+            self._check_writable()
+            chosen, audit = self._place(name, description)
+
+            def decide(state: State, stamp: Stamp) -> list[Change]:
+                parent = chosen
+                if state.live_keyword(parent) is None:  # deleted by another writer meanwhile
+                    audit["agent"]["parent_fallback"] = f"{parent} was deleted before the write; placed under the root"
+                    parent = ROOT_ID
+                return keyword_commands.create_keyword(state, stamp, name, parent, aliases, description, metadata)
+
+        else:
+
+            def decide(state: State, stamp: Stamp) -> list[Change]:
+                return keyword_commands.create_keyword(state, stamp, name, parent_id, aliases, description, metadata)
+
+        op = self._commit("create_keyword", decide, audit)
         assert op is not None
         return op.changes[0].after  # type: ignore[return-value]
 
@@ -452,14 +583,42 @@ class KeywordTree:
         source: str = "",
         keyword_ids: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        auto_link: bool = False,
     ) -> Info:
-        """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``."""
+        """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``. With
+        ``auto_link=True`` it is also linked to the keywords the agent finds for its content
+        (the best PRIMARY, the others RELATED, created by "agent"; recorded with the
+        operation)."""
+        audit: dict[str, Any] | None = None
+        agent_links: list[tuple[str, RelationType]] = []
+        if _clean_flag(auto_link, "auto_link"):
+            self._check_writable()
+            text = clean_text(content, "content", allow_empty=False)
+            agent_links, descent = self._find_links(text)
+            audit = {"agent": descent.audit()}
+            audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
         op = self._commit(
             "create_info",
-            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata),
+            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata, agent_links),
+            audit,
         )
         assert op is not None
         return op.changes[0].after  # type: ignore[return-value]
+
+    def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
+        """The keywords an info's text is about: the agent's match first, then the keywords
+        named in the text (longest first), then the agent's ambiguous candidates."""
+        descent = self._agent.descend(self._read, text, "search")
+        named = self._read(lambda state: results.names_in_text(state, text))
+        found: list[str] = []
+        if descent.status is DescentStatus.MATCHED:
+            found.extend(descent.keyword_ids)
+        found.extend(named)
+        if descent.status is DescentStatus.AMBIGUOUS:
+            found.extend(descent.keyword_ids)
+        ordered = list(dict.fromkeys(found))[:MAX_AGENT_LINKS]
+        links = [(kid, RelationType.PRIMARY if i == 0 else RelationType.RELATED) for i, kid in enumerate(ordered)]
+        return links, descent
 
     def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
         """Change some of content, source, metadata; checks ``version`` when given."""
@@ -517,6 +676,42 @@ class KeywordTree:
         op = self._commit("unrelate", lambda s, st: info_commands.unrelate(s, st, from_id, to_id, type))
         assert op is not None
         return op
+
+    # --- reorganisation ---------------------------------------------------------------------
+
+    def reorganize(self, scope_id: str | None = None) -> dict[str, Any]:
+        """A plan, written nowhere, to tidy the subtree under ``scope_id`` (the whole tree
+        when None): merges of duplicates, moves of misplaced keywords and new groups under
+        crowded parents, each step with a reason. The LLM client drafts it when there is one
+        (falling back to the offline planner if it fails), the offline planner otherwise.
+        Pass it, edited or not, to ``apply_reorganize_plan``."""
+        self._check_open()
+        scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
+        plan: dict[str, Any] = {"scope_id": scope, "based_on": self.last_op_id, "dropped": []}
+        client = self._llm_client
+        if client is not None:
+            rows = self._read(lambda state: planner.outline(state, scope))
+            try:
+                steps, dropped, document = planner.llm_plan(client, rows)
+                plan.update(planner=str(getattr(client, "name", type(client).__name__)), steps=steps, dropped=dropped)
+                plan["request"] = document
+                return plan
+            except Exception as exc:  # noqa: BLE001 -- a failed draft falls back to the offline planner
+                plan["llm_error"] = f"{type(exc).__name__}: {exc}"
+        plan["planner"] = "offline"
+        plan["steps"] = self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope))
+        return plan
+
+    def apply_reorganize_plan(self, plan: Mapping[str, Any]) -> Operation | None:
+        """Apply every step of ``plan`` (as ``reorganize`` returns it) as ONE operation that
+        ``undo`` reverses. Each step is checked against the tree the steps before it leave
+        (ids live, no cycles, unique sibling names); if any fails, nothing is written and the
+        error names the step. Returns the operation (None for a plan with no steps)."""
+        if isinstance(plan, Mapping) and plan.get("steps") == []:
+            return None
+        steps = reorganize_commands.clean_plan(plan)
+        audit = {"reorganize": {"planner": str(plan.get("planner", "caller")), "steps": steps}}
+        return self._commit("reorganize", lambda s, st: reorganize_commands.apply_plan(s, st, plan), audit)
 
     # --- history, undo and metrics -----------------------------------------------------------
 

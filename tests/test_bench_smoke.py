@@ -28,3 +28,37 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
     table = core.markdown(results)
     assert "### Replay" in table and "### Durable single writes" in table and "### Memory per keyword" in table
     assert list(tmp_path.iterdir()) == []  # its scratch data is removed
+
+
+TINY_WORDNET = """\
+id\tparent\tdepth\tname\tpath\tlemmas\tgloss\tn_hypernyms
+1\t\t0\tfood\tfood\tfood; nutrient\tany substance that can be eaten\t1
+2\t1\t1\tbeverage\tfood > beverage\tbeverage; drink\tany liquid suitable for drinking\t1
+3\t2\t2\ttea\tfood > beverage > tea\ttea\ta beverage made by steeping tea leaves in water\t1
+4\t2\t2\tcoffee\tfood > beverage > coffee\tcoffee; java\ta beverage made from roasted coffee beans\t1
+5\t2\t2\tjuice\tfood > beverage > juice\tjuice\ta beverage of fruit pressed for drinking\t1
+6\t\t0\tdevice\tdevice\tdevice\tan instrumentality invented for a particular purpose\t1
+7\t6\t1\tlamp\tdevice > lamp\tlamp\ta device for giving light\t1
+8\t7\t2\toil lamp\tdevice > lamp > oil lamp\toil lamp; kerosene lamp\ta lamp that burns oil\t1
+9\t7\t2\tdesk lamp\tdevice > lamp > desk lamp\tdesk lamp\ta lamp for a desk\t1
+"""
+
+
+def test_placement_benchmark_runs_on_a_tiny_hierarchy(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import placement
+    finally:
+        sys.path.remove(str(BENCH))
+    data = tmp_path / "tiny.tsv"
+    data.write_text(TINY_WORDNET)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = placement.run(seed=1, work=work, data=data, hide=3)
+    assert result["hidden"] == 3 and result["tree_size"] == 6 and result["llm_calls"] == 0
+    for method in ("kwtree", "knn", "global_best_parent"):
+        assert set(result[method]) == {"exact", "depth1", "depth2", "depth3"}
+        assert all(0.0 <= share <= 100.0 for share in result[method].values())
+    assert "| **kwtree create_keyword" in placement.markdown(result)
+    assert list(work.iterdir()) == []
+    assert "Skipped" in placement.markdown(placement.run(data=tmp_path / "absent.tsv"))

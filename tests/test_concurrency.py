@@ -132,7 +132,7 @@ WRITER = """
         print("ready", flush=True)
         assert sys.stdin.readline() == "go\\n"
         for _ in range(burst):
-            ids.append(tree.create_keyword(f"{tag}-{len(ids)}").id)
+            ids.append(tree.create_keyword(f"{tag}-{len(ids)}", llm_auto_place=False).id)
     tree.close()
     print("ready", json.dumps(ids), flush=True)
 """
@@ -558,7 +558,7 @@ def test_two_trees_on_one_directory_in_one_process_exclude_each_other(tmp_path, 
     def write(tree: KeywordTree, tag: str) -> None:
         try:
             start.wait()
-            made[tag] = [tree.create_keyword(f"{tag}-{i}").id for i in range(50)]
+            made[tag] = [tree.create_keyword(f"{tag}-{i}", llm_auto_place=False).id for i in range(50)]
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             start.abort()

@@ -585,10 +585,10 @@ def test_two_writers_in_one_process_leave_no_padding_whoever_closes_first(tmp_pa
     data_dir = tmp_path / "tree"
     a = KeywordTree(data_dir, durability="full")
     b = KeywordTree(data_dir, durability="full")
-    ka = a.create_keyword("from a")
-    kb = b.create_keyword("from b")  # written into a's padding
+    ka = a.create_keyword("from a", llm_auto_place=False)
+    kb = b.create_keyword("from b", llm_auto_place=False)  # written into a's padding
     a.close()  # a's read position is behind b's op: it must not cut b's data
-    kb2 = b.create_keyword("from b again")
+    kb2 = b.create_keyword("from b again", llm_auto_place=False)
     b.close()
     data = only_segment(data_dir).read_bytes()
     assert b"\0" not in data and data.endswith(b"\n")

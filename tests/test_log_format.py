@@ -17,7 +17,7 @@ def rows(tree_dir):
 
 
 def test_rows_have_a_fixed_key_order_and_omit_defaults(tree, tree_dir):
-    a = tree.create_keyword("A")
+    a = tree.create_keyword("A", llm_auto_place=False)  # no agent decision, so no audit
     tree.update_keyword(a.id, {"aliases": ["x"], "description": "d", "metadata": {"m": 1}}, version=1)
     info = tree.create_info("memo", source="chat", keyword_ids=[a.id])
     tree.relate(a.id, "root", "part_of", reason="why")

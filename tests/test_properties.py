@@ -517,7 +517,7 @@ class KwtreeMachine(RuleBasedStateMachine):
             siblings = self.t.get_children(parent or ROOT_ID)
         ok, result = self.attempt(
             self.t.create_keyword, name, parent, aliases, description, metadata,
-            register=lambda k: self.add_keywords([k]),
+            register=lambda k: self.add_keywords([k]), llm_auto_place=False,
         )
         key = normalize_name(name.strip())
         clash = [s.id for s in siblings if normalize_name(s.name) == key]
@@ -528,6 +528,22 @@ class KwtreeMachine(RuleBasedStateMachine):
             assert result.id in [k.id for k in self.t.find_keywords(name)]
         elif isinstance(result, DuplicateKeywordError):
             assert result.existing_id in clash
+
+    @rule(name=NAME, description=DESCRIPTION)
+    def create_keyword_auto_placed(self, name, description) -> None:
+        """The agent picks the parent: wherever it lands, it is a live keyword with no
+        sibling of the same name, and the decision is in the operation's audit."""
+        ok, result = self.attempt(
+            self.t.create_keyword, name, description=description, register=lambda k: self.add_keywords([k])
+        )
+        if ok:
+            new = self.t.get_keyword(result.id)
+            key = normalize_name(name.strip())
+            assert [s.id for s in self.t.get_children(new.parent_id) if normalize_name(s.name) == key] == [new.id]
+            (op,) = self.t.history(result.id)
+            assert op.audit is not None and op.audit["agent"]["intent"] == "suggest_parent"
+        else:
+            assert isinstance(result, (InvalidInputError, DuplicateKeywordError)), result
 
     @rule(data=st.data(), fields=rarely(st.sets(st.sampled_from(["name", "aliases", "description", "metadata"]),
                                                  min_size=1, max_size=3),

@@ -60,7 +60,12 @@ def _keywords(state: State, keyword_ids: object, field: str) -> list[Keyword]:
 
 
 def _new_info_changes(
-    state: State, stamp: Stamp, iid: str, spec: Mapping[str, object], where: str
+    state: State,
+    stamp: Stamp,
+    iid: str,
+    spec: Mapping[str, object],
+    where: str,
+    agent_links: Sequence[tuple[str, RelationType]] = (),
 ) -> list[Change]:
     content = clean_text(spec.get("content"), f"{where}content", allow_empty=False)
     source = clean_text(spec.get("source", ""), f"{where}source", allow_empty=True)
@@ -71,15 +76,29 @@ def _new_info_changes(
     for keyword in keywords:
         link = Link(iid, keyword.id, RelationType.PRIMARY, stamp.actor, ts, False, 1, op)
         changes.append(Change(link, None))
+    linked = {keyword.id for keyword in keywords}
+    for keyword_id, relation in agent_links:
+        # The agent chose these on an earlier look at the state; one deleted since is skipped.
+        if keyword_id not in linked and state.live_keyword(keyword_id) is not None:
+            linked.add(keyword_id)
+            changes.append(Change(Link(iid, keyword_id, relation, "agent", ts, False, 1, op), None))
     return changes
 
 
 def create_info(
-    state: State, stamp: Stamp, content: object, source: object, keyword_ids: object, metadata: object
+    state: State,
+    stamp: Stamp,
+    content: object,
+    source: object,
+    keyword_ids: object,
+    metadata: object,
+    agent_links: Sequence[tuple[str, RelationType]] = (),
 ) -> list[Change]:
+    """The new info and its links: PRIMARY by the caller to ``keyword_ids``, then the
+    ``agent_links`` (keyword id, relation) the agent chose, created by "agent"."""
     spec = {"content": content, "source": source, "keyword_ids": keyword_ids, "metadata": metadata}
     (iid,) = new_ids(1)
-    return _new_info_changes(state, stamp, iid, spec, "")
+    return _new_info_changes(state, stamp, iid, spec, "", agent_links)
 
 
 def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change]:

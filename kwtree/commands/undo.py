@@ -66,12 +66,12 @@ def undo(state: State, op: Operation, op_id: str, timestamp: float, force: bool)
         changes.append(Change(_restore(target, current, op_id, timestamp), current))
     if conflicts and not force:
         raise UndoConflictError(op.op_id, conflicts)
-    changes = _in_apply_order(state, _retire_dependents(state, changes, op_id) + changes)
+    changes = in_apply_order(state, _retire_dependents(state, changes, op_id) + changes)
     check_consistent(state, changes, f"cannot undo {op.op_id}")
     return changes
 
 
-def _in_apply_order(state: State, changes: list[Change]) -> list[Change]:
+def in_apply_order(state: State, changes: list[Change]) -> list[Change]:
     """The changes ordered so that applying them one by one never passes through a state
     the reducer would repair: keywords that end live first, each after the parent it is
     restored under; then links, relations and infos; then keywords that end deleted,

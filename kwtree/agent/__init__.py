@@ -1,0 +1,36 @@
+"""The agent: LLM clients, the descend loop, the MRU cache, the offline navigator and the
+reorganisation planner. It reads the State but never touches storage (``kwtree.stores``);
+the KeywordTree facade wires it in."""
+
+from typing import Any
+
+from kwtree.agent.clients import LLMClient, StubLLMClient
+from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
+from kwtree.agent.navigation import Candidate, LLMNavigator, Navigator, RoundRequest
+from kwtree.agent.offline import OfflineNavigator
+from kwtree.agent.prompts import DECISION_SCHEMA, SYSTEM_PROMPT
+
+__all__ = [
+    "DECISION_SCHEMA",
+    "SYSTEM_PROMPT",
+    "AnthropicLLMClient",
+    "Candidate",
+    "DescendLoop",
+    "Descent",
+    "DescentStatus",
+    "LLMClient",
+    "LLMNavigator",
+    "Navigator",
+    "OfflineNavigator",
+    "RoundRequest",
+    "StubLLMClient",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The anthropic SDK takes a while to import; only users of its client pay for it.
+    if name == "AnthropicLLMClient":
+        from kwtree.agent.anthropic_client import AnthropicLLMClient
+
+        return AnthropicLLMClient
+    raise AttributeError(f"module 'kwtree.agent' has no attribute {name!r}")
