@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kwtree import DuplicateKeywordError, KeywordTree  # noqa: E402
-from kwtree.agent.lexicon import terms  # noqa: E402
-from kwtree.normalize import normalize_name  # noqa: E402
+from kwtree import DuplicateKeywordError, KeywordTree
+from kwtree.agent.lexicon import terms
+from kwtree.normalize import normalize_name
 
 DATA = ROOT.parent / "shared" / "data" / "wordnet30_noun_subtrees.tsv"
 #: The benchmark's sample. The scoring weights were tuned on seeds 7, 11 and 12, never this one.

@@ -82,6 +82,23 @@ def run_quickstart(data_dir: Path | None = None, console: Console | None = None)
             ends = (tree.get_keyword(relation.from_id).name, tree.get_keyword(relation.to_id).name)
             console.print(f"relation: {ends[0]} —{relation.type}→ {ends[1]}")
 
+        console.rule("The agent (offline navigator: no LLM, no API key)")
+        for query in ("pythn", "postgress"):
+            found = tree.search(query)
+            where = " › ".join(k.name for k in found.path[1:]) if found.node else found.reason
+            console.print(f"search {query!r}: {found.status.value} → {escape(where)} [dim]({found.rounds} round)[/dim]")
+        for name, description in (("Ramen", "Japanese noodle soup, a favourite food"),
+                                  ("Osaka", "a travel destination in Japan")):
+            placed = tree.create_keyword(name, description=description)
+            path = " › ".join(k.name for k in tree.get_path(placed.parent_id)[1:])
+            console.print(f"create_keyword({name!r}) with no parent: placed under {escape(path)}")
+        memo = tree.create_info("Ravi fixed the billing retries bug during on-call week.", auto_link=True)
+        linked = ", ".join(f"{k.name} ({relation.value})" for k, relation in tree.get_keywords_of_info(memo.id))
+        console.print(f"create_info(..., auto_link=True) linked it to: {escape(linked)}")
+        decided = tree.history(entity_id=memo.id)[0].audit["agent"]  # type: ignore[index]
+        console.print(f"[dim]each agent decision is kept with its operation: {len(decided['rounds'])} round(s), "
+                      f"navigator {decided['navigator']!r}, outcome {decided['outcome']['status']!r}[/dim]")
+
         console.rule("Change, audit, undo")
         moved = tree.move_keyword(ids["coffee"], ids["prefs"])
         console.print("moved Coffee under: " + " › ".join(k.name for k in tree.get_path(moved.id)[1:]))

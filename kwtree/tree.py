@@ -33,6 +33,7 @@ from kwtree.commands import keywords as keyword_commands
 from kwtree.commands.undo import undo as undo_changes
 from kwtree.errors import (
     ClosedError,
+    DuplicateKeywordError,
     FormatError,
     InvalidInputError,
     LockTimeoutError,
@@ -363,11 +364,9 @@ class KeywordTree:
         self._check_open()
         return self._agent.stats()
 
-    def _place(self, name: object, description: object) -> tuple[str, dict[str, Any]]:
+    def _place(self, name: str, description: str) -> tuple[str, dict[str, Any]]:
         """The parent the agent chooses for a new keyword, and the audit of that choice."""
-        clean_name_key(name)  # bad input fails before any agent call
-        text = clean_text(description, "description", allow_empty=True)
-        descent = self._agent.descend(self._read, str(name).strip(), "suggest_parent", text)
+        descent = self._agent.descend(self._read, name.strip(), "suggest_parent", description)
         if descent.status is DescentStatus.MATCHED:
             parent = descent.keyword_ids[0]
         elif descent.status is DescentStatus.MISSING and descent.suggested_parent_id is not None:
@@ -375,6 +374,16 @@ class KeywordTree:
         else:
             parent = ROOT_ID
         return parent, {"agent": descent.audit()}
+
+    def _check_before_agent(self, decide: Decide) -> None:
+        """Run a command's checks on the current state without writing, so that bad input
+        fails before any (paid, slow) agent call. A duplicate name is not judged here: the
+        agent has not chosen the parent yet."""
+        stamp = Stamp("0" * 32, 0.0, self._actor)
+        try:
+            self._read(lambda state: decide(state, stamp))
+        except DuplicateKeywordError:
+            pass
 
     # --- keyword reads -----------------------------------------------------------------------
 
@@ -500,9 +509,12 @@ class KeywordTree:
         operation) or it goes under the root. Raises DuplicateKeywordError if a live
         sibling has the same normalised name."""
         audit: dict[str, Any] | None = None
-        if parent_id is None and _clean_flag(llm_auto_place, "llm_auto_place"):
+        if _clean_flag(llm_auto_place, "llm_auto_place") and parent_id is None:
             self._check_writable()
-            chosen, audit = self._place(name, description)
+            self._check_before_agent(
+                lambda s, st: keyword_commands.create_keyword(s, st, name, None, aliases, description, metadata)
+            )
+            chosen, audit = self._place(name, description)  # type: ignore[arg-type]
 
             def decide(state: State, stamp: Stamp) -> list[Change]:
                 parent = chosen
@@ -593,8 +605,10 @@ class KeywordTree:
         agent_links: list[tuple[str, RelationType]] = []
         if _clean_flag(auto_link, "auto_link"):
             self._check_writable()
-            text = clean_text(content, "content", allow_empty=False)
-            agent_links, descent = self._find_links(text)
+            self._check_before_agent(
+                lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
+            )
+            agent_links, descent = self._find_links(content)
             audit = {"agent": descent.audit()}
             audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
         op = self._commit(

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
+
 from kwtree.agent.lexicon import KeywordTextIndex, Relevance
 from kwtree.agent.mru import MRUCache
 from kwtree.agent.navigation import Candidate, Navigator, RoundRequest
@@ -70,7 +72,8 @@ class Descent:
 
     @property
     def rounds(self) -> int:
-        return len(self.trace)
+        """Rounds the navigator was asked (a fallback entry of the trace is not a round)."""
+        return sum(1 for entry in self.trace if "round" in entry)
 
     def audit(self) -> dict[str, Any]:
         """What the operation this walk decided records about it (DESIGN §3)."""
@@ -161,7 +164,7 @@ class DescendLoop:
                     raise _Fallback("agent_failure", entry["error"]) from None
                 finally:
                     self._count(calls=1, rounds=1)
-                entry["answer"] = answer
+                entry["answer"] = _recordable(answer)
                 action, chosen, suggest_name = _parse(answer, candidates)
                 if action == "jump":
                     parents = [c for c in chosen if c.has_children]
@@ -274,9 +277,11 @@ def _parse(answer: Any, candidates: list[Candidate]) -> tuple[str, list[Candidat
     suggest_name = answer.get("suggest_name")
     if suggest_name is not None and (type(suggest_name) is not str or not suggest_name.strip()):
         suggest_name = None
+    elif suggest_name is not None:
+        suggest_name = _text(suggest_name)
     if action == "missing":
         return action, [], suggest_name
-    raw = answer.get("idxs") if answer.get("idxs") is not None else answer.get("idx")
+    raw = answer.get("idxs") if answer.get("idxs") not in (None, []) else answer.get("idx")
     idxs = raw if isinstance(raw, list) else [raw]
     if not idxs or raw is None:
         raise _Fallback("agent_failure", f"{action} names no candidate (no idx or idxs)")
@@ -290,9 +295,28 @@ def _parse(answer: Any, candidates: list[Candidate]) -> tuple[str, list[Candidat
     return action, list({c.id: c for c in chosen}.values()), suggest_name
 
 
+def _recordable(answer: Any) -> Any:
+    """The answer as the audit can store it: itself when it encodes as JSON, else its repr
+    (a valid JSON answer may still hold e.g. an integer beyond 64 bits or a lone surrogate)."""
+    try:
+        orjson.dumps(answer)
+    except (TypeError, orjson.JSONEncodeError):
+        return {"unrecordable_answer": repr(answer)[:2000]}
+    return answer
+
+
+def _text(value: str) -> str:
+    """``value`` with anything UTF-8 cannot carry (a lone surrogate) replaced."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode(errors="replace").decode()
+    return value
+
+
 def _reason(answer: dict[str, Any]) -> str:
     reason = answer.get("reason")
-    return reason if type(reason) is str else ""
+    return _text(reason) if type(reason) is str else ""
 
 
 def _candidate(state: State, idx: int, kid: str) -> Candidate:

@@ -32,11 +32,9 @@ from kwtree.state import State
 __all__ = ["KeywordTextIndex", "Relevance", "char_similarity", "terms"]
 
 STOPWORDS = frozenset(
-    """a an the of and or for to in on at by with from as is are was were be been being it its
-    this that these those which who whom whose what when where how than then there such any
-    some one other into onto over under about after before between while usually often
-    especially etc e g i also not no but so very more most""".split()
+    ["a", "an", "the", "of", "and", "or", "for", "to", "in", "on", "at", "by", "with", "from", "as", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "which", "who", "whom", "whose", "what", "when", "where", "how", "than", "then", "there", "such", "any", "some", "one", "other", "into", "onto", "over", "under", "about", "after", "before", "between", "while", "usually", "often", "especially", "etc", "e", "g", "i", "also", "not", "no", "but", "so", "very", "more", "most"]
 )
+COMPARISONS = frozenset(["like", "unlike", "near", "besides", "versus", "vs", "similar", "resembling", "except"])
 #: Terms in more keywords than this are too common to use as evidence (keeps queries fast).
 MAX_POSTINGS = 5000
 #: Scored keywords whose score is carried up to their ancestors.
@@ -46,6 +44,8 @@ REACH_TOP = 400
 GENUS_WEIGHT = 0.55
 SIBLING_WEIGHT = 0.3
 TOPIC_WEIGHT = 0.15
+#: A keyword without children counts this share of its parent score.
+LEAF_PARENT_FACTOR = 0.7
 #: A parent's descendant scoring at least this share of its score is preferred to it.
 SPECIFIC_RATIO = 0.8
 
@@ -72,12 +72,34 @@ def _trigrams(text: str) -> set[str]:
     return {padded[i : i + 3] for i in range(len(padded) - 2)}
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of
+    two neighbouring characters each cost 1."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[len(b)]
+
+
 def char_similarity(a: str, b: str) -> float:
-    """Dice overlap of the character trigrams of two strings (1.0 when equal); tolerates typos."""
-    if a.lower() == b.lower():
+    """How alike two spellings are, in [0, 1] (1.0 when equal ignoring case): the better of
+    the Dice overlap of their character trigrams and, for short strings, one minus their edit
+    distance over the longer length (so a swapped pair of letters, "pyhton", stays close)."""
+    a, b = a.lower(), b.lower()
+    if a == b:
         return 1.0
     grams_a, grams_b = _trigrams(a), _trigrams(b)
-    return 2 * len(grams_a & grams_b) / (len(grams_a) + len(grams_b))
+    dice = 2 * len(grams_a & grams_b) / (len(grams_a) + len(grams_b))
+    if max(len(a), len(b)) > 32:
+        return dice
+    return max(dice, 1.0 - _edit_distance(a, b) / max(len(a), len(b)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +231,9 @@ class KeywordTextIndex:
         first_position: dict[str, int] = {}
         for position, term in enumerate(query_desc):
             first_position.setdefault(term, position)
+        # "like sushi", "near Tokyo": a word right after a comparison is not the genus.
+        compared = {query_desc[i + 1] for i, term in enumerate(query_desc[:-1]) if term in COMPARISONS}
+        genus_terms = desc_set - compared
         query_weight = sum(map(term_idf, query_all))
         query_norm = math.sqrt(sum(term_idf(t) ** 2 for t in query_all)) or 1.0
         long_query = len(query_name) > 4
@@ -227,7 +252,7 @@ class KeywordTextIndex:
                 in_query = weight(name & query_all)
                 if in_query:
                     containment = max(containment, in_query / own)
-                in_desc = name & desc_set
+                in_desc = name & genus_terms
                 if in_desc:
                     position = min(first_position[word] for word in in_desc)
                     cover = weight(in_desc) / own
@@ -258,8 +283,11 @@ class KeywordTextIndex:
         relevance.parent.pop(ROOT_ID, None)
         # A keyword that merely resembles the query is more likely its sibling than its
         # parent: its own similarity only adds to evidence of the two kinds above.
+        children = state.children
         for kid in relevance.parent:
-            relevance.parent[kid] += TOPIC_WEIGHT * similar.get(kid, 0.0)
+            score = relevance.parent[kid] + TOPIC_WEIGHT * similar.get(kid, 0.0)
+            # A keyword with no children is a category less often than one with some.
+            relevance.parent[kid] = score if children.get(kid) else LEAF_PARENT_FACTOR * score
 
         relevance.match_reach = _reach(keywords, relevance.match)
         relevance.parent_reach = _reach(keywords, relevance.parent)
@@ -281,16 +309,19 @@ def _ancestry(keywords: dict[str, Keyword], kid: str | None) -> frozenset[str]:
 def _most_specific(
     keywords: dict[str, Keyword], scores: dict[str, float], best: tuple[float, str | None]
 ) -> tuple[float, str | None]:
-    """A descendant of the best parent that scores nearly as well is the better parent
-    ("a systems programming language" goes under Languages, not Programming)."""
+    """The deepest descendant of the best parent that scores nearly as well (at least
+    ``SPECIFIC_RATIO`` of it) is the better parent: "a systems programming language" goes
+    under Languages, not Programming. The best parent itself when there is none."""
     top_score, top = best
     if top is None:
         return best
-    chosen = best
+    chosen, chosen_rank = best, (keywords[top].level, top_score)
     for kid, score in scores.items():
-        if kid != top and score >= SPECIFIC_RATIO * top_score and top in _ancestry(keywords, keywords[kid].parent_id):
-            if (score, keywords[kid].level) > (chosen[0], keywords[chosen[1]].level if chosen[1] else 0):  # type: ignore[index]
-                chosen = (score, kid)
+        if kid == top or score < SPECIFIC_RATIO * top_score:
+            continue
+        rank = (keywords[kid].level, score)
+        if rank > chosen_rank and top in _ancestry(keywords, keywords[kid].parent_id):
+            chosen, chosen_rank = (score, kid), rank
     return chosen
 
 

@@ -128,6 +128,7 @@ def _descriptions_agree(a: Keyword, b: Keyword) -> bool:
 
 def _moves(state: State, index: KeywordTextIndex, scope: list[str], skip: set[str]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
+    in_scope = set(scope)
     for kid in scope[:MAX_MOVE_CHECKS]:
         keyword = state.keywords[kid]
         if kid == ROOT_ID or kid in skip or keyword.parent_id in (None, ROOT_ID):
@@ -138,7 +139,7 @@ def _moves(state: State, index: KeywordTextIndex, scope: list[str], skip: set[st
         for pid, score in ranked[:5]:
             if score < MOVE_MIN_SCORE or score < MOVE_MARGIN * current:
                 break
-            if pid == keyword.parent_id or pid in skip or state.is_descendant(pid, kid):
+            if pid == keyword.parent_id or pid in skip or pid not in in_scope or state.is_descendant(pid, kid):
                 continue
             if not state.children.get(pid):
                 continue  # a leaf is rarely a category; suggesting it misfires on names ("Mei's teammate")

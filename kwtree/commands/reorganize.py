@@ -16,7 +16,13 @@ from typing import Any
 from kwtree.commands import Stamp
 from kwtree.commands import keywords as keyword_commands
 from kwtree.commands.undo import check_consistent, in_apply_order
-from kwtree.errors import CycleError, DuplicateKeywordError, InvalidInputError, KwtreeError, NotFoundError
+from kwtree.errors import (
+    CycleError,
+    DuplicateKeywordError,
+    InvalidInputError,
+    KwtreeError,
+    NotFoundError,
+)
 from kwtree.models import Change
 from kwtree.state import PUT, State
 from kwtree.validate import clean_id, clean_text
