@@ -20,6 +20,7 @@ import argparse
 import csv
 import math
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -107,6 +108,38 @@ def knn_parent(rows_by_term: dict[str, set[str]], profiles: dict[str, Counter], 
     return best_ref
 
 
+def _typo(name: str) -> str:
+    """The name with two neighbouring letters in its middle swapped ("python" -> "pyhton")."""
+    middle = len(name) // 2
+    return name[: middle - 1] + name[middle] + name[middle - 1] + name[middle + 1 :]
+
+
+def _search_latency(tree: KeywordTree, specs: list[dict]) -> dict:
+    """search() on existing names (exact hits) and on misspelled ones (the offline loop),
+    against an indexed SQLite lookup of the same normalised names."""
+    database = sqlite3.connect(":memory:")
+    database.execute("CREATE TABLE keyword (id TEXT, norm TEXT)")
+    database.execute("CREATE INDEX by_norm ON keyword (norm)")
+    database.executemany("INSERT INTO keyword VALUES (?, ?)", [(s["ref"], normalize_name(s["name"])) for s in specs])
+    timings: dict[str, list[float]] = {"exact": [], "typo": [], "sqlite": []}
+    found = 0
+    for spec in specs:
+        key = normalize_name(spec["name"])
+        started = time.perf_counter()
+        database.execute("SELECT id FROM keyword WHERE norm = ?", (key,)).fetchall()
+        timings["sqlite"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        tree.search(spec["name"])
+        timings["exact"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        result = tree.search(_typo(spec["name"]))
+        timings["typo"].append(time.perf_counter() - started)
+        found += result.node is not None and result.node.name == spec["name"]
+    database.close()
+    return {"n": len(specs), "typo_found_pct": 100.0 * found / max(1, len(specs)),
+            **{f"{key}_us_p50": 1e6 * statistics.median(values) for key, values in timings.items()}}
+
+
 def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: Path = DATA, hide: int | None = None) -> dict:
     """Build, hide ``hide`` leaves (default 300; 60 with ``quick``), place them, score."""
     if not data.exists():
@@ -162,6 +195,7 @@ def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: P
             agent = op.audit["agent"] if op.audit else {}
             rounds[len([r for r in agent.get("rounds", []) if "round" in r])] += 1
         stats = tree.agent_stats()
+        search = _search_latency(tree, [spec for spec in specs if len(spec["name"]) >= 6][:: max(1, len(specs) // 300)][:300])
         tree.close()
 
     latencies.sort()
@@ -177,6 +211,7 @@ def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: P
         "fallbacks": stats["fallbacks"],
         "rounds": dict(sorted(rounds.items())),
         "duplicates": duplicates,
+        "search": search,
         "placement_ms_p50": 1000 * statistics.median(latencies),
         "placement_ms_p90": 1000 * latencies[int(0.9 * (len(latencies) - 1))],
     }
@@ -209,6 +244,15 @@ def markdown(result: dict) -> str:
         f"Placement latency (whole `create_keyword`, durability none): p50 {result['placement_ms_p50']:.1f} ms, "
         f"p90 {result['placement_ms_p90']:.1f} ms.",
     ]
+    search = result.get("search")
+    if search:
+        lines += [
+            "",
+            f"`search()` on the same tree, {search['n']} names (µs, p50): exact hit {search['exact_us_p50']:.0f} "
+            f"(SQLite indexed lookup of the same normalised name: {search['sqlite_us_p50']:.0f}); the name with two "
+            f"letters swapped, through the offline loop, {search['typo_us_p50']:.0f}, finding the intended keyword "
+            f"{search['typo_found_pct']:.0f}% of the time.",
+        ]
     return "\n".join(lines)
 
 

@@ -13,6 +13,10 @@ from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
+    LLMError,
+    LLMResponseError,
+    LLMTimeoutError,
+    LLMUnavailableError,
     LockTimeoutError,
     NotFoundError,
     ReadOnlyError,
@@ -20,7 +24,18 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
-from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Operation, Relation, RelationType
+from kwtree.models import (
+    ROOT_ID,
+    Change,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    RelationType,
+    SearchResult,
+    SearchStatus,
+)
 from kwtree.normalize import normalize_name
 from kwtree.tree import KeywordTree
 
@@ -40,6 +55,10 @@ __all__ = [
     "Keyword",
     "KeywordTree",
     "KwtreeError",
+    "LLMError",
+    "LLMResponseError",
+    "LLMTimeoutError",
+    "LLMUnavailableError",
     "Link",
     "LockTimeoutError",
     "NotFoundError",
@@ -47,6 +66,8 @@ __all__ = [
     "ReadOnlyError",
     "Relation",
     "RelationType",
+    "SearchResult",
+    "SearchStatus",
     "StorageError",
     "UndoConflictError",
     "VersionConflictError",

@@ -25,14 +25,7 @@ _WORD = re.compile(r"\w+")
 
 def keyword_path(state: State, keyword_id: str) -> list[Keyword]:
     """The keywords from the root down to ``keyword_id``."""
-    path: list[Keyword] = []
-    node: str | None = keyword_id
-    while node is not None:
-        keyword = state.keywords[node]
-        path.append(keyword)
-        node = keyword.parent_id
-    path.reverse()
-    return path
+    return [state.keywords[kid] for kid in state.ancestry(keyword_id)]
 
 
 def _infos(state: State, keyword_id: str) -> list[Info]:

@@ -117,6 +117,17 @@ class State:
             current = keywords[current].parent_id
         return False
 
+    def ancestry(self, keyword_id: str) -> list[str]:
+        """Ids from the root down to ``keyword_id`` (root first)."""
+        keywords = self.keywords
+        path: list[str] = []
+        node: str | None = keyword_id
+        while node is not None:
+            path.append(node)
+            node = keywords[node].parent_id
+        path.reverse()
+        return path
+
     def subtree(self, keyword_id: str) -> Iterator[str]:
         """Ids of the live subtree under ``keyword_id`` (itself first), depth first."""
         stack = [keyword_id]

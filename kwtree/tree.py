@@ -406,13 +406,8 @@ class KeywordTree:
         self._check_open()
         with self._state_lock:
             state = self._state
-            node: Keyword | None = require_keyword(state, keyword_id)
-            path = []
-            while node is not None:
-                path.append(node)
-                node = state.keywords[node.parent_id] if node.parent_id is not None else None
-            path.reverse()
-            return path
+            keyword = require_keyword(state, keyword_id)
+            return [state.keywords[kid] for kid in state.ancestry(keyword.id)]
 
     def find_keywords(self, name: str) -> list[Keyword]:
         """Live keywords whose name or an alias equals ``name`` after normalisation

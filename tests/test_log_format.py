@@ -127,9 +127,10 @@ def test_public_api_is_pinned():
     assert sorted(public_names) == sorted([
         "ROOT_ID", "Change", "ClosedError", "CorruptLogError", "CycleError", "DuplicateKeywordError",
         "FormatError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
-        "KwtreeError", "Link", "LockTimeoutError", "NotFoundError", "Operation", "ReadOnlyError",
-        "Relation", "RelationType", "StorageError", "UndoConflictError", "VersionConflictError",
-        "normalize_name",
+        "KwtreeError", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
+        "Link", "LockTimeoutError", "NotFoundError", "Operation", "ReadOnlyError",
+        "Relation", "RelationType", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",
+        "VersionConflictError", "normalize_name",
     ])
 
 

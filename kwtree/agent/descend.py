@@ -206,7 +206,7 @@ class DescendLoop:
             descent.suggested_parent_id = parent
             descent.suggested_name = name if name is not None else descent.query
         if status is DescentStatus.MATCHED and read is not None:
-            self.remember(read(lambda state: _ancestry(state, descent.keyword_ids[0])))
+            self.remember(read(lambda state: state.ancestry(descent.keyword_ids[0])))
         self._count(descents=1, outcome=status.value)
         return descent
 
@@ -327,19 +327,8 @@ def _candidate(state: State, idx: int, kid: str) -> Candidate:
     )
 
 
-def _ancestry(state: State, kid: str) -> list[str]:
-    """Ids from the root down to ``kid``."""
-    path: list[str] = []
-    node: str | None = kid
-    while node is not None:
-        path.append(node)
-        node = state.keywords[node].parent_id
-    path.reverse()
-    return path
-
-
 def _path_names(state: State, kid: str) -> list[str]:
-    return [state.keywords[node].name for node in _ancestry(state, kid)[1:]]
+    return [state.keywords[node].name for node in state.ancestry(kid)[1:]]
 
 
 def _children_of(state: State, ids: list[str]) -> list[str]:
@@ -347,7 +336,7 @@ def _children_of(state: State, ids: list[str]) -> list[str]:
 
 
 def _common_ancestor(state: State, ids: list[str]) -> str:
-    paths = [_ancestry(state, kid) for kid in ids]
+    paths = [state.ancestry(kid) for kid in ids]
     common = ROOT_ID
     for nodes in zip(*paths):
         if len(set(nodes)) != 1:

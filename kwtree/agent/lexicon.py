@@ -292,22 +292,18 @@ class KeywordTextIndex:
         relevance.match_reach = _reach(keywords, relevance.match)
         relevance.parent_reach = _reach(keywords, relevance.parent)
         relevance.match_target = _best(relevance.match_reach, relevance.match)
-        relevance.parent_target = _most_specific(keywords, relevance.parent, _best(relevance.parent_reach, relevance.parent))
-        relevance.match_path = _ancestry(keywords, relevance.match_target[1])
-        relevance.parent_path = _ancestry(keywords, relevance.parent_target[1])
+        relevance.parent_target = _most_specific(state, relevance.parent, _best(relevance.parent_reach, relevance.parent))
+        relevance.match_path = _path_set(state, relevance.match_target[1])
+        relevance.parent_path = _path_set(state, relevance.parent_target[1])
         return relevance
 
 
-def _ancestry(keywords: dict[str, Keyword], kid: str | None) -> frozenset[str]:
-    path: set[str] = set()
-    while kid is not None:
-        path.add(kid)
-        kid = keywords[kid].parent_id
-    return frozenset(path)
+def _path_set(state: State, kid: str | None) -> frozenset[str]:
+    return frozenset(state.ancestry(kid)) if kid is not None else frozenset()
 
 
 def _most_specific(
-    keywords: dict[str, Keyword], scores: dict[str, float], best: tuple[float, str | None]
+    state: State, scores: dict[str, float], best: tuple[float, str | None]
 ) -> tuple[float, str | None]:
     """The deepest descendant of the best parent that scores nearly as well (at least
     ``SPECIFIC_RATIO`` of it) is the better parent: "a systems programming language" goes
@@ -315,12 +311,13 @@ def _most_specific(
     top_score, top = best
     if top is None:
         return best
+    keywords = state.keywords
     chosen, chosen_rank = best, (keywords[top].level, top_score)
     for kid, score in scores.items():
         if kid == top or score < SPECIFIC_RATIO * top_score:
             continue
         rank = (keywords[kid].level, score)
-        if rank > chosen_rank and top in _ancestry(keywords, keywords[kid].parent_id):
+        if rank > chosen_rank and state.is_descendant(kid, top):
             chosen, chosen_rank = (score, kid), rank
     return chosen
 
