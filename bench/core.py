@@ -149,11 +149,12 @@ def _kwtree_single(path: Path, n: int, kind: str) -> list[float]:
 
     samples = []
     with KeywordTree(path) as tree:
-        keyword = tree.create_keyword("anchor")
+        keyword = tree.create_keyword("anchor", llm_auto_place=False)
         for i in range(n):
             t = time.perf_counter()
             if kind == "keyword":
-                tree.create_keyword(f"keyword {i}")
+                # The write path alone (the agent's placement is measured in placement.py).
+                tree.create_keyword(f"keyword {i}", llm_auto_place=False)
             else:
                 tree.create_info(f"memory number {i}", keyword_ids=[keyword.id])
             samples.append(time.perf_counter() - t)

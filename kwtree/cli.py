@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any

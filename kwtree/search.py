@@ -9,11 +9,18 @@ import re
 import unicodedata
 
 from kwtree.agent.descend import Descent, DescentStatus
-from kwtree.models import ROOT_ID, Info, Keyword, SearchResult, SearchStatus
+from kwtree.models import (
+    ROOT_ID,
+    Info,
+    Keyword,
+    RelationType,
+    SearchResult,
+    SearchStatus,
+)
 from kwtree.normalize import normalize_name
 from kwtree.state import State
 
-__all__ = ["INFOS_PER_RESULT", "from_descent", "keyword_path", "matched", "names_in_text"]
+__all__ = ["INFOS_PER_RESULT", "from_descent", "keyword_path", "links_for_text", "matched", "names_in_text"]
 
 #: A matched keyword comes with at most this many of its infos (the first page).
 INFOS_PER_RESULT = 50
@@ -97,3 +104,16 @@ def names_in_text(state: State, text: str) -> list[str]:
             for end in range(start + 2, min(start + 8, len(run)) + 1):
                 look(run[start:end])
     return sorted(found, key=lambda kid: -found[kid])
+
+
+def links_for_text(descent: Descent, named: list[str], limit: int) -> list[tuple[str, RelationType]]:
+    """The links an info gets from the agent: the walk's match first, then the keywords named
+    in its text, then the walk's ambiguous candidates; the first PRIMARY, the rest RELATED."""
+    found: list[str] = []
+    if descent.status is DescentStatus.MATCHED:
+        found.extend(descent.keyword_ids)
+    found.extend(named)
+    if descent.status is DescentStatus.AMBIGUOUS:
+        found.extend(descent.keyword_ids)
+    ordered = list(dict.fromkeys(found))[:limit]
+    return [(kid, RelationType.PRIMARY if i == 0 else RelationType.RELATED) for i, kid in enumerate(ordered)]

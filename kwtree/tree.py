@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 
 from kwtree import metrics
 from kwtree import search as results
+from kwtree.agent import reorganize as planner
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
-from kwtree.agent import reorganize as planner
-from kwtree.commands import reorganize as reorganize_commands
 from kwtree.commands import Stamp, require_info, require_keyword
 from kwtree.commands import infos as info_commands
 from kwtree.commands import keywords as keyword_commands
+from kwtree.commands import reorganize as reorganize_commands
 from kwtree.commands.undo import undo as undo_changes
 from kwtree.errors import (
     ClosedError,
@@ -615,19 +615,10 @@ class KeywordTree:
         return op.changes[0].after  # type: ignore[return-value]
 
     def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
-        """The keywords an info's text is about: the agent's match first, then the keywords
-        named in the text (longest first), then the agent's ambiguous candidates."""
+        """The keywords an info's text is about (see ``search.links_for_text``)."""
         descent = self._agent.descend(self._read, text, "search")
         named = self._read(lambda state: results.names_in_text(state, text))
-        found: list[str] = []
-        if descent.status is DescentStatus.MATCHED:
-            found.extend(descent.keyword_ids)
-        found.extend(named)
-        if descent.status is DescentStatus.AMBIGUOUS:
-            found.extend(descent.keyword_ids)
-        ordered = list(dict.fromkeys(found))[:MAX_AGENT_LINKS]
-        links = [(kid, RelationType.PRIMARY if i == 0 else RelationType.RELATED) for i, kid in enumerate(ordered)]
-        return links, descent
+        return results.links_for_text(descent, named, MAX_AGENT_LINKS), descent
 
     def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
         """Change some of content, source, metadata; checks ``version`` when given."""
@@ -696,20 +687,12 @@ class KeywordTree:
         Pass it, edited or not, to ``apply_reorganize_plan``."""
         self._check_open()
         scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
-        plan: dict[str, Any] = {"scope_id": scope, "based_on": self.last_op_id, "dropped": []}
-        client = self._llm_client
-        if client is not None:
-            rows = self._read(lambda state: planner.outline(state, scope))
-            try:
-                steps, dropped, document = planner.llm_plan(client, rows)
-                plan.update(planner=str(getattr(client, "name", type(client).__name__)), steps=steps, dropped=dropped)
-                plan["request"] = document
-                return plan
-            except Exception as exc:  # noqa: BLE001 -- a failed draft falls back to the offline planner
-                plan["llm_error"] = f"{type(exc).__name__}: {exc}"
-        plan["planner"] = "offline"
-        plan["steps"] = self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope))
-        return plan
+        return planner.draft_plan(
+            self._llm_client,
+            lambda: self._read(lambda state: planner.outline(state, scope)),
+            lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
+            {"scope_id": scope, "based_on": self.last_op_id},
+        )
 
     def apply_reorganize_plan(self, plan: Mapping[str, Any]) -> Operation | None:
         """Apply every step of ``plan`` (as ``reorganize`` returns it) as ONE operation that

@@ -24,6 +24,7 @@ An LLM planner sees the scope as an outline addressed by idx (never ids) and ans
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -34,7 +35,7 @@ from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.state import State, name_keys
 
-__all__ = ["MAX_CHILDREN", "PLAN_SCHEMA", "llm_plan", "offline_plan", "outline"]
+__all__ = ["MAX_CHILDREN", "PLAN_SCHEMA", "draft_plan", "llm_plan", "offline_plan", "outline"]
 
 MAX_CHILDREN = 12
 MIN_GROUP = 3
@@ -257,3 +258,27 @@ def _from_idx(raw: Any, ids: list[str]) -> dict[str, Any] | str:
         if members and len(members) == len(raw["member_idxs"]):
             return {"op": "group", "parent_id": target, "name": raw["name"], "member_ids": members, "reason": reason}
     return "unknown op, or an idx that was not in the outline"
+
+
+def draft_plan(
+    client: LLMClient | None,
+    read_outline: Callable[[], list[tuple[str, dict[str, Any]]]],
+    offline: Callable[[], list[dict[str, Any]]],
+    plan: dict[str, Any],
+) -> dict[str, Any]:
+    """``plan`` completed with ``planner``, ``steps`` and ``dropped``: drafted by the LLM
+    client when there is one (its request kept in ``request``), else (or if the client
+    fails, with ``llm_error`` saying why) by the offline planner."""
+    plan["dropped"] = []
+    if client is not None:
+        try:
+            steps, dropped, document = llm_plan(client, read_outline())
+        except Exception as exc:  # noqa: BLE001 -- a failed draft falls back to the offline planner
+            plan["llm_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            name = str(getattr(client, "name", type(client).__name__))
+            plan.update(planner=name, steps=steps, dropped=dropped, request=document)
+            return plan
+    plan["planner"] = "offline"
+    plan["steps"] = offline()
+    return plan
