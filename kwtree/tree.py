@@ -702,7 +702,11 @@ class KeywordTree:
         if isinstance(plan, Mapping) and plan.get("steps") == []:
             return None
         steps = reorganize_commands.clean_plan(plan)
-        audit = {"reorganize": {"planner": str(plan.get("planner", "caller")), "steps": steps}}
+        audit: dict[str, Any] = {"planner": str(plan.get("planner", "caller")), "steps": steps}
+        for kept in ("request", "dropped", "llm_error"):  # what an LLM was asked and what it got wrong
+            if plan.get(kept):
+                audit[kept] = plan[kept]
+        audit = {"reorganize": audit}
         return self._commit("reorganize", lambda s, st: reorganize_commands.apply_plan(s, st, plan), audit)
 
     # --- history, undo and metrics -----------------------------------------------------------

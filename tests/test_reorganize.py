@@ -190,8 +190,11 @@ def test_an_llm_drafts_the_plan_from_an_outline_without_ids(messy):
     assert len(plan["dropped"]) == 1 and "idx" in plan["dropped"][0]["why"]
     text = str(stub.conversations)
     assert not any(kid in text for kid in ids.values())
-    llm_tree.apply_reorganize_plan(copy.deepcopy(plan))
+    op = llm_tree.apply_reorganize_plan(copy.deepcopy(plan))
     assert llm_tree.get_keyword(ids["Rust"]).parent_id == ids["Programming languages"]
+    recorded = op.audit["reorganize"]  # the LLM's request and its dropped steps stay with the operation
+    assert recorded["planner"] == "stub" and recorded["request"] == stub.requests[0]
+    assert recorded["dropped"] == plan["dropped"]
     llm_tree.close()
     # A failing client falls back to the offline planner and says why.
     with KeywordTree(tmp_dir, durability="none", llm_client=StubLLMClient([RuntimeError("down")])) as failing:
