@@ -1,5 +1,6 @@
 """Name normalisation for exact lookup (two names that differ only in case, width,
-punctuation or spacing normalise to the same key), and word tokenisation for similarity.
+punctuation or spacing normalise to the same key), word tokenisation, and the terms that
+similarity and full-text search compare (stop words dropped, plurals folded).
 
 ``normalize_name`` applies NFKC (which also folds full-width and half-width forms), then
 casefolding, then drops every character of the Unicode categories punctuation (P*),
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["normalize_name", "tokenize"]
+__all__ = ["STOPWORDS", "normalize_name", "terms", "tokenize"]
 
 _DROP_CATEGORIES = ("P", "Z", "C")
 _ASCII_DROP = bytes(c for c in range(128) if unicodedata.category(chr(c))[0] in _DROP_CATEGORIES)
@@ -54,3 +55,29 @@ def tokenize(text: str) -> list[str]:
         else:
             tokens.append(run)
     return tokens
+
+
+#: English function words that say nothing about a topic.
+STOPWORDS = frozenset(
+    """a an the of and or for to in on at by with from as is are was were be been being it its
+    this that these those which who whom whose what when where how than then there such any
+    some one other into onto over under about after before between while usually often
+    especially etc e g i also not no but so very more most""".split()  # noqa: SIM905
+)
+
+
+def _stem(word: str) -> str:
+    if len(word) <= 3 or not word.isascii() or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """The terms of ``text`` in order: tokens, stop words dropped, plurals folded."""
+    return [_stem(token) for token in tokenize(text) if token not in STOPWORDS]

@@ -26,14 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kwtree.models import ROOT_ID, Keyword
-from kwtree.normalize import tokenize
+from kwtree.normalize import terms
 from kwtree.state import State
 
-__all__ = ["KeywordTextIndex", "Relevance", "char_similarity", "terms"]
+__all__ = ["KeywordTextIndex", "Relevance", "char_similarity"]
 
-STOPWORDS = frozenset(
-    ["a", "an", "the", "of", "and", "or", "for", "to", "in", "on", "at", "by", "with", "from", "as", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "which", "who", "whom", "whose", "what", "when", "where", "how", "than", "then", "there", "such", "any", "some", "one", "other", "into", "onto", "over", "under", "about", "after", "before", "between", "while", "usually", "often", "especially", "etc", "e", "g", "i", "also", "not", "no", "but", "so", "very", "more", "most"]
-)
 COMPARISONS = frozenset(["like", "unlike", "near", "besides", "versus", "vs", "similar", "resembling", "except"])
 #: Terms in more keywords than this are too common to use as evidence (keeps queries fast).
 MAX_POSTINGS = 5000
@@ -48,23 +45,6 @@ TOPIC_WEIGHT = 0.15
 LEAF_PARENT_FACTOR = 0.7
 #: A parent's descendant scoring at least this share of its score is preferred to it.
 SPECIFIC_RATIO = 0.8
-
-
-def _stem(word: str) -> str:
-    if len(word) <= 3 or not word.isascii() or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def terms(text: str) -> list[str]:
-    """The terms of ``text`` in order: tokens, stop words dropped, plurals folded."""
-    return [_stem(token) for token in tokenize(text) if token not in STOPWORDS]
 
 
 def _trigrams(text: str) -> set[str]:
