@@ -261,6 +261,26 @@ def _load(tree: KeywordTree, args: argparse.Namespace) -> Any:
     return load_outline(tree, args.file)
 
 
+def show_hits(hits: list[Any]) -> None:
+    for hit in hits:
+        where = "; ".join(" › ".join(k.name for k in linked.path[1:]) for linked in hit.keywords)
+        print(f"{hit.info.id}\t{hit.score:.3f}\t{_one_line(hit.info.content)}" + (f"\t[{where}]" if where else ""))
+
+
+def _worker(_: None, args: argparse.Namespace) -> None:
+    from kwtree.embed import embedder_from_spec
+    from kwtree.indexes import serve_outbox
+
+    done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once)
+    print(f"embedded {done} item(s)")
+
+
+def _outbox(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    if args.retry_dead:
+        tree.retry_dead()
+    return tree.outbox_status()
+
+
 def _reorganize(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
     plan = tree.reorganize(args.scope)
     if args.out is not None:
@@ -430,6 +450,25 @@ COMMANDS: tuple[Command, ...] = (
         show=_show_relations,
     ),
     Command(
+        "recall", "KeywordTree.recall",
+        "the infos most relevant to QUERY (full text and vectors fused, lifted by the keywords it names)",
+        example="./memory \"how are invoices retried\" --k 5", opens="read",
+        call=lambda t, a: t.recall(a.query, a.k, under=a.under, relation=a.relation, mode=a.mode),
+        args=(arg("query", metavar="QUERY"), arg("--k", type=int, default=10, metavar="N", help="how many (default: 10)"),
+              arg("--under", metavar="ID", help="only infos linked to this keyword's subtree"), RELATION,
+              arg("--mode", choices=["hybrid", "bm25", "vector"], default="hybrid", help="default: hybrid")),
+        show=lambda r, t, a: show_hits(r),
+    ),
+    Command(
+        "context", "KeywordTree.context",
+        "prompt-ready text for QUERY: recalled infos under their keyword paths, within --max-tokens",
+        example="./memory \"billing retries\" --max-tokens 300", opens="read",
+        call=lambda t, a: t.context(a.query, a.max_tokens),
+        args=(arg("query", metavar="QUERY"),
+              arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)")),
+        show=lambda r, t, a: print(r),
+    ),
+    Command(
         "search", "KeywordTree.search",
         "find the keyword QUERY names: exact name or alias first, then the agent walks the tree",
         example="./memory \"python packaging tool\"", opens="read",
@@ -568,6 +607,21 @@ COMMANDS: tuple[Command, ...] = (
         example="./memory plan.json", opens="write", call=lambda t, a: t.apply_reorganize_plan(_plan(a.file)),
         args=(arg("file", metavar="FILE", help="the plan, as `kwtree reorganize --out` wrote it"),),
         show=lambda r, t, a: print("the plan has no steps: nothing written" if r is None else line(r)),
+    ),
+    Command(
+        "worker", "kwtree.indexes (the embedding worker)",
+        "embed what the outbox holds, in this process (with --once: until it is empty, then exit)",
+        example="./memory --once", opens="none", call=_worker,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
+              arg("--once", action="store_true", help="exit when the outbox is empty"),
+              arg("--embedder", default="hash", metavar="SPEC",
+                  help="the tree's embedder (default: hash; see kwtree.embed.embedder_from_spec)")),
+    ),
+    Command(
+        "outbox", "KeywordTree.outbox_status",
+        "the embedding outbox: pending, leased, failed, done and dead items (--retry-dead queues dead ones again)",
+        example="./memory", opens="write", call=_outbox,
+        args=(arg("--retry-dead", action="store_true", help="queue every dead item again"),),
     ),
     Command(
         "metrics", "KeywordTree.tree_metrics", "counts and shape of the live tree, and the size of its log",

@@ -18,7 +18,9 @@ __all__ = [
     "ROOT_ID",
     "Change",
     "Entity",
+    "Hit",
     "Info",
+    "LinkedKeyword",
     "Keyword",
     "Link",
     "Operation",
@@ -186,3 +188,34 @@ class SearchResult:
     reason: str = ""
     rounds: int = 0
     trace: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LinkedKeyword:
+    """A keyword an info is linked to, with the link's relation and the keyword's path."""
+
+    keyword: Keyword
+    relation: RelationType
+    path: list[Keyword]
+
+
+@dataclass(slots=True)
+class Hit:
+    """One result of ``recall``: the info, its final score and the parts of that score.
+
+    ``bm25`` is the full-text score and ``vector`` the cosine similarity (None when that
+    retriever did not return the info); ``text_rank`` and ``vector_rank`` their ranks (1 =
+    best); ``info_score`` the fused score of the two; ``keyword_score`` the tree's part (the
+    best score among the keywords it is linked to that the query names or matches); and
+    ``score = a * info_score + (1 - a) * keyword_score``.
+    """
+
+    info: Info
+    score: float
+    info_score: float
+    keyword_score: float
+    bm25: float | None = None
+    vector: float | None = None
+    text_rank: int | None = None
+    vector_rank: int | None = None
+    keywords: list[LinkedKeyword] = field(default_factory=list)

@@ -9,31 +9,30 @@ the state as they were.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kwtree import metrics
-from kwtree import search as results
-from kwtree.agent import reorganize as planner
 from kwtree.agent.clients import LLMClient
-from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
+from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
+from kwtree.agent_methods import AgentMethods, clean_flag
 from kwtree.commands import Stamp, require_info, require_keyword
 from kwtree.commands import infos as info_commands
 from kwtree.commands import keywords as keyword_commands
-from kwtree.commands import reorganize as reorganize_commands
 from kwtree.commands.undo import undo as undo_changes
+from kwtree.embed import Embedder, HashEmbedder
 from kwtree.errors import (
     ClosedError,
-    DuplicateKeywordError,
     FormatError,
     InvalidInputError,
     LockTimeoutError,
@@ -43,6 +42,7 @@ from kwtree.errors import (
 from kwtree.events import OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
 from kwtree.history import find_operation, read_history
+from kwtree.indexes import Indexes
 from kwtree.models import (
     EMPTY_METADATA,
     ROOT_ID,
@@ -53,11 +53,10 @@ from kwtree.models import (
     Operation,
     Relation,
     RelationType,
-    SearchResult,
-    SearchStatus,
 )
-from kwtree.normalize import normalize_name
+from kwtree.recall import RecallWeights
 from kwtree.replay import Bound
+from kwtree.retrieval import RetrievalMethods
 from kwtree.state import State, apply
 from kwtree.stores.eventlog import LOG_DIR, EventLog
 from kwtree.stores.files import fsync_directory
@@ -70,7 +69,6 @@ from kwtree.validate import (
     clean_label,
     clean_name_key,
     clean_relation_type,
-    clean_text,
 )
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
@@ -80,18 +78,10 @@ log = logging.getLogger("kwtree")
 LOCK_NAME = "lock"
 DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
-#: ``create_info(auto_link=True)`` links an info to at most this many keywords.
-MAX_AGENT_LINKS = 5
 Decide = Callable[[State, Stamp], list[Change]]
 T = TypeVar("T")
 #: Operations after which the MRU cache forgets the keywords they wrote.
 _MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
-
-
-def _clean_flag(value: object, field: str) -> bool:
-    if type(value) is not bool:
-        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def _clean_as_of(as_of: object) -> Bound | None:
@@ -106,7 +96,7 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree:
+class KeywordTree(AgentMethods, RetrievalMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).
@@ -136,12 +126,17 @@ class KeywordTree:
         mru_capacity: int = 128,
         max_candidates: int = 50,
         descend_max_rounds: int = 6,
+        embedder: Embedder | None = None,
+        worker: bool = True,
+        embed_async: bool = True,
+        recall_weights: RecallWeights | None = None,
     ) -> None:
         self._closed = True  # until the open below succeeds
+        self._indexes: Indexes | None = None  # type: ignore[assignment]
         clean_choice(durability, "durability", DURABILITY_MODES)
         self._actor = clean_label(actor, "actor")
         self._bound = _clean_as_of(as_of)
-        _clean_flag(read_only, "read_only")
+        clean_flag(read_only, "read_only")
         if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
             raise InvalidInputError(
                 f"llm_client must have a chat(messages, json_schema) method (an LLMClient), got {type(llm_client).__name__}"
@@ -154,6 +149,15 @@ class KeywordTree:
             max_rounds=clean_int(descend_max_rounds, "descend_max_rounds", 1, 100),
         )
         self._llm_client = llm_client
+        if embedder is not None and not (isinstance(getattr(embedder, "model", None), str)
+                                         and type(getattr(embedder, "dim", None)) is int
+                                         and callable(getattr(embedder, "embed", None))):
+            raise InvalidInputError("embedder must have model (str), dim (int) and embed(texts) (an Embedder)")
+        clean_flag(worker, "worker")
+        clean_flag(embed_async, "embed_async")
+        if recall_weights is not None and not isinstance(recall_weights, RecallWeights):
+            raise InvalidInputError("recall_weights must be a kwtree.recall.RecallWeights")
+        self._weights = recall_weights or RecallWeights()
         if type(lock_timeout) not in (int, float) or not lock_timeout >= 0:
             raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
         if segment_bytes is not None:
@@ -168,11 +172,18 @@ class KeywordTree:
         self._log: EventLog | None = None
         try:
             self._open(segment_bytes, float(lock_timeout))
+            self._indexes = Indexes(
+                self._dir, embedder or HashEmbedder(), self._read,
+                write_locks=self._write_locks if self._writable else None,
+                worker=worker and self._writable, embed_async=embed_async,
+            )
             self._closed = False
             if self._writable and ROOT_ID not in self._state.keywords:
                 self._commit("init", _create_root)
         except BaseException:
             self._closed = True
+            if self._indexes is not None:
+                self._indexes.close()
             _release(self._log, self._lock)
             raise
         # Descriptors are released even if the caller never closes the tree (but only
@@ -244,6 +255,8 @@ class KeywordTree:
         log never carries padding into git or backups); calling close twice is harmless."""
         if self._closed:
             return
+        if self._indexes is not None:
+            self._indexes.close()  # before the mutex: it commits the full-text index under it
         with self._mutex:
             if self._closed:
                 return
@@ -296,9 +309,18 @@ class KeywordTree:
                 self._log.append(encode_operation(op), op_id, sync=self._durable)
                 with self._state_lock:
                     apply(self._state, op)
+                self._indexes.note(op, self._state)
         if kind in _MRU_EVICTING:
             self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
         return op
+
+    @contextlib.contextmanager
+    def _write_locks(self) -> Iterator[None]:
+        """This process's write mutex and the directory's writer lock, in the order writes
+        take them (for the full-text index, which only the writer updates)."""
+        assert self._lock is not None
+        with self._mutex, self._lock:
+            yield
 
     def _read(self, read: Callable[[State], T]) -> T:
         """``read`` applied to the current state under the state lock (for the agent)."""
@@ -329,61 +351,6 @@ class KeywordTree:
     @property
     def data_dir(self) -> Path:
         return self._dir
-
-    # --- search and the agent ---------------------------------------------------------------
-
-    def search(self, query: str, llm_expand_query: bool = True) -> SearchResult:
-        """Find the keyword ``query`` names.
-
-        An exact hit on a name or alias (after normalisation) is MATCHED (with its path and
-        first infos), or AMBIGUOUS when several keywords answer to it. Otherwise, with
-        ``llm_expand_query=False``, NOT_FOUND with reason ``exact_miss_llm_disabled`` and no
-        agent call; else the agent walks the tree (the LLM client, or the offline navigator),
-        and a miss comes with a suggested parent and name.
-        """
-        self._check_open()
-        text = clean_text(query, "query", allow_empty=False)
-        expand = _clean_flag(llm_expand_query, "llm_expand_query")
-        key = normalize_name(text)
-        hits = self._read(lambda state: state.lookup_names(key)) if key else []
-        if len(hits) == 1:
-            result = self._read(lambda state: results.matched(state, hits[0]))
-            self._agent.remember([keyword.id for keyword in result.path])
-            return result
-        if hits:
-            return self._read(lambda state: results.ambiguous(state, hits, "several keywords have this name"))
-        if not expand:
-            return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
-        descent = self._agent.descend(self._read, text, "search")
-        return self._read(lambda state: results.from_descent(state, descent))
-
-    def agent_stats(self) -> dict[str, Any]:
-        """What the agent did since this tree was opened: walks (``descents``), navigator
-        ``calls`` and ``rounds``, ``failures`` and ``fallbacks`` by reason, ``outcomes``,
-        the navigator's name and token ``usage``, and the MRU cache's size."""
-        self._check_open()
-        return self._agent.stats()
-
-    def _place(self, name: str, description: str) -> tuple[str, dict[str, Any]]:
-        """The parent the agent chooses for a new keyword, and the audit of that choice."""
-        descent = self._agent.descend(self._read, name.strip(), "suggest_parent", description)
-        if descent.status is DescentStatus.MATCHED:
-            parent = descent.keyword_ids[0]
-        elif descent.status is DescentStatus.MISSING and descent.suggested_parent_id is not None:
-            parent = descent.suggested_parent_id
-        else:
-            parent = ROOT_ID
-        return parent, {"agent": descent.audit()}
-
-    def _check_before_agent(self, decide: Decide) -> None:
-        """Run a command's checks on the current state without writing, so that bad input
-        fails before any (paid, slow) agent call. A duplicate name is not judged here: the
-        agent has not chosen the parent yet."""
-        stamp = Stamp("0" * 32, 0.0, self._actor)
-        try:
-            self._read(lambda state: decide(state, stamp))
-        except DuplicateKeywordError:
-            pass
 
     # --- keyword reads -----------------------------------------------------------------------
 
@@ -504,7 +471,7 @@ class KeywordTree:
         operation) or it goes under the root. Raises DuplicateKeywordError if a live
         sibling has the same normalised name."""
         audit: dict[str, Any] | None = None
-        if _clean_flag(llm_auto_place, "llm_auto_place") and parent_id is None:
+        if clean_flag(llm_auto_place, "llm_auto_place") and parent_id is None:
             self._check_writable()
             self._check_before_agent(
                 lambda s, st: keyword_commands.create_keyword(s, st, name, None, aliases, description, metadata)
@@ -598,7 +565,7 @@ class KeywordTree:
         operation)."""
         audit: dict[str, Any] | None = None
         agent_links: list[tuple[str, RelationType]] = []
-        if _clean_flag(auto_link, "auto_link"):
+        if clean_flag(auto_link, "auto_link"):
             self._check_writable()
             self._check_before_agent(
                 lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
@@ -613,12 +580,6 @@ class KeywordTree:
         )
         assert op is not None
         return op.changes[0].after  # type: ignore[return-value]
-
-    def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
-        """The keywords an info's text is about (see ``search.links_for_text``)."""
-        descent = self._agent.descend(self._read, text, "search")
-        named = self._read(lambda state: results.names_in_text(state, text))
-        return results.links_for_text(descent, named, MAX_AGENT_LINKS), descent
 
     def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
         """Change some of content, source, metadata; checks ``version`` when given."""
@@ -676,38 +637,6 @@ class KeywordTree:
         op = self._commit("unrelate", lambda s, st: info_commands.unrelate(s, st, from_id, to_id, type))
         assert op is not None
         return op
-
-    # --- reorganisation ---------------------------------------------------------------------
-
-    def reorganize(self, scope_id: str | None = None) -> dict[str, Any]:
-        """A plan, written nowhere, to tidy the subtree under ``scope_id`` (the whole tree
-        when None): merges of duplicates, moves of misplaced keywords and new groups under
-        crowded parents, each step with a reason. The LLM client drafts it when there is one
-        (falling back to the offline planner if it fails), the offline planner otherwise.
-        Pass it, edited or not, to ``apply_reorganize_plan``."""
-        self._check_open()
-        scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
-        return planner.draft_plan(
-            self._llm_client,
-            lambda: self._read(lambda state: planner.outline(state, scope)),
-            lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
-            {"scope_id": scope, "based_on": self.last_op_id},
-        )
-
-    def apply_reorganize_plan(self, plan: Mapping[str, Any]) -> Operation | None:
-        """Apply every step of ``plan`` (as ``reorganize`` returns it) as ONE operation that
-        ``undo`` reverses. Each step is checked against the tree the steps before it leave
-        (ids live, no cycles, unique sibling names); if any fails, nothing is written and the
-        error names the step. Returns the operation (None for a plan with no steps)."""
-        if isinstance(plan, Mapping) and plan.get("steps") == []:
-            return None
-        steps = reorganize_commands.clean_plan(plan)
-        audit: dict[str, Any] = {"planner": str(plan.get("planner", "caller")), "steps": steps}
-        for kept in ("request", "dropped", "llm_error"):  # what an LLM was asked and what it got wrong
-            if plan.get(kept):
-                audit[kept] = plan[kept]
-        audit = {"reorganize": audit}
-        return self._commit("reorganize", lambda s, st: reorganize_commands.apply_plan(s, st, plan), audit)
 
     # --- history, undo and metrics -----------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""KeywordTree's agent methods: ``search``, ``agent_stats``, ``reorganize``,
+``apply_reorganize_plan``, and the placement and linking that ``create_keyword`` and
+``create_info`` ask for.
+
+They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
+they use the tree's state reader, its write path and its descend loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from kwtree import search as results
+from kwtree.agent import reorganize as planner
+from kwtree.agent.clients import LLMClient
+from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
+from kwtree.commands import Stamp
+from kwtree.commands import reorganize as reorganize_commands
+from kwtree.errors import DuplicateKeywordError, InvalidInputError
+from kwtree.models import (
+    ROOT_ID,
+    Change,
+    Keyword,
+    Operation,
+    RelationType,
+    SearchResult,
+    SearchStatus,
+)
+from kwtree.normalize import normalize_name
+from kwtree.state import State
+from kwtree.validate import clean_text
+
+__all__ = ["MAX_AGENT_LINKS", "AgentMethods", "clean_flag"]
+
+T = TypeVar("T")
+Decide = Callable[[State, Stamp], list[Change]]
+#: ``create_info(auto_link=True)`` links an info to at most this many keywords.
+MAX_AGENT_LINKS = 5
+
+
+def clean_flag(value: object, field: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+class AgentMethods:
+    """Search, placement, linking and reorganisation (see KeywordTree)."""
+
+    _agent: DescendLoop
+    _llm_client: LLMClient | None
+    _actor: str
+
+    def _check_open(self) -> None:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def _read(self, read: Callable[[State], T]) -> T:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def _commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
+        raise NotImplementedError  # provided by KeywordTree
+
+    def get_keyword(self, keyword_id: str) -> Keyword:  # provided by KeywordTree
+        raise NotImplementedError
+
+    @property
+    def last_op_id(self) -> str | None:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def search(self, query: str, llm_expand_query: bool = True) -> SearchResult:
+        """Find the keyword ``query`` names.
+
+        An exact hit on a name or alias (after normalisation) is MATCHED (with its path and
+        first infos), or AMBIGUOUS when several keywords answer to it. Otherwise, with
+        ``llm_expand_query=False``, NOT_FOUND with reason ``exact_miss_llm_disabled`` and no
+        agent call; else the agent walks the tree (the LLM client, or the offline navigator),
+        and a miss comes with a suggested parent and name.
+        """
+        self._check_open()
+        text = clean_text(query, "query", allow_empty=False)
+        expand = clean_flag(llm_expand_query, "llm_expand_query")
+        key = normalize_name(text)
+        hits = self._read(lambda state: state.lookup_names(key)) if key else []
+        if len(hits) == 1:
+            result = self._read(lambda state: results.matched(state, hits[0]))
+            self._agent.remember([keyword.id for keyword in result.path])
+            return result
+        if hits:
+            return self._read(lambda state: results.ambiguous(state, hits, "several keywords have this name"))
+        if not expand:
+            return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
+        descent = self._agent.descend(self._read, text, "search")
+        return self._read(lambda state: results.from_descent(state, descent))
+
+    def agent_stats(self) -> dict[str, Any]:
+        """What the agent did since this tree was opened: walks (``descents``), navigator
+        ``calls`` and ``rounds``, ``failures`` and ``fallbacks`` by reason, ``outcomes``,
+        the navigator's name and token ``usage``, and the MRU cache's size."""
+        self._check_open()
+        return self._agent.stats()
+
+    def _place(self, name: str, description: str) -> tuple[str, dict[str, Any]]:
+        """The parent the agent chooses for a new keyword, and the audit of that choice."""
+        descent = self._agent.descend(self._read, name.strip(), "suggest_parent", description)
+        if descent.status is DescentStatus.MATCHED:
+            parent = descent.keyword_ids[0]
+        elif descent.status is DescentStatus.MISSING and descent.suggested_parent_id is not None:
+            parent = descent.suggested_parent_id
+        else:
+            parent = ROOT_ID
+        return parent, {"agent": descent.audit()}
+
+    def _check_before_agent(self, decide: Decide) -> None:
+        """Run a command's checks on the current state without writing, so that bad input
+        fails before any (paid, slow) agent call. A duplicate name is not judged here: the
+        agent has not chosen the parent yet."""
+        stamp = Stamp("0" * 32, 0.0, self._actor)
+        try:
+            self._read(lambda state: decide(state, stamp))
+        except DuplicateKeywordError:
+            pass
+
+    def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
+        """The keywords an info's text is about (see ``search.links_for_text``)."""
+        descent = self._agent.descend(self._read, text, "search")
+        named = self._read(lambda state: results.names_in_text(state, text))
+        return results.links_for_text(descent, named, MAX_AGENT_LINKS), descent
+
+    # --- reorganisation ---------------------------------------------------------------------
+
+    def reorganize(self, scope_id: str | None = None) -> dict[str, Any]:
+        """A plan, written nowhere, to tidy the subtree under ``scope_id`` (the whole tree
+        when None): merges of duplicates, moves of misplaced keywords and new groups under
+        crowded parents, each step with a reason. The LLM client drafts it when there is one
+        (falling back to the offline planner if it fails), the offline planner otherwise.
+        Pass it, edited or not, to ``apply_reorganize_plan``."""
+        self._check_open()
+        scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
+        return planner.draft_plan(
+            self._llm_client,
+            lambda: self._read(lambda state: planner.outline(state, scope)),
+            lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
+            {"scope_id": scope, "based_on": self.last_op_id},
+        )
+
+    def apply_reorganize_plan(self, plan: Mapping[str, Any]) -> Operation | None:
+        """Apply every step of ``plan`` (as ``reorganize`` returns it) as ONE operation that
+        ``undo`` reverses. Each step is checked against the tree the steps before it leave
+        (ids live, no cycles, unique sibling names); if any fails, nothing is written and the
+        error names the step. Returns the operation (None for a plan with no steps)."""
+        if isinstance(plan, Mapping) and plan.get("steps") == []:
+            return None
+        steps = reorganize_commands.clean_plan(plan)
+        audit: dict[str, Any] = {"planner": str(plan.get("planner", "caller")), "steps": steps}
+        for kept in ("request", "dropped", "llm_error"):  # what an LLM was asked and what it got wrong
+            if plan.get(kept):
+                audit[kept] = plan[kept]
+        audit = {"reorganize": audit}
+        return self._commit("reorganize", lambda s, st: reorganize_commands.apply_plan(s, st, plan), audit)

@@ -1,0 +1,357 @@
+"""The caches the event log feeds: the full-text index, the vector store, and the outbox of
+embedding work that fills the vector store. All live under ``<data_dir>/cache/`` (the outbox
+is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from the log.
+
+- **Full text** is kept in step lazily: writes note what they changed; a search first applies
+  the changes (or, after operations this process did not see being written, every entity
+  written after the index's watermark op id) and commits, so a search sees every write
+  before it. Only the process holding the directory's writer lock writes the index; other
+  processes search what was committed.
+- **Vectors** are eventually consistent: every committed text enqueues its embedding in the
+  outbox; a worker thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues
+  every live entity whose current text has no vector, so a lost outbox row costs nothing.
+  Recall uses what is embedded; a vector of an older text is never returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from kwtree.embed import Embedder, content_hash, embed_queries
+from kwtree.models import ROOT_ID, Info, Keyword, Operation
+from kwtree.outbox import Item, Outbox, run_worker
+from kwtree.state import State
+from kwtree.stores.fulltext import FullTextIndex
+from kwtree.stores.vectors import VectorStore
+
+__all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
+
+log = logging.getLogger("kwtree.cache")
+
+CACHE_DIR = "cache"
+OUTBOX_NAME = "outbox.jsonl"
+T = TypeVar("T")
+Reader = Callable[[Callable[[State], T]], T]
+EntityKey = tuple[str, str]  # (kind, id)
+
+
+def entity_text(state: State, kind: str, entity_id: str) -> str | None:
+    """The text that is embedded for a live entity (None if it is not live): an info's
+    content; a keyword's name, aliases and description."""
+    if kind == "info":
+        info = state.live_info(entity_id)
+        return info.content if info is not None else None
+    keyword = state.live_keyword(entity_id)
+    if keyword is None or keyword.id == ROOT_ID:
+        return None
+    return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
+
+
+def _search_text(state: State, kind: str, entity_id: str) -> str | None:
+    """What the full-text index holds for an entity: for a keyword, its text and path."""
+    text = entity_text(state, kind, entity_id)
+    if text is None or kind == "info":
+        return text
+    path = [state.keywords[node].name for node in state.ancestry(entity_id)[1:-1]]
+    return " ".join([text, *path])
+
+
+def _slug(model: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
+    return f"{readable}-{hashlib.blake2b(model.encode(), digest_size=4).hexdigest()}"
+
+
+class Indexes:
+    """The full-text index, vector store and outbox of one open tree."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: Embedder,
+        read: Reader[Any],
+        *,
+        write_locks: Callable[[], contextlib.AbstractContextManager[Any]] | None,
+        worker: bool,
+        embed_async: bool,
+    ) -> None:
+        self._read = read
+        self._embedder = embedder
+        self._model = embedder.model
+        self._write_locks = write_locks  # None: this tree never writes the full-text index
+        self._embed_async = embed_async
+        self._cache = data_dir / CACHE_DIR
+        # Opened on first use: opening is not free, and several processes opening a new
+        # directory at once would race to create them (a writer creates them under its lock).
+        self._fulltext_index: FullTextIndex | None = None
+        self._vector_store: VectorStore | None = None
+        self._outbox = Outbox(data_dir / OUTBOX_NAME)
+        self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self._pending: set[EntityKey] = set()
+        self._expected_ops: int | None = None  # op count the pending set fully describes
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._worker_id = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}"
+        if worker:
+            self._thread = threading.Thread(target=self._work, name="kwtree-embedder", daemon=True)
+            self._thread.start()
+
+    @property
+    def _fulltext(self) -> FullTextIndex:
+        with self._open_lock:
+            if self._fulltext_index is None:
+                self._fulltext_index = FullTextIndex(self._cache / "fulltext", writable=self._write_locks is not None)
+            return self._fulltext_index
+
+    @property
+    def _vectors(self) -> VectorStore:
+        with self._open_lock:
+            if self._vector_store is None:
+                self._vector_store = VectorStore(
+                    self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim
+                )
+            return self._vector_store
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def note(self, op: Operation, state: State) -> None:
+        """Record what a committed operation changed (call after it was applied)."""
+        touched: list[EntityKey] = []
+        for change in op.changes:
+            after = change.after
+            if type(after) is Info:
+                touched.append(("info", after.id))
+            elif type(after) is Keyword and after.id != ROOT_ID:
+                touched.append(("keyword", after.id))
+                if state.children.get(after.id):  # its descendants' paths may have changed
+                    touched.extend(("keyword", kid) for kid in state.subtree(after.id))
+        with self._lock:
+            if self._expected_ops is not None:
+                self._expected_ops += 1
+            self._pending.update(touched)
+        work = []
+        for kind, entity_id in dict.fromkeys(touched):
+            text = entity_text(state, kind, entity_id)
+            if text is not None:
+                digest = content_hash(self._model, text)
+                if not self._vectors.has(entity_id, digest):
+                    work.append((kind, entity_id, digest, self._model))
+        if not work:
+            return
+        if self._embed_async:
+            self._outbox.enqueue(work)
+        else:
+            self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
+
+    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
+        """Embed the current text of each (kind, id, hash) that is still current; returns
+        {id/hash: None} for each (obsolete items count as done)."""
+        texts, keys = [], []
+        for kind, entity_id, digest in items:
+            text = self._read(lambda state, kind=kind, entity_id=entity_id: entity_text(state, kind, entity_id))
+            if text is not None and content_hash(self._model, text) == digest and not self._vectors.has(entity_id, digest):
+                texts.append(text)
+                keys.append((entity_id, digest))
+        if texts:
+            self._vectors.add(keys, self._embedder.embed(texts))
+        return {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
+
+    # --- the worker --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            if self._write_locks is not None:
+                with self._write_locks():  # creating the store races other new writers
+                    _ = self._vectors
+            self.repair()
+        except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
+            log.exception("the repair scan of the vector store failed; it runs again at the next open")
+
+        def process(items: list[Item]) -> dict[str, str | None]:
+            self._embed([(item.kind, item.id, item.hash) for item in items])
+            return {item.key: None for item in items}
+
+        run_worker(self._outbox, self._worker_id, process, stop=self._stop)
+
+    def repair(self) -> int:
+        """Enqueue every live entity whose current text has no vector; returns how many."""
+        known = self._vectors.known()
+        model = self._model
+
+        def missing(state: State) -> list[tuple[str, str, str, str]]:
+            found = []
+            for kind, table in (("info", state.infos), ("keyword", state.keywords)):
+                for entity_id in list(table):
+                    text = entity_text(state, kind, entity_id)
+                    if text is not None:
+                        digest = content_hash(model, text)
+                        if (entity_id, digest) not in known:
+                            found.append((kind, entity_id, digest, model))
+            return found
+
+        work = self._read(missing)
+        if work:
+            self._outbox.enqueue(work)
+        return len(work)
+
+    def wait_indexed(self, timeout: float | None = None) -> bool:
+        """Wait until the outbox has no work left; True if it emptied within ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._outbox.backlog():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if self._thread is None:  # nobody else drains it here: drain inline
+                items = self._outbox.claim(self._worker_id, 256)
+                if items:
+                    self._embed([(item.kind, item.id, item.hash) for item in items])
+                    self._outbox.done(self._worker_id, items)
+                    continue
+            time.sleep(0.02)
+        self._vectors.refresh()
+        return True
+
+    def outbox_status(self) -> dict[str, Any]:
+        return self._outbox.status()
+
+    def retry_dead(self) -> int:
+        return self._outbox.retry_dead()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _sync_fulltext(self, *, only_if_written: bool = False) -> None:
+        """Bring the full-text index up to the current state. Takes the tree's write locks
+        first and the state lock only to read (the order every write uses)."""
+        if self._write_locks is None:
+            return
+        if only_if_written:
+            with self._lock:
+                if not self._pending:
+                    return
+        with self._write_locks():
+            index = self._fulltext
+            if index.watermark == self._read(lambda state: state.last_op_id):
+                return
+
+            def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
+                with self._lock:
+                    if self._expected_ops == state.op_count and index.watermark is not None:
+                        changed = set(self._pending)
+                    else:
+                        changed = _written_after(state, index.watermark)
+                    self._pending.clear()
+                    self._expected_ops = state.op_count
+                return state.last_op_id, {key: _search_text(state, *key) for key in changed}
+
+            watermark, texts = self._read(plan)
+            if watermark == index.watermark:
+                return
+            for (kind, entity_id), text in texts.items():
+                if text is None:
+                    index.delete(kind, entity_id)
+                else:
+                    index.upsert(kind, entity_id, text)
+            index.commit(watermark)
+
+    def text_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
+        """Full-text (BM25) hits of ``kind`` for the query, every committed write included."""
+        self._sync_fulltext()
+        return self._fulltext.search(query, kind, k)
+
+    def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
+        """Entities of ``kind`` whose current text's vector is nearest the query's."""
+        if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
+            return []  # nothing was ever embedded with this model here
+        self._vectors.refresh()
+        if not len(self._vectors):
+            return []
+        vector = embed_queries(self._embedder, [query])[0]
+        if not np.any(vector):
+            return []
+        model = self._model
+
+        def current(state: State) -> Callable[[str, str], bool]:
+            table = state.infos if kind == "info" else state.keywords
+
+            def accept(entity_id: str, digest: str) -> bool:
+                if entity_id not in table:
+                    return False
+                text = entity_text(state, kind, entity_id)
+                return text is not None and content_hash(model, text) == digest
+
+            return accept
+
+        accept = self._read(current)
+        return self._read(lambda state: self._vectors.search(vector, k, accept))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the worker, commit what the full-text index still lacks, persist the vectors."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            # Other processes (read-only ones among them) search what the writers committed.
+            self._sync_fulltext(only_if_written=True)
+        except Exception:  # noqa: BLE001 -- a cache that cannot be flushed is rebuilt next time
+            log.exception("could not bring the full-text index up to date on close")
+        for store in (self._fulltext_index, self._vector_store, self._outbox):
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+
+
+def _written_after(state: State, watermark: str | None) -> set[EntityKey]:
+    """Every entity written after ``watermark`` (all of them when None), and the subtree of
+    every keyword among them (a rename or move changes its descendants' paths)."""
+    changed: set[EntityKey] = set()
+    for info in state.infos.values():
+        if watermark is None or info.op_id > watermark:
+            changed.add(("info", info.id))
+    for keyword in state.keywords.values():
+        if keyword.id != ROOT_ID and (watermark is None or keyword.op_id > watermark):
+            changed.add(("keyword", keyword.id))
+            if watermark is not None and not keyword.deleted and state.children.get(keyword.id):
+                changed.update(("keyword", kid) for kid in state.subtree(keyword.id))
+    return changed
+
+
+
+def serve_outbox(data_dir: Path, embedder: Embedder, *, once: bool = False, stop: threading.Event | None = None) -> int:
+    """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
+    worker``): claim outbox items, embed their current text, store the vectors. Runs until
+    ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
+    Several workers may run at once; leases keep them from embedding the same item twice."""
+    from kwtree.tree import KeywordTree  # the facade imports this module
+
+    stop = stop or threading.Event()
+    processed = 0
+    with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
+        indexes = tree._indexes
+        worker = f"worker-{os.getpid()}-{time.time_ns()}"
+
+        def process(items: list[Item]) -> dict[str, str | None]:
+            nonlocal processed
+            tree.refresh()  # the texts may have been written after this process last looked
+            result = indexes._embed([(item.kind, item.id, item.hash) for item in items])
+            processed += len(items)
+            return {item.key: result.get(f"{item.id}/{item.hash}") for item in items}
+
+        def idle() -> None:
+            tree.refresh()
+            if once and not indexes._outbox.backlog():
+                stop.set()
+
+        run_worker(indexes._outbox, worker, process, stop=stop, on_idle=idle)
+    return processed

@@ -1,0 +1,168 @@
+"""Hybrid recall: full-text and vector hits fused, plus what the tree knows.
+
+Functions here take the State (the caller holds its lock) and the raw hits of the indexes.
+
+- **Fusion.** Each retriever ranks infos; an info's fused score is the weighted reciprocal
+  rank fusion ``sum(w / (RRF_K + rank))`` scaled to [0, 1] (1 = first in every retriever).
+- **The tree.** Keywords the query names (a name or alias in its text) score 1; the best
+  full-text keyword hits score up to ``TEXT_KEYWORD_WEIGHT``; a keyword's score passes to its
+  descendants halved per level. An info's keyword score is the best among the keywords it is
+  linked to, and infos linked to the best keywords join the candidates even when their text
+  matched nothing. ``final = a * info_score + (1 - a) * keyword_score``.
+- **Filters.** ``under`` keeps infos linked (live) to a keyword of that subtree; ``relation``
+  keeps infos with a link of that type (to that subtree, with ``under``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
+from kwtree.search import names_in_text
+from kwtree.state import State
+
+__all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
+
+MODES = ("hybrid", "bm25", "vector")
+RRF_K = 60
+TEXT_KEYWORD_WEIGHT = 0.6
+#: A keyword's score passes to each level below it multiplied by this.
+DESCENT_DECAY = 0.5
+#: A keyword's relevance from its infos is the mean of its best this many info scores.
+TOP_INFOS = 3
+#: Infos of at most this many top keywords join the candidates, this many each.
+KEYWORD_SOURCES = 5
+INFOS_PER_KEYWORD = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RecallWeights:
+    """How recall mixes its parts: ``a`` weighs the info's own score against its keywords'
+    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion."""
+
+    a: float = 0.5
+    bm25: float = 1.0
+    vector: float = 0.5
+
+
+def keyword_scores(state: State, query: str, text_hits: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Keywords the query names (1.0) or matches in full text (up to TEXT_KEYWORD_WEIGHT)."""
+    scores: dict[str, float] = {}
+    best = max((score for _, score in text_hits), default=0.0)
+    for kid, score in text_hits:
+        if best > 0 and state.live_keyword(kid) is not None:
+            scores[kid] = TEXT_KEYWORD_WEIGHT * score / best
+    for kid in names_in_text(state, query):
+        scores[kid] = 1.0
+    scores.pop(ROOT_ID, None)
+    return scores
+
+
+def _effective(state: State, scores: dict[str, float], memo: dict[str, float], kid: str) -> float:
+    """A keyword's own score or its ancestors' passed down, whichever is larger."""
+    found = memo.get(kid)
+    if found is not None:
+        return found
+    chain: list[str] = []
+    node: str | None = kid
+    while node is not None and node not in memo:
+        chain.append(node)
+        node = state.keywords[node].parent_id
+    inherited = memo.get(node, 0.0) if node is not None else 0.0
+    for current in reversed(chain):
+        inherited = max(scores.get(current, 0.0), DESCENT_DECAY * inherited)
+        memo[current] = inherited
+    return memo[kid]
+
+
+def _tree_scores(
+    state: State, scored: list[tuple[str, float]], named: dict[str, float], subtree: set[str] | None
+) -> dict[str, float]:
+    """Each keyword's score: what the query says of it (``named``) and how relevant its best
+    infos are (the mean of its top ``TOP_INFOS`` info scores), both scaled by how specific
+    the keyword is: one that holds a large share of the infos in scope (a speaker in a
+    two-person chat) tells little about which of them matter."""
+    by_keyword: dict[str, list[float]] = {}
+    for iid, info_score in scored:
+        for kid in state.keywords_by_info.get(iid, ()):
+            by_keyword.setdefault(kid, []).append(info_score)
+    keywords = set(by_keyword) | set(named)
+    if subtree is not None:
+        total = sum(len(state.infos_by_keyword.get(kid, ())) for kid in subtree)
+    else:
+        total = len(state.keywords_by_info)
+    scale = math.log(max(total, 2))
+    result: dict[str, float] = {}
+    for kid in keywords:
+        held = max(len(state.infos_by_keyword.get(kid, ())), 1)
+        specificity = min(1.0, max(0.0, math.log(max(total, held) / held) / scale)) if total > 1 else 1.0
+        top_scores = sorted(by_keyword.get(kid, ()), reverse=True)[:TOP_INFOS]
+        evidence = sum(top_scores) / TOP_INFOS
+        result[kid] = specificity * max(named.get(kid, 0.0), evidence)
+    return result
+
+
+def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None) -> bool:
+    if subtree is None and relation is None:
+        return True
+    for kid in state.keywords_by_info.get(info_id, ()):
+        if subtree is not None and kid not in subtree:
+            continue
+        if relation is not None and state.links[(info_id, kid)].relation is not relation:
+            continue
+        if state.live_keyword(kid) is not None:
+            return True
+    return False
+
+
+def fuse(
+    state: State,
+    text_hits: Sequence[tuple[str, float]],
+    vector_hits: Sequence[tuple[str, float]],
+    scores: dict[str, float],
+    k: int,
+    weights: RecallWeights,
+    under: str | None = None,
+    relation: RelationType | None = None,
+) -> list[Hit]:
+    """The best ``k`` live infos, with their score parts and linked keywords."""
+    subtree = set(state.subtree(under)) if under is not None else None
+    text_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(text_hits, 1)}
+    vector_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(vector_hits, 1)}
+    top = weights.bm25 / (RRF_K + 1) * bool(text_hits) + weights.vector / (RRF_K + 1) * bool(vector_hits)
+    candidates = dict.fromkeys([*text_rank, *vector_rank])
+    for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
+        candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
+    scored: list[tuple[str, float]] = []
+    for iid in candidates:
+        if state.live_info(iid) is None or not _allowed(state, iid, subtree, relation):
+            continue
+        fused = 0.0
+        if iid in text_rank:
+            fused += weights.bm25 / (RRF_K + text_rank[iid][0])
+        if iid in vector_rank:
+            fused += weights.vector / (RRF_K + vector_rank[iid][0])
+        scored.append((iid, fused / top if top else 0.0))
+    tree_scores = _tree_scores(state, scored, scores, subtree)
+    memo: dict[str, float] = {}
+    hits: list[Hit] = []
+    for iid, info_score in scored:
+        linked = [kid for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
+        hits.append(Hit(
+            state.infos[iid], weights.a * info_score + (1 - weights.a) * keyword_score, info_score, keyword_score,
+            bm25=text_rank[iid][1] if iid in text_rank else None,
+            vector=vector_rank[iid][1] if iid in vector_rank else None,
+            text_rank=text_rank[iid][0] if iid in text_rank else None,
+            vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
+        ))
+    hits.sort(key=lambda hit: (-hit.score, hit.text_rank or 1 << 30, hit.vector_rank or 1 << 30, hit.info.id))
+    hits = hits[:k]
+    for hit in hits:
+        for kid in state.keywords_by_info.get(hit.info.id, ()):
+            if state.live_keyword(kid) is not None:
+                path = [state.keywords[node] for node in state.ancestry(kid)]
+                hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(hit.info.id, kid)].relation, path))
+    return hits
