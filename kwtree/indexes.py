@@ -151,8 +151,11 @@ class Indexes:
             return
         if self._embed_async:
             self._outbox.enqueue(work)
-        else:
+            return
+        try:
             self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
+        except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
+            log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
 
     def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         """Embed the current text of each (kind, id, hash) that is still current; returns
@@ -175,6 +178,7 @@ class Indexes:
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
+            self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
         except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
 
@@ -292,6 +296,7 @@ class Indexes:
             return accept
 
         accept = self._read(current)
+        self._vectors.warm_up()  # a first search builds the graph: not while holding the state
         return self._read(lambda state: self._vectors.search(vector, k, accept))
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -328,17 +333,26 @@ def _written_after(state: State, watermark: str | None) -> set[EntityKey]:
 
 
 
-def serve_outbox(data_dir: Path, embedder: Embedder, *, once: bool = False, stop: threading.Event | None = None) -> int:
+def serve_outbox(
+    data_dir: Path,
+    embedder: Embedder,
+    *,
+    once: bool = False,
+    stop: threading.Event | None = None,
+    lease_seconds: float = 60.0,
+) -> int:
     """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
     worker``): claim outbox items, embed their current text, store the vectors. Runs until
     ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
-    Several workers may run at once; leases keep them from embedding the same item twice."""
+    Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
+    the same item twice, and an item whose worker died is taken over when its lease ends."""
     from kwtree.tree import KeywordTree  # the facade imports this module
 
     stop = stop or threading.Event()
     processed = 0
     with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
         indexes = tree._indexes
+        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds)
         worker = f"worker-{os.getpid()}-{time.time_ns()}"
 
         def process(items: list[Item]) -> dict[str, str | None]:
@@ -350,8 +364,11 @@ def serve_outbox(data_dir: Path, embedder: Embedder, *, once: bool = False, stop
 
         def idle() -> None:
             tree.refresh()
-            if once and not indexes._outbox.backlog():
+            if once and not outbox.backlog():
                 stop.set()
 
-        run_worker(indexes._outbox, worker, process, stop=stop, on_idle=idle)
+        try:
+            run_worker(outbox, worker, process, stop=stop, on_idle=idle)
+        finally:
+            outbox.close()
     return processed

@@ -145,6 +145,22 @@ def test_invalid_input_is_rejected_and_nothing_is_written(store_dir):
         VectorStore(store_dir, "m", 0)
 
 
+@pytest.mark.parametrize("exact_below", [0, 10_000], ids=["hnsw", "exact"])
+def test_blank_rows_are_stored_but_never_returned(store_dir, exact_below):
+    # The embedders return an all-zero row for a text with nothing to embed.
+    x = random_rows(3000, seed=12)
+    x[::100] = 0.0
+    keys = [(f"e{i}", "h") for i in range(3000)]
+    with VectorStore(store_dir, "m", DIM, exact_below=exact_below) as store:
+        store.add(keys, x)
+        assert len(store) == 3000 and store.has("e0", "h") and store.has("e100", "h")
+        for q in random_rows(5, seed=13):
+            hits = store.search(q, 10)
+            assert len(hits) == 10 and not any(int(e[1:]) % 100 == 0 for e, _ in hits)
+        everything = store.search(x[1], 3000)
+        assert len(everything) == 2970 and "e100" not in {e for e, _ in everything}
+
+
 def test_another_dimension_or_model_is_refused(store_dir):
     VectorStore(store_dir, "model-x", 384).close()
     with pytest.raises(InvalidInputError, match=r"holds 384-d vectors of model 'model-x'"):

@@ -63,9 +63,9 @@ HNSW_SPACE = "cosine"
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_SEED = 100
-# Query-time ef. max(64, 2k) gives recall@10 of only 0.88 on 100k low-rank vectors; 128
-# reaches 0.96 (160: 0.977, 256: 0.994) at about twice the latency of 64, still >10x faster
-# than numpy brute force (bench/vectors.py).
+# Query-time ef. max(64, 2k) gives recall@10 of only 0.88 on 100k low-rank vectors; 112
+# gives 0.951, 128 gives 0.962 (160: 0.977, 256: 0.994) at about 1.8x the latency of 64:
+# 11-12x faster than numpy brute force measured in the same run (bench/vectors.py).
 DEFAULT_EF = 128
 DEFAULT_EXACT_BELOW = 2_000
 INITIAL_CAPACITY = 1_024
@@ -157,12 +157,14 @@ def _parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
 
 class _Picker:
     """Turns rows ranked best first into at most k hits, one per entity, asking ``accept``
-    about each row at most once across widening rounds."""
+    about each row at most once across widening rounds, and never picking a blank row."""
 
-    def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None) -> None:
+    def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
+                 matrix: Callable[[], np.ndarray]) -> None:
         self.keys = keys
         self.k = k
         self.accept = accept
+        self.matrix = matrix
         self.verdicts: dict[int, bool] = {}
 
     def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
@@ -172,6 +174,8 @@ class _Picker:
             entity_id, content_hash = self.keys[row]
             if entity_id in taken:
                 continue  # a better row of the same entity was already taken
+            if score == 0.0 and not self.matrix()[row].any():
+                continue  # a blank row scores exactly 0 (1 - 0 in hnswlib): skip it
             if self.accept is not None:
                 ok = self.verdicts.get(row)
                 if ok is None:
@@ -373,17 +377,23 @@ class VectorStore:
         if len(checked) != len(vectors):
             raise InvalidInputError(f"got {len(checked)} keys for {len(vectors)} vectors; pass one key per row")
         norms = np.linalg.norm(vectors, axis=1)
-        bad = np.flatnonzero(~(np.abs(norms - 1.0) <= NORM_TOLERANCE))  # also catches NaN
+        # ~(... <= ...) also catches NaN; an all-zero row is a blank (see add()).
+        bad = np.flatnonzero(~(np.abs(norms - 1.0) <= NORM_TOLERANCE) & (norms != 0.0))
         if len(bad):
             raise InvalidInputError(
                 f"vector {int(bad[0])} has norm {float(norms[bad[0]]):.4g}; vectors must be finite and "
-                f"L2-normalised: divide by np.linalg.norm(v, axis=1, keepdims=True)"
+                f"L2-normalised (divide by np.linalg.norm(v, axis=1, keepdims=True)), or all zeros "
+                f"for a text with nothing to embed"
             )
         return checked
 
     def add(self, keys: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
         """Append one row per (entity_id, content_hash) key, skipping keys already stored
         (the first vector stored for a key stays; so does the first of a key repeated in a batch).
+
+        Each row is a unit vector, or all zeros for a text the embedder found nothing in (the
+        embedders' promise for blank texts): such a blank row is stored, so ``has`` is True
+        and the text is not embedded again, but no search ever returns it.
 
         Raises InvalidInputError for a wrong shape, dtype, key or norm (nothing written),
         LockTimeoutError when another appender holds the lock past ``lock_timeout``, and
@@ -589,7 +599,7 @@ class VectorStore:
             rows = len(self._keys)
             if rows == 0:
                 return []
-            picker = _Picker(self._keys, k, accept)
+            picker = _Picker(self._keys, k, accept, self._rows_matrix)
             if index is None:
                 return self._search_exact(q, picker)
             # 2k: room for a few rejected or repeated rows without a second round.

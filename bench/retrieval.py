@@ -1,0 +1,166 @@
+"""Recall speed through the public API at 100,000 infos, against baselines in the same run.
+
+- BM25: ``tree.recall(q, k=10, mode="bm25")`` on the shared synthetic corpus
+  (/work/shared/baselines/corpus.py: 100k docs of 25–35 Zipf-drawn words, 1,000 two-word
+  queries) against SQLite FTS5 (``MATCH 'a OR b' ORDER BY bm25 LIMIT 10``) on the same docs.
+  Target: kwtree's p50 at most 0.2x FTS5's.
+- Vectors: the same 100k texts embedded by the default embedder; the vector store's top 10
+  against exact numpy brute force (``X @ q`` + argpartition) on the same vectors: recall@10 and
+  p50 of both, and ``tree.recall(q, mode="vector")`` end to end. Targets: recall@10 >= 0.95,
+  at least 10x faster than brute force.
+
+    .venv/bin/python bench/retrieval.py [--docs N] [--queries N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kwtree import KeywordTree  # noqa: E402
+from kwtree.embed import embed_queries  # noqa: E402
+
+CORPUS = ROOT.parent / "shared" / "baselines" / "corpus.py"
+
+
+def _corpus():
+    spec = importlib.util.spec_from_file_location("shared_corpus", CORPUS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fts5(docs: list[str], queries: list[tuple[str, str]], directory: Path) -> dict:
+    con = sqlite3.connect(directory / "fts.db", isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE VIRTUAL TABLE docs USING fts5(body, tokenize='unicode61')")
+    started = time.perf_counter()
+    con.execute("BEGIN")
+    con.executemany("INSERT INTO docs(rowid, body) VALUES (?, ?)", enumerate(docs))
+    con.execute("COMMIT")
+    con.execute("INSERT INTO docs(docs) VALUES('optimize')")
+    build = time.perf_counter() - started
+    sql = "SELECT rowid, bm25(docs) FROM docs WHERE docs MATCH ? ORDER BY bm25(docs) LIMIT 10"
+    latencies = []
+    for a, b in queries:
+        started = time.perf_counter()
+        con.execute(sql, (f"{a} OR {b}",)).fetchall()
+        latencies.append(time.perf_counter() - started)
+    con.close()
+    return {"build_s": build, "p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _p(latencies, 0.99)}
+
+
+def run(n_docs: int = 100_000, n_queries: int = 1_000, work: Path | None = None) -> dict:
+    if not CORPUS.exists():
+        return {"skipped": f"{CORPUS} not found"}
+    corpus = _corpus()
+    docs = corpus.docs()[:n_docs]
+    queries = corpus.queries()[:n_queries]
+    result: dict = {"docs": len(docs), "queries": len(queries)}
+    with tempfile.TemporaryDirectory(dir=work) as directory:
+        result["fts5"] = fts5(docs, queries, Path(directory))
+        tree = KeywordTree(Path(directory) / "tree", durability="none", worker=False)
+        started = time.perf_counter()
+        for start in range(0, len(docs), 10_000):
+            tree.batch_create_infos([{"content": text} for text in docs[start : start + 10_000]])
+        result["load_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        tree.recall("warm up", mode="bm25")  # the first search indexes the log's infos
+        result["fulltext_build_s"] = time.perf_counter() - started
+        latencies = []
+        for a, b in queries:
+            started = time.perf_counter()
+            tree.recall(f"{a} {b}", k=10, mode="bm25")
+            latencies.append(time.perf_counter() - started)
+        result["bm25"] = {"p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _p(latencies, 0.99)}
+
+        started = time.perf_counter()
+        tree.wait_indexed()  # worker=False: embeds the outbox inline
+        result["embed_s"] = time.perf_counter() - started
+        indexes = tree._indexes
+        store = indexes._vectors
+        started = time.perf_counter()
+        store.warm_up()
+        result["hnsw_build_s"] = time.perf_counter() - started
+        matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
+        ids = [entity_id for entity_id, _ in store._keys]  # row order, as vectors.f32
+        sample = [f"{a} {b}" for a, b in queries[:200]]
+        vectors = embed_queries(indexes._embedder, sample)
+        hnsw_ms, brute_ms, hits = [], [], 0.0
+        for vector in vectors:
+            started = time.perf_counter()
+            found = store.search(vector, 10)
+            hnsw_ms.append(1000 * (time.perf_counter() - started))
+            started = time.perf_counter()
+            scores = matrix @ vector
+            top = np.argpartition(-scores, 10)[:10]
+            brute_ms.append(1000 * (time.perf_counter() - started))
+            exact = {ids[row] for row in top}
+            hits += len(exact & {entity_id for entity_id, _ in found}) / 10
+        end_to_end = []
+        for query in sample:
+            started = time.perf_counter()
+            tree.recall(query, k=10, mode="vector")
+            end_to_end.append(1000 * (time.perf_counter() - started))
+        result["vector"] = {
+            "recall_at_10": hits / len(vectors),
+            "hnsw_p50_ms": statistics.median(hnsw_ms),
+            "brute_p50_ms": statistics.median(brute_ms),
+            "recall_p50_ms": statistics.median(end_to_end),
+            "dim": store.dim,
+        }
+        tree.close()
+    return result
+
+
+def markdown(result: dict) -> str:
+    if "skipped" in result:
+        return f"### Recall speed\n\nSkipped: {result['skipped']}."
+    fts, bm25, vec = result["fts5"], result["bm25"], result["vector"]
+    return "\n".join([
+        f"### Recall speed at {result['docs']:,} infos",
+        "",
+        f"Shared synthetic corpus ({result['queries']:,} two-word queries, top 10). Loading the infos took "
+        f"{result['load_s']:.1f} s (batches of 10,000, durability none); the first search built the full-text index "
+        f"in {result['fulltext_build_s']:.1f} s; embedding them all ({vec['dim']}-d default embedder) took "
+        f"{result['embed_s']:.1f} s and the hnswlib graph {result['hnsw_build_s']:.1f} s.",
+        "",
+        "| what | p50 | p99 | baseline in the same run | ratio |",
+        "|---|---|---|---|---|",
+        f"| `recall(mode=\"bm25\")` | {bm25['p50_ms']:.2f} ms | {bm25['p99_ms']:.2f} ms | SQLite FTS5 OR query "
+        f"{fts['p50_ms']:.2f} ms (p99 {fts['p99_ms']:.2f}) | **{bm25['p50_ms'] / fts['p50_ms']:.3f}x** (target <= 0.2x) |",
+        f"| vector store top 10 (hnswlib) | {vec['hnsw_p50_ms']:.2f} ms | | numpy brute force {vec['brute_p50_ms']:.2f} ms "
+        f"| **{vec['brute_p50_ms'] / vec['hnsw_p50_ms']:.1f}x faster** (target >= 10x), recall@10 "
+        f"**{vec['recall_at_10']:.3f}** (target >= 0.95) |",
+        f"| `recall(mode=\"vector\")` end to end | {vec['recall_p50_ms']:.2f} ms | | | |",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=1_000)
+    args = parser.parse_args(argv)
+    print(markdown(run(args.docs, args.queries)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
