@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kwtree.embed import Embedder, content_hash, embed_queries
+from kwtree.errors import StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
@@ -38,6 +40,14 @@ from kwtree.stores.vectors import VectorStore
 __all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
 
 log = logging.getLogger("kwtree.cache")
+#: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
+_INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OSError)
+
+
+def _index_failure(exc: BaseException) -> bool:
+    """True for an error a damaged index causes: one of _INDEX_FAILURES, or a Rust panic
+    inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
+    return isinstance(exc, _INDEX_FAILURES) or type(exc).__name__ == "PanicException"
 
 CACHE_DIR = "cache"
 OUTBOX_NAME = "outbox.jsonl"
@@ -101,6 +111,7 @@ class Indexes:
         self._pending: set[EntityKey] = set()
         self._expected_ops: int | None = None  # op count the pending set fully describes
         self._stop = threading.Event()
+        self._repaired = threading.Event()  # the open's repair scan has queued what it found
         self._thread: threading.Thread | None = None
         self._worker_id = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}"
         if worker:
@@ -159,34 +170,51 @@ class Indexes:
 
     def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         """Embed the current text of each (kind, id, hash) that is still current; returns
-        {id/hash: None} for each (obsolete items count as done)."""
+        {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
+        the batch, each text is tried alone, so one bad text fails only itself."""
         texts, keys = [], []
         for kind, entity_id, digest in items:
             text = self._read(lambda state, kind=kind, entity_id=entity_id: entity_text(state, kind, entity_id))
             if text is not None and content_hash(self._model, text) == digest and not self._vectors.has(entity_id, digest):
                 texts.append(text)
                 keys.append((entity_id, digest))
-        if texts:
+        result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
+        if not texts:
+            return result
+        try:
             self._vectors.add(keys, self._embedder.embed(texts))
-        return {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
+        except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
+            for key, text in zip(keys, texts, strict=True):
+                try:
+                    self._vectors.add([key], self._embedder.embed([text]))
+                except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
+                    result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
+        return result
 
     # --- the worker --------------------------------------------------------------------------
 
     def _work(self) -> None:
         try:
+            self._repair_and_warm()
+        finally:
+            self._repaired.set()  # (also if it failed: waiting for it would never end)
+
+        def process(items: list[Item]) -> dict[str, str | None]:
+            result = self._embed([(item.kind, item.id, item.hash) for item in items])
+            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+
+        run_worker(self._outbox, self._worker_id, process, stop=self._stop)
+
+    def _repair_and_warm(self) -> None:
+        try:
             if self._write_locks is not None:
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
+            self._repaired.set()
             self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
         except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
-
-        def process(items: list[Item]) -> dict[str, str | None]:
-            self._embed([(item.kind, item.id, item.hash) for item in items])
-            return {item.key: None for item in items}
-
-        run_worker(self._outbox, self._worker_id, process, stop=self._stop)
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many."""
@@ -210,16 +238,26 @@ class Indexes:
         return len(work)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
-        """Wait until the outbox has no work left; True if it emptied within ``timeout``."""
+        """Wait until the outbox has no work left; True if it emptied within ``timeout``.
+        Without a worker thread, the repair scan runs first and the outbox is drained here."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._thread is None:
+            if not self._repaired.is_set():
+                self.repair()
+                self._repaired.set()
+        elif not self._repaired.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            return False
         while self._outbox.backlog():
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if self._thread is None:  # nobody else drains it here: drain inline
                 items = self._outbox.claim(self._worker_id, 256)
                 if items:
-                    self._embed([(item.kind, item.id, item.hash) for item in items])
-                    self._outbox.done(self._worker_id, items)
+                    result = self._embed([(item.kind, item.id, item.hash) for item in items])
+                    self._outbox.done(self._worker_id, [i for i in items if result[f"{i.id}/{i.hash}"] is None])
+                    for item in items:
+                        if result[f"{item.id}/{item.hash}"] is not None:
+                            self._outbox.failed(self._worker_id, [item], str(result[f"{item.id}/{item.hash}"]))
                     continue
             time.sleep(0.02)
         self._vectors.refresh()
@@ -235,7 +273,8 @@ class Indexes:
 
     def _sync_fulltext(self, *, only_if_written: bool = False) -> None:
         """Bring the full-text index up to the current state. Takes the tree's write locks
-        first and the state lock only to read (the order every write uses)."""
+        first and the state lock only to read (the order every write uses). An index that
+        fails (deleted or damaged under us) is rebuilt from the state, once."""
         if self._write_locks is None:
             return
         if only_if_written:
@@ -243,34 +282,70 @@ class Indexes:
                 if not self._pending:
                     return
         with self._write_locks():
-            index = self._fulltext
-            if index.watermark == self._read(lambda state: state.last_op_id):
-                return
+            try:
+                self._apply_fulltext()
+            except BaseException as exc:
+                if not _index_failure(exc):
+                    raise
+                log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
+                            self._cache / "fulltext", type(exc).__name__, exc)
+                self._reset_fulltext()
+                self._apply_fulltext()
 
-            def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
-                with self._lock:
-                    if self._expected_ops == state.op_count and index.watermark is not None:
-                        changed = set(self._pending)
-                    else:
-                        changed = _written_after(state, index.watermark)
-                    self._pending.clear()
-                    self._expected_ops = state.op_count
-                return state.last_op_id, {key: _search_text(state, *key) for key in changed}
+    def _reset_fulltext(self) -> None:
+        """Drop the full-text index (files included) so the next use rebuilds it."""
+        with self._open_lock:
+            index, self._fulltext_index = self._fulltext_index, None
+        if index is not None:
+            with contextlib.suppress(BaseException):  # a broken index may fail to close, too
+                index.close()
+        shutil.rmtree(self._cache / "fulltext", ignore_errors=True)
+        with self._lock:
+            self._expected_ops = None  # a full scan feeds the new index
 
-            watermark, texts = self._read(plan)
-            if watermark == index.watermark:
-                return
-            for (kind, entity_id), text in texts.items():
-                if text is None:
-                    index.delete(kind, entity_id)
+    def _apply_fulltext(self) -> None:
+        index = self._fulltext
+        if index.watermark == self._read(lambda state: state.last_op_id):
+            return
+
+        def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
+            with self._lock:
+                if self._expected_ops == state.op_count and index.watermark is not None:
+                    changed = set(self._pending)
                 else:
-                    index.upsert(kind, entity_id, text)
-            index.commit(watermark)
+                    changed = _written_after(state, index.watermark)
+                self._pending.clear()
+                self._expected_ops = state.op_count
+            return state.last_op_id, {key: _search_text(state, *key) for key in changed}
+
+        watermark, texts = self._read(plan)
+        if watermark == index.watermark:
+            return
+        for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
+            if text is None:
+                index.delete(kind, entity_id)
+            else:
+                index.upsert(kind, entity_id, text)
+        index.commit(watermark)
 
     def text_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
-        """Full-text (BM25) hits of ``kind`` for the query, every committed write included."""
+        """Full-text (BM25) hits of ``kind`` for the query, every committed write included;
+        equal scores in id order. A damaged index is rebuilt (a read-only tree, which may
+        not write it, finds nothing in it)."""
         self._sync_fulltext()
-        return self._fulltext.search(query, kind, k)
+        try:
+            hits = self._fulltext.search(query, kind, k)
+        except BaseException as exc:
+            if not _index_failure(exc):
+                raise
+            if self._write_locks is None:
+                log.warning("the full-text index cannot be searched (%s: %s)", type(exc).__name__, exc)
+                return []
+            with self._write_locks():
+                self._reset_fulltext()
+                self._apply_fulltext()
+            hits = self._fulltext.search(query, kind, k)
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
     def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
         """Entities of ``kind`` whose current text's vector is nearest the query's."""
@@ -297,7 +372,9 @@ class Indexes:
 
         accept = self._read(current)
         self._vectors.warm_up()  # a first search builds the graph: not while holding the state
-        return self._read(lambda state: self._vectors.search(vector, k, accept))
+        hits = self._read(lambda state: self._vectors.search(vector, k, accept))
+        # A text pointing away from the query is no evidence for it; ties in id order.
+        return sorted(((entity_id, sim) for entity_id, sim in hits if sim > 0), key=lambda hit: (-hit[1], hit[0]))
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -352,6 +429,7 @@ def serve_outbox(
     processed = 0
     with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
         indexes = tree._indexes
+        indexes.repair()  # a lost outbox row costs nothing: what has no vector is queued again
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds)
         worker = f"worker-{os.getpid()}-{time.time_ns()}"
 
@@ -360,7 +438,7 @@ def serve_outbox(
             tree.refresh()  # the texts may have been written after this process last looked
             result = indexes._embed([(item.kind, item.id, item.hash) for item in items])
             processed += len(items)
-            return {item.key: result.get(f"{item.id}/{item.hash}") for item in items}
+            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
         def idle() -> None:
             tree.refresh()

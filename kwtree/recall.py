@@ -16,10 +16,12 @@ Functions here take the State (the caller holds its lock) and the raw hits of th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
+from kwtree.normalize import terms
 from kwtree.search import names_in_text
 from kwtree.state import State
 
@@ -30,6 +32,9 @@ RRF_K = 60
 TEXT_KEYWORD_WEIGHT = 0.6
 #: A keyword's score passes to each level below it multiplied by this.
 DESCENT_DECAY = 0.5
+#: Pseudo-relevance feedback: expand the query with terms of this many best hits, this many.
+FEEDBACK_DOCS = 5
+FEEDBACK_TERMS = 8
 #: A keyword's relevance from its infos is the mean of its best this many info scores.
 TOP_INFOS = 3
 #: Infos of at most this many top keywords join the candidates, this many each.
@@ -40,11 +45,38 @@ INFOS_PER_KEYWORD = 50
 @dataclass(frozen=True, slots=True)
 class RecallWeights:
     """How recall mixes its parts: ``a`` weighs the info's own score against its keywords'
-    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion."""
+    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion; ``feedback`` (0:
+    off) weighs a second full-text query expanded by pseudo-relevance feedback."""
 
     a: float = 0.5
     bm25: float = 1.0
     vector: float = 0.5
+    feedback: float = 0.0
+
+
+def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) -> list[str]:
+    """Pseudo-relevance feedback: the terms that stand out in the best full-text hits
+    (``FEEDBACK_DOCS`` of them), most frequent first, none of the query's own, at most
+    ``FEEDBACK_TERMS``; a term in fewer than two of those hits does not count."""
+    own = set(terms(query))
+    counts: Counter[str] = Counter()
+    for iid, _ in hits[:FEEDBACK_DOCS]:
+        info = state.live_info(iid)
+        if info is not None:
+            counts.update(set(terms(info.content)) - own)
+    return [term for term, count in counts.most_common(FEEDBACK_TERMS) if count >= 2]
+
+
+def merge_rankings(first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]], weight: float) -> list[tuple[str, float]]:
+    """One ranking from two of the same retriever (reciprocal rank fusion, ``second``
+    weighted), each id keeping its score from ``first`` when it has one."""
+    fused: dict[str, float] = {}
+    score: dict[str, float] = {}
+    for ranking, w in ((first, 1.0), (second, weight)):
+        for rank, (iid, value) in enumerate(ranking, 1):
+            fused[iid] = fused.get(iid, 0.0) + w / (RRF_K + rank)
+            score.setdefault(iid, value)
+    return [(iid, score[iid]) for iid in sorted(fused, key=lambda iid: -fused[iid])]
 
 
 def keyword_scores(state: State, query: str, text_hits: Sequence[tuple[str, float]]) -> dict[str, float]:

@@ -65,6 +65,11 @@ class RetrievalMethods:
         fetch = max(50, OVERFETCH * k)
         indexes = self._indexes
         text_hits = indexes.text_hits(text, "info", fetch) if mode != "vector" else []
+        if text_hits and self._weights.feedback:
+            expanded = self._read(lambda state: fusion.feedback_terms(state, text, text_hits))
+            if expanded:
+                again = indexes.text_hits(f"{text} {' '.join(expanded)}", "info", fetch)
+                text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
         vector_hits = indexes.vector_hits(text, "info", fetch) if mode != "bm25" else []
         keyword_hits = indexes.text_hits(text, "keyword", 10)
 
