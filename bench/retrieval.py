@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from kwtree import KeywordTree  # noqa: E402
 from kwtree.embed import embed_queries  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fulltext  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "baselines" / "corpus.py"
 
@@ -48,23 +50,9 @@ def _p(values: list[float], q: float) -> float:
 
 
 def fts5(docs: list[str], queries: list[tuple[str, str]], directory: Path) -> dict:
-    con = sqlite3.connect(directory / "fts.db", isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("CREATE VIRTUAL TABLE docs USING fts5(body, tokenize='unicode61')")
-    started = time.perf_counter()
-    con.execute("BEGIN")
-    con.executemany("INSERT INTO docs(rowid, body) VALUES (?, ?)", enumerate(docs))
-    con.execute("COMMIT")
-    con.execute("INSERT INTO docs(docs) VALUES('optimize')")
-    build = time.perf_counter() - started
-    sql = "SELECT rowid, bm25(docs) FROM docs WHERE docs MATCH ? ORDER BY bm25(docs) LIMIT 10"
-    latencies = []
-    for a, b in queries:
-        started = time.perf_counter()
-        con.execute(sql, (f"{a} OR {b}",)).fetchall()
-        latencies.append(time.perf_counter() - started)
-    con.close()
-    return {"build_s": build, "p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _p(latencies, 0.99)}
+    """SQLite FTS5 on the same docs and queries (bench/fulltext.py's baseline)."""
+    measured = fulltext.fts5_run(docs, queries, directory)
+    return {"build_s": measured["index_s"], "p50_ms": measured["query"]["p50"], "p99_ms": measured["query"]["p99"]}
 
 
 def run(n_docs: int = 100_000, n_queries: int = 1_000, work: Path | None = None) -> dict:
