@@ -109,6 +109,7 @@ class Indexes:
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()
         self._pending: set[EntityKey] = set()
+        self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
         self._expected_ops: int | None = None  # op count the pending set fully describes
         self._stop = threading.Event()
         self._repaired = threading.Event()  # the open's repair scan has queued what it found
@@ -137,36 +138,54 @@ class Indexes:
     # --- writes ------------------------------------------------------------------------------
 
     def note(self, op: Operation, state: State) -> None:
-        """Record what a committed operation changed (call after it was applied)."""
+        """Record what a committed operation changed (call after it was applied). No I/O:
+        the write path stays as fast as the log; the worker thread queues the embeddings
+        (a crash before it does loses nothing: the repair scan of the next open finds them),
+        unless ``embed_async=False``, which embeds here."""
         touched: list[EntityKey] = []
+        written: list[EntityKey] = []
         for change in op.changes:
             after = change.after
             if type(after) is Info:
-                touched.append(("info", after.id))
+                written.append(("info", after.id))
             elif type(after) is Keyword and after.id != ROOT_ID:
-                touched.append(("keyword", after.id))
+                written.append(("keyword", after.id))
                 if state.children.get(after.id):  # its descendants' paths may have changed
                     touched.extend(("keyword", kid) for kid in state.subtree(after.id))
         with self._lock:
             if self._expected_ops is not None:
                 self._expected_ops += 1
+            self._pending.update(written)
             self._pending.update(touched)
+            if self._embed_async:
+                self._unsent.extend(written)
+        if self._embed_async:
+            return
+        try:
+            work = self._unembedded(state, written)
+            self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
+        except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
+            log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
+
+    def _unembedded(self, state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
+        """Outbox items for the entities among ``keys`` whose current text has no vector."""
         work = []
-        for kind, entity_id in dict.fromkeys(touched):
+        for kind, entity_id in dict.fromkeys(keys):
             text = entity_text(state, kind, entity_id)
             if text is not None:
                 digest = content_hash(self._model, text)
                 if not self._vectors.has(entity_id, digest):
                     work.append((kind, entity_id, digest, self._model))
-        if not work:
-            return
-        if self._embed_async:
-            self._outbox.enqueue(work)
-            return
-        try:
-            self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
-        except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
-            log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
+        return work
+
+    def _flush(self) -> None:
+        """Move the embeddings the writes asked for into the outbox."""
+        with self._lock:
+            keys, self._unsent = self._unsent, []
+        if keys:
+            work = self._read(lambda state: self._unembedded(state, keys))
+            if work:
+                self._outbox.enqueue(work)
 
     def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         """Embed the current text of each (kind, id, hash) that is still current; returns
@@ -203,7 +222,7 @@ class Indexes:
             result = self._embed([(item.kind, item.id, item.hash) for item in items])
             return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
-        run_worker(self._outbox, self._worker_id, process, stop=self._stop)
+        run_worker(self._outbox, self._worker_id, process, stop=self._stop, on_idle=self._flush)
 
     def _repair_and_warm(self) -> None:
         try:
@@ -241,6 +260,7 @@ class Indexes:
         """Wait until the outbox has no work left; True if it emptied within ``timeout``.
         Without a worker thread, the repair scan runs first and the outbox is drained here."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._flush()
         if self._thread is None:
             if not self._repaired.is_set():
                 self.repair()
@@ -264,6 +284,7 @@ class Indexes:
         return True
 
     def outbox_status(self) -> dict[str, Any]:
+        self._flush()  # the status counts every write made so far
         return self._outbox.status()
 
     def retry_dead(self) -> int:
@@ -383,6 +404,10 @@ class Indexes:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        try:
+            self._flush()  # for a `kwtree worker`, or the next open
+        except Exception:  # noqa: BLE001 -- the repair scan of the next open finds them
+            log.exception("could not queue the last writes' embeddings on close")
         try:
             # Other processes (read-only ones among them) search what the writers committed.
             self._sync_fulltext(only_if_written=True)

@@ -365,7 +365,7 @@ def test_a_fresh_open_without_worker_rebuilds_lost_vectors(base: Path, embed_asy
 def test_the_standalone_worker_embeds_texts_whose_outbox_rows_were_lost(base: Path) -> None:
     with KeywordTree(base / "tree", durability="none", worker=False) as tree:
         infos = [tree.create_info(text) for text in DISTINCT]
-        (base / "tree" / "outbox.jsonl").unlink()
+        (base / "tree" / "outbox.jsonl").unlink(missing_ok=True)  # (writes queue it lazily)
         serve_outbox(base / "tree", HashEmbedder(), once=True)
         assert embedded_ids(tree) == {info.id for info in infos}
 

@@ -284,6 +284,7 @@ def test_under_and_relation_filters(mem: KeywordTree, branches: dict[str, str], 
 ])
 def test_bad_recall_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir: Path, kwargs: dict, error: type) -> None:
     mem.create_info("notes worth keeping")
+    mem.outbox_status()  # writes queue their embeddings lazily; this puts them in the file
     args = {"query": "notes", **kwargs}
     log_before = log_bytes(tree_dir)
     outbox_before = (tree_dir / "outbox.jsonl").read_bytes()
@@ -647,6 +648,7 @@ def test_dead_letters_are_listed_and_retry_dead_requeues_them(mem: KeywordTree, 
     # max_attempts is not a KeywordTree or serve_outbox option: drive the tree's outbox file
     # with an Outbox of two attempts and no backoff, and embed with the poisoned model.
     bad = mem.create_info("POISON pill in the text")
+    mem.outbox_status()  # writes queue their embeddings lazily; this puts them in the file
     box = Outbox(tree_dir / "outbox.jsonl", max_attempts=2, backoff=0.0)
     embedder = PoisonEmbedder()
     stop = threading.Event()
