@@ -99,6 +99,14 @@ def run_quickstart(data_dir: Path | None = None, console: Console | None = None)
         console.print(f"[dim]each agent decision is kept with its operation: {len(decided['rounds'])} round(s), "
                       f"navigator {decided['navigator']!r}, outcome {decided['outcome']['status']!r}[/dim]")
 
+        console.rule("Recall: full text + vectors + the tree (offline embedder)")
+        tree.wait_indexed(30)  # the embeddings are made in the background; wait for them here
+        for hit in tree.recall("how are failed payments retried", k=3):
+            where = "; ".join(" › ".join(k.name for k in linked.path[1:]) for linked in hit.keywords)
+            console.print(f"{hit.score:.2f}  {escape(hit.info.content)} [dim]({escape(where)})[/dim]")
+        console.print("\ncontext('billing', max_tokens=80) — prompt-ready:\n")
+        console.print(escape(tree.context("billing", max_tokens=80)))
+
         console.rule("Change, audit, undo")
         moved = tree.move_keyword(ids["coffee"], ids["prefs"])
         console.print("moved Coffee under: " + " › ".join(k.name for k in tree.get_path(moved.id)[1:]))
