@@ -17,7 +17,7 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
 from kwtree.commands import Stamp
 from kwtree.commands import reorganize as reorganize_commands
-from kwtree.errors import DuplicateKeywordError, InvalidInputError
+from kwtree.errors import DuplicateKeywordError
 from kwtree.models import (
     ROOT_ID,
     Change,
@@ -29,20 +29,14 @@ from kwtree.models import (
 )
 from kwtree.normalize import normalize_name
 from kwtree.state import State
-from kwtree.validate import clean_text
+from kwtree.validate import clean_flag, clean_text
 
-__all__ = ["MAX_AGENT_LINKS", "AgentMethods", "clean_flag"]
+__all__ = ["MAX_AGENT_LINKS", "AgentMethods"]
 
 T = TypeVar("T")
 Decide = Callable[[State, Stamp], list[Change]]
 #: ``create_info(auto_link=True)`` links an info to at most this many keywords.
 MAX_AGENT_LINKS = 5
-
-
-def clean_flag(value: object, field: str) -> bool:
-    if type(value) is not bool:
-        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
-    return value  # type: ignore[return-value]
 
 
 class AgentMethods:

@@ -12,10 +12,11 @@ import math
 import re
 
 from kwtree.models import Hit, RelationType
+from kwtree.normalize import CJK_CHARS
 
 __all__ = ["UNFILED", "estimate_tokens", "render_context"]
 
-_CJK = re.compile(r"[\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK = re.compile(f"[{CJK_CHARS}]")
 #: The heading of memories linked to no keyword.
 UNFILED = "(no keyword)"
 

@@ -7,7 +7,14 @@ import logging
 import threading
 
 from kwtree.errors import CorruptLogError
-from kwtree.replay import Bound, ChunkStatus, RawOperation, parse_operations, replay_chunk, replay_sorted
+from kwtree.replay import (
+    Bound,
+    ChunkStatus,
+    RawOperation,
+    parse_operations,
+    replay_chunk,
+    replay_sorted,
+)
 from kwtree.state import State
 from kwtree.stores.eventlog import EventLog
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["STOPWORDS", "normalize_name", "terms", "tokenize"]
+__all__ = ["CJK_CHARS", "STOPWORDS", "normalize_name", "terms", "tokenize"]
 
 _DROP_CATEGORIES = ("P", "Z", "C")
 _ASCII_DROP = bytes(c for c in range(128) if unicodedata.category(chr(c))[0] in _DROP_CATEGORIES)
@@ -35,7 +35,8 @@ def normalize_name(text: str) -> str:
 
 
 # Han, Hiragana, Katakana, Hangul (and their extensions): scripts written without spaces.
-_CJK = "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+#: A regex character class (without brackets) of those scripts, for other modules' patterns.
+CJK_CHARS = _CJK = "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
 _CJK_RUN = re.compile(rf"[{_CJK}]")
 

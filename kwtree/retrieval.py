@@ -12,11 +12,16 @@ from typing import Any, TypeVar
 from kwtree import recall as fusion
 from kwtree.commands import require_keyword
 from kwtree.context import render_context
-from kwtree.errors import InvalidInputError
 from kwtree.indexes import Indexes
 from kwtree.models import Hit, RelationType
 from kwtree.state import State
-from kwtree.validate import clean_choice, clean_int, clean_relation_type, clean_text
+from kwtree.validate import (
+    clean_choice,
+    clean_int,
+    clean_relation_type,
+    clean_seconds,
+    clean_text,
+)
 
 __all__ = ["RetrievalMethods"]
 
@@ -90,9 +95,7 @@ class RetrievalMethods:
         """Block until every queued embedding is done; True if that happened within
         ``timeout`` seconds (None: wait as long as it takes)."""
         self._check_open()
-        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
-            raise InvalidInputError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
-        return self._indexes.wait_indexed(timeout)
+        return self._indexes.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
 
     def outbox_status(self) -> dict[str, Any]:
         """The embedding outbox: counts of pending, leased, failed (waiting to retry), done

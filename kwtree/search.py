@@ -17,7 +17,7 @@ from kwtree.models import (
     SearchResult,
     SearchStatus,
 )
-from kwtree.normalize import normalize_name
+from kwtree.normalize import CJK_CHARS, normalize_name
 from kwtree.state import State
 
 __all__ = ["INFOS_PER_RESULT", "from_descent", "keyword_path", "links_for_text", "matched", "names_in_text"]
@@ -26,7 +26,7 @@ __all__ = ["INFOS_PER_RESULT", "from_descent", "keyword_path", "links_for_text",
 INFOS_PER_RESULT = 50
 #: Spans of at most this many words are looked up as names in a text.
 MAX_NAME_WORDS = 5
-_CJK_RUN = re.compile(r"[\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
 _WORD = re.compile(r"\w+")
 
 

@@ -25,7 +25,7 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
-from kwtree.agent_methods import AgentMethods, clean_flag
+from kwtree.agent_methods import AgentMethods
 from kwtree.commands import Stamp, require_info, require_keyword
 from kwtree.commands import infos as info_commands
 from kwtree.commands import keywords as keyword_commands
@@ -64,11 +64,13 @@ from kwtree.stores.lock import WriterLock
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 from kwtree.validate import (
     clean_choice,
+    clean_flag,
     clean_id,
     clean_int,
     clean_label,
     clean_name_key,
     clean_relation_type,
+    clean_seconds,
 )
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
@@ -158,8 +160,7 @@ class KeywordTree(AgentMethods, RetrievalMethods):
         if recall_weights is not None and not isinstance(recall_weights, RecallWeights):
             raise InvalidInputError("recall_weights must be a kwtree.recall.RecallWeights")
         self._weights = recall_weights or RecallWeights()
-        if type(lock_timeout) not in (int, float) or not lock_timeout >= 0:
-            raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
+        lock_timeout = clean_seconds(lock_timeout, "lock_timeout")
         if segment_bytes is not None:
             clean_int(segment_bytes, "segment_bytes", 4096)
         self._dir = Path(data_dir)

@@ -177,3 +177,16 @@ def clean_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InvalidInputError(f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def clean_flag(value: object, field: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def clean_seconds(value: object, field: str) -> float:
+    """A duration in seconds: an int or float >= 0 (not a bool)."""
+    if type(value) not in (int, float) or not value >= 0:  # type: ignore[operator]
+        raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {value!r}")
+    return float(value)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,13 @@ def copy_tree_dir(source: Path, target: Path) -> Path:
 def log_bytes(data_dir: Path) -> bytes:
     """The concatenated log segments of a directory, padding included."""
     return b"".join(p.read_bytes() for p in sorted((data_dir / "log").glob("*.jsonl")))
+
+
+def child_line(proc: subprocess.Popen[str], hang: float) -> str:
+    """The next line a child process prints (without its newline); an AssertionError with
+    its exit code and stderr if it exits first."""
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        proc.wait(hang)
+        raise AssertionError(f"child exited ({proc.returncode}) early: {proc.stderr.read()}")  # type: ignore[union-attr]
+    return line.rstrip("\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import log_bytes, snapshot
+from helpers import child_line, log_bytes, snapshot
 
 from kwtree import KeywordTree, LockTimeoutError
 from kwtree.stores.lock import FileLockBackend, FlockBackend, WriterLock
@@ -48,11 +48,7 @@ class Child:
         )
 
     def readline(self) -> str:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(HANG)
-            raise AssertionError(f"child exited ({self.proc.returncode}) early: {self.proc.stderr.read()}")
-        return line.rstrip("\n")
+        return child_line(self.proc, HANG)
 
     def expect(self, prefix: str) -> str:
         line = self.readline()

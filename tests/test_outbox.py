@@ -22,6 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers import child_line
 
 import kwtree.outbox
 from kwtree.errors import ClosedError, InvalidInputError
@@ -125,11 +126,7 @@ class Child:
         )
 
     def readline(self) -> str:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(HANG)
-            raise AssertionError(f"child exited ({self.proc.returncode}) early: {self.proc.stderr.read()}")
-        return line.rstrip("\n")
+        return child_line(self.proc, HANG)
 
     def ask(self, line: str) -> str:
         self.proc.stdin.write(line + "\n")

@@ -17,7 +17,15 @@ from kwtree.errors import (
     NotFoundError,
     VersionConflictError,
 )
-from kwtree.models import EMPTY_METADATA, ROOT_ID, Change, Keyword, Link, Relation, RelationType
+from kwtree.models import (
+    EMPTY_METADATA,
+    ROOT_ID,
+    Change,
+    Keyword,
+    Link,
+    Relation,
+    RelationType,
+)
 from kwtree.normalize import normalize_name
 from kwtree.state import State
 from kwtree.validate import (

@@ -6,7 +6,17 @@ import dataclasses
 
 from kwtree.commands.infos import retire_link, retire_relation
 from kwtree.errors import InvalidInputError, UndoConflictError
-from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Link, Operation, Relation, entity_key
+from kwtree.models import (
+    ROOT_ID,
+    Change,
+    Entity,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    entity_key,
+)
 from kwtree.state import State
 
 __all__ = ["check_consistent", "current_of", "undo"]
