@@ -98,7 +98,7 @@ def _embed_nonblank(texts: Sequence[str], dim: Callable[[], int], encode: Callab
 # --- the default: feature hashing ---------------------------------------------------------
 
 _WEIGHTS = {"word": 0.3, "pair": 0.1, "char": 0.6}
-_KEY = b"kwtree-hash-v1"  # part of the recipe: changing it (or anything below) needs a new version
+_KEY = b"kwtree-hash-v1"  # part of the recipe: changing it (or anything below) needs a new model id
 
 # Conversational function words that normalize.STOPWORDS keeps (pronouns, auxiliaries,
 # interjections, contraction tails as terms() splits them: "I'm" -> "m"). Without IDF they
@@ -119,8 +119,8 @@ class HashEmbedder:
     """The offline default: signed feature hashing of three feature groups, each weighted
     sublinearly (``1 + log tf`` per feature), L2-normalised on its own, then mixed:
 
-    - ``word`` (0.3): the terms of ``kwtree.normalize.terms`` (stop words dropped, plurals
-      folded, CJK runs as character bigrams), less the conversational ``_FILLER`` words;
+    - ``word`` (0.3): the terms of ``kwtree.normalize.terms`` (stop words dropped, English
+      words stemmed, CJK runs as character bigrams), less the conversational ``_FILLER`` words;
     - ``pair`` (0.1): pairs of adjacent terms;
     - ``char`` (0.6): character 2- to 4-grams of each term with ``<``/``>`` word boundaries
       (they match inflections, compounds and typos); for a CJK term its single characters.
@@ -144,7 +144,7 @@ class HashEmbedder:
         if not isinstance(dim, int) or isinstance(dim, bool) or not 8 <= dim <= 1 << 20:
             raise InvalidInputError(f"HashEmbedder dim must be an int in 8..{1 << 20}, got {dim!r}")
         self.dim = dim
-        self.model = f"kwtree-hash-v1-{dim}"
+        self.model = f"kwtree-hash-v2-{dim}"
         self._cache: dict[str, tuple[int, np.ndarray]] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

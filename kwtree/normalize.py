@@ -1,6 +1,6 @@
 """Name normalisation for exact lookup (two names that differ only in case, width,
 punctuation or spacing normalise to the same key), word tokenisation, and the terms that
-similarity and full-text search compare (stop words dropped, plurals folded).
+similarity and full-text search compare (stop words dropped, English words stemmed).
 
 ``normalize_name`` applies NFKC (which also folds full-width and half-width forms), then
 casefolding, then drops every character of the Unicode categories punctuation (P*),
@@ -11,7 +11,10 @@ separator (Z*) and other (C*: control, format, unassigned). Symbols and marks st
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
+
+import snowballstemmer
 
 __all__ = ["CJK_CHARS", "STOPWORDS", "normalize_name", "terms", "tokenize"]
 
@@ -58,27 +61,40 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-#: English function words that say nothing about a topic.
+#: English function words (articles, prepositions, pronouns, auxiliaries) that say nothing
+#: about a topic. Modal words that are also nouns ("may", "will", "can") stay.
 STOPWORDS = frozenset(
     """a an the of and or for to in on at by with from as is are was were be been being it its
     this that these those which who whom whose what when where how than then there such any
     some one other into onto over under about after before between while usually often
-    especially etc e g i also not no but so very more most""".split()  # noqa: SIM905
+    especially etc e g i also not no but so very more most
+    me my myself we us our ours you your yours he him his she her hers they them their theirs
+    do does did done doing have has had having would could should am""".split()  # noqa: SIM905
 )
 
 
+_STEMMER = snowballstemmer.stemmer("english")
+_STEMMER_LOCK = threading.Lock()  # a Snowball stemmer keeps its word in its own fields
+_STEMS: dict[str, str] = {}
+_STEMS_LIMIT = 200_000
+
+
 def _stem(word: str) -> str:
+    """The English (Porter2) stem of an ASCII word of four or more letters; others unchanged."""
+    found = _STEMS.get(word)
+    if found is not None:
+        return found
     if len(word) <= 3 or not word.isascii() or not word.isalpha():
         return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+    with _STEMMER_LOCK:
+        found = _STEMMER.stemWord(word)
+    if len(_STEMS) >= _STEMS_LIMIT:
+        _STEMS.clear()
+    _STEMS[word] = found
+    return found
 
 
 def terms(text: str) -> list[str]:
-    """The terms of ``text`` in order: tokens, stop words dropped, plurals folded."""
+    """The terms of ``text`` in order: tokens, stop words dropped, English words reduced to
+    their Snowball (Porter2) stems, so "painting", "painted" and "paints" all give "paint"."""
     return [_stem(token) for token in tokenize(text) if token not in STOPWORDS]

@@ -65,8 +65,8 @@ def test_hash_rows_are_float32_unit_vectors_and_blank_or_stopword_texts_are_zero
 
 
 def test_hash_model_names_the_dimension_and_bad_dimensions_are_refused() -> None:
-    assert HashEmbedder().model == "kwtree-hash-v1-512"
-    assert HashEmbedder(256).model == "kwtree-hash-v1-256" and HashEmbedder(256).dim == 256
+    assert HashEmbedder().model == "kwtree-hash-v2-512"
+    assert HashEmbedder(256).model == "kwtree-hash-v2-256" and HashEmbedder(256).dim == 256
     for bad in (0, 7, True, 2.5, "512"):
         with pytest.raises(InvalidInputError):
             HashEmbedder(bad)  # type: ignore[arg-type]
@@ -101,14 +101,14 @@ def test_hash_is_identical_across_processes_with_different_hash_seeds() -> None:
 
 
 def test_hash_recipe_is_pinned() -> None:
-    # If this fails, the vectors of "kwtree-hash-v1" changed (HashEmbedder or normalize.terms),
+    # If this fails, the vectors of "kwtree-hash-v2" changed (HashEmbedder or normalize.terms),
     # so vectors stored under the old model id would silently disagree with new ones: bump the
-    # version in HashEmbedder.model and _KEY, then update these numbers. A tolerance, not bytes,
+    # version in HashEmbedder.model, then update these numbers. A tolerance, not bytes,
     # so that last-bit differences between CPUs' numpy kernels do not count as a change.
     vectors = HashEmbedder(16).embed(["Caroline went to an LGBTQ support group", "我喜欢小狗", "Dogs dogs DOGS!"])
     np.testing.assert_allclose(vectors, [
-        [-0.06443, -0.29701, 0.35724, 0.00000, -0.18591, -0.09296, -0.09296, -0.18591, -0.45085, -0.25035,
-         -0.37183, -0.09296, 0.31515, 0.09296, -0.37183, -0.18591],
+        [-0.06316, -0.23727, 0.45559, 0.00000, -0.09112, -0.09112, -0.09112, -0.09112, -0.34226, -0.33651,
+         -0.36447, -0.32839, 0.33414, 0.09112, -0.27335, -0.18223],
         [0.00000, -0.09071, 0.59428, 0.00000, 0.26028, -0.23568, 0.00000, 0.00000, 0.00000, 0.00000,
          -0.00761, 0.00000, 0.23568, 0.00000, -0.32639, 0.59428],
         [0.53347, -0.44233, 0.26673, -0.26673, 0.00000, 0.00000, 0.26673, 0.26673, 0.14744, 0.00000,
@@ -143,10 +143,10 @@ def test_hash_embedder_is_thread_safe() -> None:
 
 
 def test_content_hash_is_stable_short_and_separates_model_from_text() -> None:
-    key = content_hash("kwtree-hash-v1-512", "hello")
-    assert key == content_hash("kwtree-hash-v1-512", "hello") and len(key) == 32
+    key = content_hash("kwtree-hash-v2-512", "hello")
+    assert key == content_hash("kwtree-hash-v2-512", "hello") and len(key) == 32
     assert int(key, 16) >= 0
-    assert key != content_hash("kwtree-hash-v1-256", "hello") != content_hash("kwtree-hash-v1-512", "hello!")
+    assert key != content_hash("kwtree-hash-v2-256", "hello") != content_hash("kwtree-hash-v2-512", "hello!")
     assert content_hash("ab", "c") != content_hash("a", "bc")
     assert content_hash("m", "\ud800") == content_hash("m", "\ud800")  # a lone surrogate does not raise
 
@@ -341,7 +341,7 @@ def test_openai_bad_configuration_is_refused(kwargs: dict[str, Any]) -> None:
 
 
 def test_spec_hash_forms() -> None:
-    assert embedder_from_spec("hash").model == "kwtree-hash-v1-512"
+    assert embedder_from_spec("hash").model == "kwtree-hash-v2-512"
     assert embedder_from_spec("hash:256").dim == 256
     for bad in ("hash:abc", "hash:-1", "hash:4"):
         with pytest.raises(InvalidInputError):

@@ -32,7 +32,7 @@ def test_english_words_match_by_word_in_bm25_order(fts: FullTextIndex) -> None:
     fts.upsert("info", "a", "budget meeting notes")
     fts.upsert("info", "b", "the budget, the budget and the budget again: budget review")
     fts.upsert("info", "c", "holiday plans")
-    fts.upsert("info", "d", "Budgeting is a different word")
+    fts.upsert("info", "d", "Budgetary is a different word (its stem is budgetari)")
     results = fts.search("BUDGET", "info")
     assert [entity_id for entity_id, _ in results] == ["b", "a"]
     assert results[0][1] > results[1][1] > 0

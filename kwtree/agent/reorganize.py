@@ -8,8 +8,8 @@ one operation.
 
 The offline planner proposes:
 
-- **merges** of keywords that answer to the same name (or to names that differ only by a
-  plural) when they are siblings or their descriptions agree;
+- **merges** of keywords that answer to the same name (or to names with the same English
+  stems) when they are siblings or their descriptions agree;
 - **moves** of keywords (below the top level) whose text points clearly at another parent
   (its parent score at least ``MOVE_MIN_SCORE`` and ``MOVE_MARGIN`` times the current
   parent's) to a keyword that already has children;

@@ -1,7 +1,7 @@
 """Full-text search over infos and keywords: a tantivy index that is only a cache.
 
 Tokenisation is ours (``kwtree.normalize.terms``: casefolded words, stop words dropped,
-plurals folded, CJK runs as character bigrams), the same for documents and queries. The
+English words stemmed, CJK runs as character bigrams), the same for documents and queries. The
 terms are indexed space-joined under tantivy's built-in ``whitespace`` tokenizer (splits on
 ASCII whitespace, changes nothing), so no tokenizer must be registered per ``Index``. Each
 term carries its kind's prefix (``i:``/``k:``): a query is a plain disjunction of term
@@ -30,7 +30,7 @@ from kwtree.normalize import terms
 
 __all__ = ["FORMAT", "KINDS", "FullTextIndex"]
 
-FORMAT = 1
+FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
 KINDS = {"info": "i:", "keyword": "k:"}
 _HEAP_BYTES = 64_000_000  # a budget tantivy allocates as it goes, not up front
