@@ -205,8 +205,10 @@ class Hit:
 
     ``bm25`` is the full-text score and ``vector`` the cosine similarity (None when that
     retriever did not return the info); ``text_rank`` and ``vector_rank`` their ranks (1 =
-    best); ``info_score`` the fused score of the two; ``keyword_score`` the tree's part (the
-    best score among the keywords it is linked to that the query names or matches); and
+    best); ``info_score`` the fused score of the two plus ``thread``, the part it gains from
+    its neighbours in its thread (the infos linked just before and after it to its most
+    specific keyword); ``keyword_score`` the tree's part (the best score among the keywords
+    it is linked to that the query names or matches); and
     ``score = a * info_score + (1 - a) * keyword_score``.
     """
 
@@ -218,4 +220,5 @@ class Hit:
     vector: float | None = None
     text_rank: int | None = None
     vector_rank: int | None = None
+    thread: float = 0.0
     keywords: list[LinkedKeyword] = field(default_factory=list)

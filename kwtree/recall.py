@@ -9,6 +9,11 @@ Functions here take the State (the caller holds its lock) and the raw hits of th
   descendants halved per level. An info's keyword score is the best among the keywords it is
   linked to, and infos linked to the best keywords join the candidates even when their text
   matched nothing. ``final = a * info_score + (1 - a) * keyword_score``.
+- **Threads.** Infos linked one after another to one keyword (the turns of a conversation's
+  session, the steps of a task) read in sequence: a question is often answered by the turn
+  after the one that repeats its words. An info's thread is its most specific keyword (the
+  one holding the fewest infos, at most ``THREAD_LIMIT``), and its score gains
+  ``thread * (score(previous) + score(next))`` from its neighbours there.
 - **Filters.** ``under`` keeps infos linked (live) to a keyword of that subtree; ``relation``
   keeps infos with a link of that type (to that subtree, with ``under``).
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
@@ -28,7 +33,10 @@ from kwtree.state import State
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
 
 MODES = ("hybrid", "bm25", "vector")
-RRF_K = 60
+#: Reciprocal rank fusion's constant. 60, the usual value for fusing long result lists, makes
+#: ranks 1 and 10 nearly equal (1/61 against 1/70); at 5 the best hits stand out from the rest,
+#: which the thread and tree parts need: LoCoMo R@10 69.0 at 60, 74.4 at 5 (bench/locomo.py).
+RRF_K = 5
 TEXT_KEYWORD_WEIGHT = 0.6
 #: A keyword's score passes to each level below it multiplied by this.
 DESCENT_DECAY = 0.5
@@ -40,17 +48,21 @@ TOP_INFOS = 3
 #: Infos of at most this many top keywords join the candidates, this many each.
 KEYWORD_SOURCES = 5
 INFOS_PER_KEYWORD = 50
+#: A keyword holding more infos than this is a topic, not a thread: its infos get no neighbours.
+THREAD_LIMIT = 5000
 
 
 @dataclass(frozen=True, slots=True)
 class RecallWeights:
     """How recall mixes its parts: ``a`` weighs the info's own score against its keywords'
-    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion; ``feedback`` (0:
-    off) weighs a second full-text query expanded by pseudo-relevance feedback."""
+    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion; ``thread`` is the
+    share of each thread neighbour's score an info gains (0: off); ``feedback`` (0: off)
+    weighs a second full-text query expanded by pseudo-relevance feedback."""
 
     a: float = 0.5
     bm25: float = 1.0
     vector: float = 0.5
+    thread: float = 0.3
     feedback: float = 0.0
 
 
@@ -136,6 +148,27 @@ def _tree_scores(
     return result
 
 
+def _neighbours(state: State, info_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each info's neighbours in its thread: the infos linked just before and just after it
+    to its most specific live keyword (none when that keyword holds over ``THREAD_LIMIT``)."""
+    members: dict[str, list[str]] = {}
+    for iid in info_ids:
+        sizes = [(len(state.infos_by_keyword.get(kid, ())), kid)
+                 for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        if sizes:
+            size, kid = min(sizes, key=lambda pair: pair[0])
+            if 1 < size <= THREAD_LIMIT:
+                members.setdefault(kid, []).append(iid)
+    found: dict[str, tuple[str, ...]] = {}
+    for kid, iids in members.items():
+        order = list(state.infos_by_keyword[kid])
+        position = {iid: i for i, iid in enumerate(order)}
+        for iid in iids:
+            i = position[iid]
+            found[iid] = tuple(order[j] for j in (i - 1, i + 1) if 0 <= j < len(order))
+    return found
+
+
 def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None) -> bool:
     if subtree is None and relation is None:
         return True
@@ -167,7 +200,7 @@ def fuse(
     candidates = dict.fromkeys([*text_rank, *vector_rank])
     for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
         candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
-    scored: list[tuple[str, float]] = []
+    own: dict[str, float] = {}
     for iid in candidates:
         if state.live_info(iid) is None or not _allowed(state, iid, subtree, relation):
             continue
@@ -176,7 +209,17 @@ def fuse(
             fused += weights.bm25 / (RRF_K + text_rank[iid][0])
         if iid in vector_rank:
             fused += weights.vector / (RRF_K + vector_rank[iid][0])
-        scored.append((iid, fused / top if top else 0.0))
+        own[iid] = fused / top if top else 0.0
+    if weights.thread > 0:
+        neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0])
+        joining = {n for near in neighbours.values() for n in near if n not in own}
+        joining = {iid for iid in joining if state.live_info(iid) is not None and _allowed(state, iid, subtree, relation)}
+        own.update(dict.fromkeys(joining, 0.0))
+        neighbours.update(_neighbours(state, joining))
+        threads = {iid: weights.thread * sum(own.get(n, 0.0) for n in neighbours.get(iid, ())) for iid in own}
+    else:
+        threads = dict.fromkeys(own, 0.0)
+    scored = [(iid, score + threads[iid]) for iid, score in own.items()]
     tree_scores = _tree_scores(state, scored, scores, subtree)
     memo: dict[str, float] = {}
     hits: list[Hit] = []
@@ -189,6 +232,7 @@ def fuse(
             vector=vector_rank[iid][1] if iid in vector_rank else None,
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
+            thread=threads[iid],
         ))
     hits.sort(key=lambda hit: (-hit.score, hit.text_rank or 1 << 30, hit.vector_rank or 1 << 30, hit.info.id))
     hits = hits[:k]
