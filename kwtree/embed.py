@@ -120,7 +120,7 @@ class HashEmbedder:
     sublinearly (``1 + log tf`` per feature), L2-normalised on its own, then mixed:
 
     - ``word`` (0.3): the terms of ``kwtree.normalize.terms`` (stop words dropped, English
-      words stemmed, CJK runs as character bigrams), less the conversational ``_FILLER`` words;
+      words stemmed, CJK runs as character pairs), less the conversational ``_FILLER`` words;
     - ``pair`` (0.1): pairs of adjacent terms;
     - ``char`` (0.6): character 2- to 4-grams of each term with ``<``/``>`` word boundaries
       (they match inflections, compounds and typos); for a CJK term its single characters.

@@ -44,18 +44,26 @@ _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
 _CJK_RUN = re.compile(rf"[{_CJK}]")
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
     """Split ``text`` into casefolded word tokens, in order.
 
     Letters and digits form words; runs of CJK characters (written without spaces) become
-    overlapping character bigrams (a single character stays one token), so ``"我喜欢狗"``
-    gives ``["我喜", "喜欢", "欢狗"]``. Punctuation and spacing separate tokens.
+    overlapping character pairs (a single character stays one token), so ``"我喜欢狗"`` gives
+    ``["我喜", "喜欢", "欢狗"]``. With ``cjk_singles`` a longer run also gives each of its
+    characters (``["我", "我喜", "喜", ...]``): the full-text index stores documents that way,
+    so a one-character query (猫) finds the texts that hold it, while a query of two or more
+    characters still matches by pairs (南京路 does not find 北京 by their shared 京).
+    Punctuation and spacing separate tokens.
     """
     folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
     tokens: list[str] = []
     for run in _TOKEN.findall(folded):
         if len(run) > 1 and _CJK_RUN.match(run):
-            tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+            for i in range(len(run)):
+                if cjk_singles:
+                    tokens.append(run[i])
+                if i + 1 < len(run):
+                    tokens.append(run[i : i + 2])
         else:
             tokens.append(run)
     return tokens
@@ -94,7 +102,8 @@ def _stem(word: str) -> str:
     return found
 
 
-def terms(text: str) -> list[str]:
+def terms(text: str, cjk_singles: bool = False) -> list[str]:
     """The terms of ``text`` in order: tokens, stop words dropped, English words reduced to
-    their Snowball (Porter2) stems, so "painting", "painted" and "paints" all give "paint"."""
-    return [_stem(token) for token in tokenize(text) if token not in STOPWORDS]
+    their Snowball (Porter2) stems, so "painting", "painted" and "paints" all give "paint";
+    ``cjk_singles`` as for ``tokenize``."""
+    return [_stem(token) for token in tokenize(text, cjk_singles) if token not in STOPWORDS]

@@ -84,7 +84,8 @@ def from_descent(state: State, descent: Descent) -> SearchResult:
 
 def names_in_text(state: State, text: str) -> list[str]:
     """Ids of live keywords whose name or alias occurs in ``text`` as a run of up to five
-    words (or, in CJK text, as a run of two to eight characters); longest names first."""
+    words (or, in CJK text, as a run of two to eight characters, or as a whole run of one
+    character: "猫" alone names 猫, but 中 is not named by 中国); longest names first."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     found: dict[str, int] = {}
 
@@ -101,7 +102,7 @@ def names_in_text(state: State, text: str) -> list[str]:
             look("".join(words[start:end]))
     for run in _CJK_RUN.findall(folded):
         for start in range(len(run)):
-            for end in range(start + 2, min(start + 8, len(run)) + 1):
+            for end in range(start + min(2, len(run)), min(start + 8, len(run)) + 1):
                 look(run[start:end])
     return sorted(found, key=lambda kid: -found[kid])
 

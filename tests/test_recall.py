@@ -613,15 +613,20 @@ def test_context_for_a_cjk_query_leads_with_its_memory(library: KeywordTree, que
     assert first[:2] == ["## Animals › Cats", expected]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a one-character CJK word (猫 cat, 书 book, 水 water) is never found by full text: "
-    "kwtree/normalize.py tokenize indexes CJK runs as bigrams only, so the query's unigram term "
-    "matches no document (kwtree/stores/fulltext.py search); the keyword lookup also needs 2+ "
-    "CJK characters (kwtree/search.py names_in_text)"))
 def test_a_one_character_cjk_word_is_found_by_full_text(mem: KeywordTree) -> None:
     cat = mem.create_info("我家的猫喜欢吃鱼")
     mem.create_info("今天下雨")
     assert ids(mem.recall("猫", mode="bm25")) == [cat.id]
+    mem.create_info("吃饭和鱼")  # both characters of 吃鱼, but not the pair: a longer query matches by pairs
+    assert ids(mem.recall("吃鱼", mode="bm25")) == [cat.id]
+
+
+def test_a_one_character_cjk_name_is_named_only_on_its_own(mem: KeywordTree) -> None:
+    cat = mem.create_keyword("猫", ROOT_ID, llm_auto_place=False)
+    mem.create_keyword("中", ROOT_ID, llm_auto_place=False)
+    kept = mem.create_info("它很可爱", keyword_ids=[cat.id])
+    assert mem.recall("猫", mode="bm25")[0].info == kept  # the query names the keyword
+    assert all(hit.keyword_score == 0 for hit in mem.recall("中国", mode="bm25"))
 
 
 @given(budget=st.integers(1, 300), query=st.sampled_from(["cats purr", "dogs walks", "猫", "mango", "whiskers dark"]))

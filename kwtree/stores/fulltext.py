@@ -1,7 +1,8 @@
 """Full-text search over infos and keywords: a tantivy index that is only a cache.
 
 Tokenisation is ours (``kwtree.normalize.terms``: casefolded words, stop words dropped,
-English words stemmed, CJK runs as character bigrams), the same for documents and queries. The
+English words stemmed, CJK runs as character pairs, and in documents as single characters
+too, so a one-character query finds them). The
 terms are indexed space-joined under tantivy's built-in ``whitespace`` tokenizer (splits on
 ASCII whitespace, changes nothing), so no tokenizer must be registered per ``Index``. Each
 term carries its kind's prefix (``i:``/``k:``): a query is a plain disjunction of term
@@ -184,7 +185,7 @@ class FullTextIndex:
         doc = tantivy.Document()
         doc.add_text("kind", kind)
         doc.add_text("key", key)
-        doc.add_text("text", " ".join(prefix + term for term in terms(text)))
+        doc.add_text("text", " ".join(prefix + term for term in terms(text, cjk_singles=True)))
         with self._lock:
             writer = self._writer_for_update()
             writer.delete_documents_by_term("key", key)  # spares documents added after it
