@@ -135,6 +135,21 @@ class Indexes:
                 )
             return self._vector_store
 
+    def _recover_vanished_vectors(self) -> None:
+        """If the vector store's directory was deleted under this tree (``cache/`` is only a
+        cache), open a new one and queue every text again (embedding them here when writes
+        embed inline), so recall does not wait for the next open to see vectors again."""
+        with self._open_lock:
+            store = self._vector_store
+            if store is None or store.directory.exists():
+                return
+            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
+            store.discard()
+            self._vector_store = None
+        self.repair()
+        if not self._embed_async and self._thread is None:
+            self.wait_indexed()
+
     # --- writes ------------------------------------------------------------------------------
 
     def note(self, op: Operation, state: State) -> None:
@@ -191,6 +206,7 @@ class Indexes:
         """Embed the current text of each (kind, id, hash) that is still current; returns
         {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
         the batch, each text is tried alone, so one bad text fails only itself."""
+        self._recover_vanished_vectors()
         texts, keys = [], []
         for kind, entity_id, digest in items:
             text = self._read(lambda state, kind=kind, entity_id=entity_id: entity_text(state, kind, entity_id))
@@ -370,6 +386,7 @@ class Indexes:
 
     def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
         """Entities of ``kind`` whose current text's vector is nearest the query's."""
+        self._recover_vanished_vectors()
         if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
             return []  # nothing was ever embedded with this model here
         self._vectors.refresh()

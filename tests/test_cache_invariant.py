@@ -432,15 +432,8 @@ def test_writes_and_close_survive_caches_vanishing_and_a_reopen_rebuilds(base: P
         check_hits(tree, "cats", tree.recall("cats", mode="vector"))
 
 
-VANISHED_VECTORS = pytest.mark.xfail(strict=True, reason=(
-    "BUG: after cache/ is deleted under an open tree, its vector store keeps writing to the "
-    "deleted files, so a text written afterwards is not found by vector recall until the tree "
-    "is reopened (the full-text index is rebuilt at once)"))
-
-
 @pytest.mark.parametrize(("what", "mode"), [
-    *[(what, mode) for what in ("cache", "fulltext") for mode in MODES if (what, mode) != ("cache", "vector")],
-    pytest.param("cache", "vector", marks=VANISHED_VECTORS),
+    *[(what, mode) for what in ("cache", "fulltext") for mode in MODES],
 ])
 def test_recall_after_caches_vanish_under_an_open_tree(base: Path, what: str, mode: str) -> None:
     with open_tree(base / "tree") as tree:

@@ -667,6 +667,11 @@ class VectorStore:
                 self.save()
             except StorageError as exc:
                 log.warning("%s", exc)
+            self.discard()
+
+    def discard(self) -> None:
+        """Release the files without saving anything (for a store whose directory is gone)."""
+        with self._mutex:
             self._close_append_fds()
             self._index = None
             self._matrix = None
