@@ -221,7 +221,9 @@ class KeywordTree(AgentMethods, RetrievalMethods):
         directory = self._dir
         if (directory / MANIFEST_NAME).exists():
             return  # another process created it meanwhile
-        if _holds_foreign_files(directory):  # checked first, so no lock file lands there
+        # Foreign files first, the manifest second: a creator writes the manifest before any
+        # other file, so files seen before a manifest that exists now were a racing creator's.
+        if _holds_foreign_files(directory) and not (directory / MANIFEST_NAME).exists():
             raise FormatError(
                 f"{directory} is not empty and has no {MANIFEST_NAME}: kwtree creates its data only "
                 f"in a new or empty directory; pass another data_dir"
