@@ -142,7 +142,6 @@ def run_real(n_docs: int, work: Path | None = None) -> dict:
         figures = vector_figures(tree, questions[:200], timings)
         tree.close()
     return {**figures, **timings, "docs": len(docs)}
-    return result
 
 
 def markdown(result: dict) -> str:
@@ -179,8 +178,8 @@ def _real_rows(real: dict) -> list[str]:
         f"| `recall(mode=\"vector\")` end to end, real e5 vectors | {real['recall_p50_ms']:.2f} ms | | | |",
         "",
         "The synthetic corpus is random words: the default embedder's vectors of it spread like random data, the worst "
-        "case for a graph index. The real-vector rows use multilingual-e5-small (the `.[e5]` extra) on 100k real "
-        "sentences (a LoCoMo turn joined with a WordNet gloss) with LoCoMo's questions as queries "
+        "case for a graph index. The real-vector rows use multilingual-e5-small (the `.[e5]` extra) on "
+        f"{real['docs']:,} real sentences (a LoCoMo turn joined with a WordNet gloss) with LoCoMo's questions as queries "
         f"(`bench/real_vectors.py`; hnswlib graph built in {real['hnsw_build_s']:.0f} s).",
     ]
 

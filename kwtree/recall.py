@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.search import names_in_text
@@ -64,6 +65,14 @@ class RecallWeights:
     vector: float = 0.5
     thread: float = 0.3
     feedback: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("a", "bm25", "vector", "thread", "feedback"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {value!r}")
+        if self.a > 1:
+            raise InvalidInputError(f"RecallWeights.a must be in [0, 1], got {self.a!r}")
 
 
 def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) -> list[str]:

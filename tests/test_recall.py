@@ -414,6 +414,14 @@ def test_the_turn_after_a_hit_joins_through_its_thread(mem: KeywordTree) -> None
     assert answer.bm25 is None and answer.thread == pytest.approx(0.3) == answer.info_score
 
 
+@pytest.mark.parametrize("bad", [{"a": 1.5}, {"a": -0.1}, {"thread": -0.3}, {"vector": float("nan")},
+                                 {"bm25": float("inf")}, {"feedback": "0.5"}, {"thread": True}])
+def test_recall_weights_are_checked(bad: dict) -> None:
+    name = next(iter(bad))
+    with pytest.raises(InvalidInputError, match=f"RecallWeights.{name} must be"):
+        RecallWeights(**bad)
+
+
 def test_thread_zero_turns_neighbours_off(tmp_path: Path) -> None:
     tree = KeywordTree(tmp_path / "t", durability="none", worker=False, recall_weights=RecallWeights(thread=0))
     turns = chat(tree)
