@@ -100,14 +100,14 @@ def _embed_nonblank(texts: Sequence[str], dim: Callable[[], int], encode: Callab
 _WEIGHTS = {"word": 0.3, "pair": 0.1, "char": 0.6}
 _KEY = b"kwtree-hash-v1"  # part of the recipe: changing it (or anything below) needs a new model id
 
-# Conversational function words that normalize.STOPWORDS keeps (pronouns, auxiliaries,
+# Conversational words that normalize.STOPWORDS keeps (reflexive pronouns, modals,
 # interjections, contraction tails as terms() splits them: "I'm" -> "m"). Without IDF they
 # outweigh the content words of short chat turns: dropping them lifts LoCoMo R@10 by about 2.
-_FILLER = frozenset("""i me my mine myself we us our ours ourselves you your yours yourself he him his
-    himself she her hers herself they them their theirs themselves am do doe did doing done have has
-    having had can could would should will shall might must just really so too quite also even still yet
-    yeah yes yep yup oh wow hey hi hello thanks thank please okay ok sure well hmm um uh lol haha
-    s t m d ll ve re don didn doesn isn wasn aren weren won wouldn couldn shouldn haven hasn""".split())  # noqa: SIM905
+# Held as terms (stems), the form _embed_chunk compares: "really" is "realli" there.
+_FILLER = frozenset(terms("""mine ourselves yourself himself herself themselves can will shall might
+    must just really too even still yet yeah yes yep yup oh wow hey hi hello thanks thank please
+    okay ok sure well hmm um uh lol haha s t m d ll ve re don didn doesn isn wasn aren weren won wouldn
+    couldn shouldn haven hasn"""))
 
 
 def _h64(feature: str) -> int:

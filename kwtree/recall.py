@@ -36,7 +36,7 @@ __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
 MODES = ("hybrid", "bm25", "vector")
 #: Reciprocal rank fusion's constant. 60, the usual value for fusing long result lists, makes
 #: ranks 1 and 10 nearly equal (1/61 against 1/70); at 5 the best hits stand out from the rest,
-#: which the thread and tree parts need: LoCoMo hybrid R@10 66.1 at 60, 74.0 at 5 (bench/locomo.py).
+#: which the thread and tree parts need: LoCoMo hybrid R@10 about 66 at 60, 74 at 5 (bench/locomo.py).
 RRF_K = 5
 TEXT_KEYWORD_WEIGHT = 0.6
 #: A keyword's score passes to each level below it multiplied by this.
