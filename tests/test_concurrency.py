@@ -61,9 +61,15 @@ class Child:
 
     def finish(self) -> str:
         """Close stdin, wait for a clean exit and return the rest of stdout."""
-        out, err = self.proc.communicate(timeout=HANG)
-        assert self.proc.returncode == 0, err
+        self.proc.stdin.close()
+        out = self._rest()
+        assert self.proc.wait(HANG) == 0, self.proc.stderr.read()
         return out
+
+    def _rest(self) -> str:
+        # Through the same file object as readline: communicate() reads the raw pipe and would
+        # miss the lines readline had already buffered (it lost acknowledged writes here).
+        return self.proc.stdout.read()
 
     def wait_exit(self) -> None:
         """Close stdin and wait for a clean exit (stdout is read by someone else)."""
@@ -73,8 +79,8 @@ class Child:
     def kill(self) -> str:
         """SIGKILL the child; return every complete line it had written (they were acknowledged)."""
         self.proc.send_signal(signal.SIGKILL)
-        out, _ = self.proc.communicate(timeout=HANG)
-        assert self.proc.returncode == -signal.SIGKILL
+        out = self._rest()
+        assert self.proc.wait(HANG) == -signal.SIGKILL
         return out
 
     def cleanup(self) -> None:
