@@ -27,6 +27,7 @@ import orjson
 from kwtree.models import (
     EMPTY_METADATA,
     Change,
+    Entity,
     Info,
     Keyword,
     Link,
@@ -36,9 +37,11 @@ from kwtree.models import (
 )
 
 __all__ = [
+    "COMPACT_KIND",
     "OpClock",
     "DECODERS",
     "decode_operation",
+    "encode_compacted",
     "encode_operation",
     "is_op_id",
 ]
@@ -198,6 +201,26 @@ def encode_operation(op: Operation) -> bytes:
     return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
 
 
+COMPACT_KIND = "compact"
+
+
+def encode_compacted(op_id: str, timestamp: float, entities: list[Entity], audit: Mapping[str, Any] | None) -> bytes:
+    """One operation of a compacted log: the current version of each entity, each row naming
+    the operation that originally wrote it in ``wrote``; no before-images (undo refuses it)."""
+    rows = []
+    for entity in entities:
+        kind, fields = _ENCODERS[type(entity)]
+        row = fields(entity, op_id, kind)
+        if entity.op_id != op_id:
+            row["wrote"] = entity.op_id
+        rows.append(row)
+    end: dict[str, Any] = {"kind": COMPACT_KIND, "actor": "kwtree", "ts": timestamp, "rows": len(rows)}
+    if audit:
+        end["audit"] = dict(audit)
+    rows[-1]["end"] = end
+    return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+
+
 # --- decoding -----------------------------------------------------------------------------
 # Decoders build the entity from a parsed row (or a before-image). They check the types a
 # later step relies on and raise ValueError/KeyError/TypeError on anything else; replay turns
@@ -230,6 +253,12 @@ def _timestamp(value: object, field: str) -> float:
     if type(value) is int:
         return float(value)
     raise ValueError(f"field {field!r} must be a number")
+
+
+def _wrote(value: object) -> str:
+    if type(value) is not str or len(value) != OP_ID_LENGTH:
+        raise ValueError("field 'wrote' must be an operation id")
+    return value
 
 
 def decode_keyword(r: dict[str, Any], op_id: str) -> Keyword:
@@ -270,7 +299,7 @@ def decode_keyword(r: dict[str, Any], op_id: str) -> Keyword:
         created_at,
         updated_at,
         r.get("deleted", False) is True,
-        op_id,
+        op_id if "wrote" not in r else _wrote(r["wrote"]),
     )
 
 
@@ -286,7 +315,7 @@ def decode_info(r: dict[str, Any], op_id: str) -> Info:
         created_at,
         created_at if updated_at == created_at else updated_at,
         r.get("deleted", False) is True,
-        op_id,
+        op_id if "wrote" not in r else _wrote(r["wrote"]),
     )
 
 
@@ -299,7 +328,7 @@ def decode_link(r: dict[str, Any], op_id: str) -> Link:
         _timestamp(r["created_at"], "created_at"),
         r.get("deleted", False) is True,
         _version(r["v"]),
-        op_id,
+        op_id if "wrote" not in r else _wrote(r["wrote"]),
     )
 
 
@@ -318,7 +347,7 @@ def decode_relation(r: dict[str, Any], op_id: str) -> Relation:
         _timestamp(r["created_at"], "created_at"),
         r.get("deleted", False) is True,
         _version(r["v"]),
-        op_id,
+        op_id if "wrote" not in r else _wrote(r["wrote"]),
     )
 
 

@@ -42,12 +42,28 @@ def follow(events: EventLog, state: State, bound: Bound | None, state_lock: thre
     """Apply every complete operation after the log's read position (up to ``bound``).
 
     Returns the state: the one passed in, updated in place, or a new one if the log turned
-    out to hold operations out of id order and had to be replayed from the start, sorted.
+    out to hold operations out of id order and had to be replayed from the start, sorted,
+    or if compaction replaced the log since the last look.
     """
     if bound is not None and bound.timestamp is not None:
         # A view by time needs each operation's timestamp before its rows are applied, which
         # the buffered, sorted replay has (and a fixed view never tails afterwards).
         return replay_all_sorted(events, bound)
+    if bound is None and events.rewritten():
+        log.info("the log in %s was replaced (compacted or restored): replaying it", events.log_dir)
+        events.reattach()
+        state = State()
+    try:
+        return _tail(events, state, bound, state_lock, at_open)
+    except FileNotFoundError:
+        # The log was replaced and the old one removed between the check above and a read.
+        if bound is not None or not events.rewritten():
+            raise
+        events.reattach()
+        return _tail(events, State(), bound, state_lock, at_open)
+
+
+def _tail(events: EventLog, state: State, bound: Bound | None, state_lock: threading.Lock, at_open: bool) -> State:
     while True:
         pending = events.read_pending()
         if pending is None:

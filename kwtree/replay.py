@@ -70,9 +70,10 @@ def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
 
 
 def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
-    for offset, entity in enumerate(entities):
-        if type(entity) is not Keyword or entity.id != ROOT_ID:
-            raise CorruptLogError(path, first_line + offset, "row before the root keyword exists")
+    """The first row of the log must be the root keyword (as ``replay_chunk`` requires)."""
+    first = entities[0]
+    if type(first) is not Keyword or first.id != ROOT_ID:
+        raise CorruptLogError(path, first_line, "row before the root keyword exists")
 
 
 def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None) -> ChunkResult:

@@ -138,10 +138,15 @@ class State:
             stack.extend(reversed(children.get(node, ())))
 
     def lookup_names(self, key: str) -> list[str]:
+        """Ids of the live keywords answering to ``key``, oldest first (by creation time, then
+        id: an order that replay and compaction cannot change)."""
         found = self.names.get(key)
         if found is None:
             return []
-        return [found] if type(found) is str else list(found)
+        if type(found) is str:
+            return [found]
+        keywords = self.keywords
+        return sorted(found, key=lambda kid: (keywords[kid].created_at, kid))
 
     # --- keyword reducer -------------------------------------------------------------------
 
@@ -161,7 +166,8 @@ class State:
                 if parent is not None and not parent.deleted and parent is not k:
                     self._add_fresh(k, parent)
                     return
-        k.version = old.version + 1 if old is not None else 1
+        if old is not None:
+            k.version = old.version + 1
         if kid == ROOT_ID:
             # The root is structural: always live, never anyone's child, not in the name index.
             k.parent_id, k.level, k.deleted = None, 0, False
@@ -202,7 +208,6 @@ class State:
     def _add_fresh(self, k: Keyword, parent: Keyword) -> None:
         """Index a new keyword without aliases under a live parent (already stored)."""
         kid = k.id
-        k.version = 1
         k.parent_id = parent.id  # share the parent's id string
         k.level = parent.level + 1
         siblings = self.children.get(parent.id)
@@ -290,13 +295,15 @@ class State:
 
     def put_info(self, info: Info) -> None:
         old = self.infos.get(info.id)
-        info.version = old.version + 1 if old is not None else 1
+        if old is not None:
+            info.version = old.version + 1
         self.infos[info.id] = info
 
     def put_link(self, link: Link) -> None:
         key = (link.info_id, link.keyword_id)
         old = self.links.get(key)
-        link.version = old.version + 1 if old is not None else 1
+        if old is not None:
+            link.version = old.version + 1
         self.links[key] = link
         was_live = old is not None and not old.deleted
         if link.deleted:
@@ -317,7 +324,8 @@ class State:
     def put_relation(self, rel: Relation) -> None:
         key = (rel.from_id, rel.to_id, rel.type)
         old = self.relations.get(key)
-        rel.version = old.version + 1 if old is not None else 1
+        if old is not None:
+            rel.version = old.version + 1
         self.relations[key] = rel
         out_key, in_key = (rel.to_id, rel.type), (rel.from_id, rel.type)
         if rel.deleted:

@@ -338,7 +338,7 @@ def _children_of(state: State, ids: list[str]) -> list[str]:
 def _common_ancestor(state: State, ids: list[str]) -> str:
     paths = [state.ancestry(kid) for kid in ids]
     common = ROOT_ID
-    for nodes in zip(*paths):
+    for nodes in zip(*paths, strict=False):
         if len(set(nodes)) != 1:
             break
         common = nodes[0]

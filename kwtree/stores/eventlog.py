@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kwtree.errors import StorageError
+from kwtree.errors import FormatError, StorageError
 from kwtree.events import is_op_id
 from kwtree.stores.files import fsync_directory, read_until_nul
 
@@ -39,8 +39,8 @@ PREALLOCATE_BYTES = 1 << 20
 _ZEROS = bytes(PREALLOCATE_BYTES)
 
 
-def segment_names(log_dir: Path) -> list[str]:
-    """The segment names (first op ids) in ``log_dir``, oldest first."""
+def segment_names(log_dir: Path | int) -> list[str]:
+    """The segment names (first op ids) in ``log_dir`` (a path or an open descriptor), oldest first."""
     try:
         entries = os.listdir(log_dir)
     except FileNotFoundError:
@@ -71,7 +71,14 @@ class EventLog:
         self.segment_bytes = segment_bytes
         self.writable = writable
         self.preallocate = preallocate and writable
-        self._segments = segment_names(self.log_dir)
+        # Segments are opened relative to this descriptor of the log directory, so a reader
+        # keeps reading one generation of the log even while compaction swaps in the next;
+        # holding it also keeps the directory's inode number from being reused, which is
+        # how ``rewritten`` tells a new generation from the one it holds.
+        self._dir_fd = -1
+        self._dir_ino = -1
+        self._attach()
+        self._segments = segment_names(self._dir_fd)
         self._index = 0
         self._offset = 0
         self._line = 1
@@ -84,6 +91,41 @@ class EventLog:
         # that also commits the file size, never correctness (data always goes at the end
         # of what was caught up to, and nothing live lies beyond it).
         self._allocated = 0
+
+    def _attach(self) -> None:
+        if self.writable:
+            self.log_dir.mkdir(exist_ok=True)
+        try:
+            fd = os.open(self.log_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except FileNotFoundError:
+            raise FormatError(f"{self.log_dir.parent} has no {LOG_DIR}/ directory: it is not a whole kwtree directory") from None
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+        self._dir_fd, self._dir_ino = fd, os.fstat(fd).st_ino
+
+    def rewritten(self) -> bool:
+        """True when ``log/`` is no longer the directory this log was reading: compaction
+        or a restore replaced it, and the caller must ``reattach`` and replay from the start."""
+        try:
+            return os.stat(self.log_dir).st_ino != self._dir_ino
+        except FileNotFoundError:
+            return True
+
+    def reattach(self) -> None:
+        """Read the current ``log/`` directory from its start (after ``rewritten``)."""
+        self._close_fd()
+        self._attach()
+        self._allocated = 0
+        self.rewind()
+
+    def seek_end(self) -> None:
+        """Put the read position at the end of the newest segment, for a caller that has
+        applied the whole log (it has just written it)."""
+        self._segments = segment_names(self._dir_fd)
+        self._index = len(self._segments) - 1
+        data = read_until_nul(self._descriptor(), 0) if self._segments else b""
+        self._offset = self._data_end = len(data)
+        self._line = data.count(b"\n") + 1
 
     # --- position and reading --------------------------------------------------------------
 
@@ -105,7 +147,7 @@ class EventLog:
         if self._fd_index != self._index:
             self._close_fd()
             flags = os.O_RDWR if self.writable else os.O_RDONLY
-            self._fd = os.open(self._path(self._index), flags)
+            self._fd = os.open(self._segments[self._index] + SEGMENT_SUFFIX, flags, dir_fd=self._dir_fd)
             self._fd_index = self._index
         return self._fd
 
@@ -117,7 +159,7 @@ class EventLog:
     def read_pending(self) -> Pending | None:
         """The bytes of the current segment after the read position (None if no segment)."""
         if not self._segments:
-            self._segments = segment_names(self.log_dir)  # another process may have started the log
+            self._segments = segment_names(self._dir_fd)  # another process may have started the log
             if not self._segments:
                 return None
         data = read_until_nul(self._descriptor(), self._offset)
@@ -131,7 +173,7 @@ class EventLog:
 
     def rewind(self) -> None:
         """Move the read position back to the start of the oldest segment."""
-        self._segments = segment_names(self.log_dir)
+        self._segments = segment_names(self._dir_fd)
         self._index, self._offset, self._line, self._data_end = 0, 0, 1, 0
 
     @property
@@ -141,7 +183,7 @@ class EventLog:
     def read_segment(self, index: int) -> tuple[str, bytes]:
         """(path, data) of a whole segment, padding excluded."""
         path = self._path(index)
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(self._segments[index] + SEGMENT_SUFFIX, os.O_RDONLY, dir_fd=self._dir_fd)
         try:
             return str(path), read_until_nul(fd, 0)
         finally:
@@ -159,7 +201,7 @@ class EventLog:
         Returns False when the current segment is the newest.
         """
         if self._index == len(self._segments) - 1 and self._offset >= self.segment_bytes:
-            self._segments = segment_names(self.log_dir)  # it may have been sealed meanwhile
+            self._segments = segment_names(self._dir_fd)  # it may have been sealed meanwhile
         if self._index >= len(self._segments) - 1:
             return False
         self._index += 1
@@ -175,10 +217,13 @@ class EventLog:
         """Bytes of log data (padding excluded; the newest segment up to its read data)."""
         total = 0
         for index in range(len(self._segments) - 1):
-            total += self._path(index).stat().st_size
+            total += self._size(index)
         if self._segments:
-            total += self._data_end if self._index == len(self._segments) - 1 else self._path(-1).stat().st_size
+            total += self._data_end if self._index == len(self._segments) - 1 else self._size(-1)
         return total
+
+    def _size(self, index: int) -> int:
+        return os.stat(self._segments[index] + SEGMENT_SUFFIX, dir_fd=self._dir_fd).st_size
 
     # --- writing (caller holds the writer lock and has consumed every whole operation) -----
 
@@ -226,12 +271,10 @@ class EventLog:
     def _start_segment(self, name: str, *, sync: bool) -> None:
         if self._segments:
             self._trim(self._descriptor(), self._offset)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.log_dir / (name + SEGMENT_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(name + SEGMENT_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self._dir_fd)
         os.close(fd)
         if sync:
-            fsync_directory(self.log_dir)
+            os.fsync(self._dir_fd)
         self._segments.append(name)
         self._index = len(self._segments) - 1
         self._offset, self._line, self._data_end = 0, 1, 0
@@ -281,3 +324,6 @@ class EventLog:
 
     def close(self) -> None:
         self._close_fd()
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
