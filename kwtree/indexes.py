@@ -319,15 +319,22 @@ class Indexes:
                 if not self._pending:
                     return
         with self._write_locks():
-            try:
-                self._apply_fulltext()
-            except BaseException as exc:
-                if not _index_failure(exc):
-                    raise
-                log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
-                            self._cache / "fulltext", type(exc).__name__, exc)
-                self._reset_fulltext()
-                self._apply_fulltext()
+            self.sync_fulltext_locked()
+
+    def sync_fulltext_locked(self) -> None:
+        """Bring the full-text index up to the current state, for a caller that already
+        holds the tree's write locks (the writer; a no-op for read-only trees)."""
+        if self._write_locks is None:
+            return
+        try:
+            self._apply_fulltext()
+        except BaseException as exc:
+            if not _index_failure(exc):
+                raise
+            log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
+                        self._cache / "fulltext", type(exc).__name__, exc)
+            self._reset_fulltext()
+            self._apply_fulltext()
 
     def _reset_fulltext(self) -> None:
         """Drop the full-text index (files included) so the next use rebuilds it."""
@@ -342,8 +349,17 @@ class Indexes:
 
     def _apply_fulltext(self) -> None:
         index = self._fulltext
-        if index.watermark == self._read(lambda state: state.last_op_id):
+        last = self._read(lambda state: state.last_op_id)
+        if index.watermark == last:
             return
+        if index.watermark is not None and (last is None or index.watermark > last):
+            # Ahead of the log (a log cut back by a crash without fsync, or replaced by an
+            # older one): it holds writes the log does not, and its watermark would hide
+            # every later write with a lower id. Rebuild it.
+            log.warning("the full-text index in %s reflects operation %s, past the log's last %s; rebuilding it",
+                        self._cache / "fulltext", index.watermark, last)
+            self._reset_fulltext()
+            index = self._fulltext
 
         def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
             with self._lock:

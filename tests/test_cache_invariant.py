@@ -582,3 +582,20 @@ def test_garbage_in_the_outbox_never_fails_an_open_and_its_work_still_gets_done(
         assert (status["pending"], status["failed"], status["dead"], status["done"]) == (0, 0, 0, 2)
         for info in (first, second):
             assert tree.recall(info.content, k=1, mode="vector")[0].info == info
+
+
+def test_a_fulltext_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:
+    """A cache from a later state of the log (here: the log was cut back to an older copy)
+    must not answer for writes the log does not hold."""
+    current, older = tmp_path / "current", tmp_path / "older"
+    with KeywordTree(current, durability="none", worker=False) as tree:
+        info = tree.create_info("alpha early")
+    shutil.copytree(current, older)
+    with KeywordTree(current, durability="none", worker=False) as tree:
+        tree.update_info(info.id, {"content": "bravo later"})
+        assert [hit.info.id for hit in tree.recall("bravo", mode="bm25")] == [info.id]
+    shutil.rmtree(older / "cache", ignore_errors=True)
+    shutil.copytree(current / "cache", older / "cache")
+    with KeywordTree(older, durability="none", worker=False) as tree:
+        assert tree.recall("bravo", mode="bm25") == []
+        assert [hit.info.id for hit in tree.recall("alpha", mode="bm25")] == [info.id]
