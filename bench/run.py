@@ -24,10 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import compaction  # noqa: E402
 import core  # noqa: E402
+import export  # noqa: E402
 import locomo  # noqa: E402
 import placement  # noqa: E402
 import retrieval  # noqa: E402
+import snapshot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -102,12 +105,30 @@ def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
     return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
 
 
+def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
+    return {"live": live, "updates": updates}, compaction.run(live, updates, work)
+
+
+def _run_snapshot(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    megabytes, runs = (20, 2) if quick else (100, 3)
+    return {"mb": megabytes, "runs": runs}, snapshot.run(megabytes, runs, work=work)
+
+
+def _run_export(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    keywords, infos = (2_000, 20_000) if quick else (10_000, 100_000)
+    return {"keywords": keywords, "infos": infos}, export.run(keywords, infos, work)
+
+
 #: Each suite: how to run it, and how to print its results as markdown.
 SUITES = {
     "core": (_run_core, core.markdown),
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
+    "compaction": (_run_compaction, compaction.markdown),
+    "snapshot": (_run_snapshot, snapshot.markdown),
+    "export": (_run_export, export.markdown),
 }
 
 

@@ -4,12 +4,15 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 """
 
+from kwtree.compaction import CompactionReport
 from kwtree.errors import (
     ClosedError,
     CorruptLogError,
     CycleError,
+    DamagedDirectoryError,
     DuplicateKeywordError,
     FormatError,
+    GitError,
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
@@ -18,6 +21,7 @@ from kwtree.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
     LockTimeoutError,
+    MergeConflictError,
     NotFoundError,
     ReadOnlyError,
     StorageError,
@@ -37,7 +41,9 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
+from kwtree.stores.snapshot import restore
 from kwtree.tree import KeywordTree
+from kwtree.verify import Finding, Report, repair_directory, verify_directory
 
 __version__ = "0.1.0"
 
@@ -46,9 +52,13 @@ __all__ = [
     "Change",
     "ClosedError",
     "CorruptLogError",
+    "CompactionReport",
     "CycleError",
+    "DamagedDirectoryError",
     "DuplicateKeywordError",
+    "Finding",
     "FormatError",
+    "GitError",
     "HasChildrenError",
     "Info",
     "InvalidInputError",
@@ -60,16 +70,21 @@ __all__ = [
     "LLMTimeoutError",
     "LLMUnavailableError",
     "Link",
+    "MergeConflictError",
     "LockTimeoutError",
     "NotFoundError",
     "Operation",
     "ReadOnlyError",
     "Relation",
     "RelationType",
+    "Report",
     "SearchResult",
     "SearchStatus",
     "StorageError",
     "UndoConflictError",
     "VersionConflictError",
     "normalize_name",
+    "repair_directory",
+    "restore",
+    "verify_directory",
 ]

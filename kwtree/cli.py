@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kwtree import __version__
+from kwtree import git as kwgit
 from kwtree.commands.keywords import INFO_POLICIES
 from kwtree.errors import (
     HasChildrenError,
@@ -46,7 +47,9 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.stores.manifest import MANIFEST_NAME
+from kwtree.stores.snapshot import restore
 from kwtree.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
+from kwtree.verify import Report, repair_directory, verify_directory
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
 
@@ -362,6 +365,37 @@ def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
     return patch
 
 
+def _restore(_: None, args: argparse.Namespace) -> None:
+    done = restore(args.snapshot, args.dir)
+    if args.json:
+        print(json.dumps(done, indent=2))
+        return
+    replaced = "; replaced the tree that was there" if done["replaced"] else ""
+    print(f"restored {done['data_dir']} from {done['snapshot']}: {done['operations']:,} operations up to "
+          f"{done['last_op_id']} ({done['keywords']:,} keywords, {done['infos']:,} infos){replaced}")
+
+
+def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
+    print(json.dumps(report.to_json(), ensure_ascii=False, indent=2) if args.json else report.to_text())
+    report.check(advice)
+
+
+def _verify(_: None, args: argparse.Namespace) -> None:
+    _show_report(verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
+
+
+def _repair(_: None, args: argparse.Namespace) -> None:
+    report = repair_directory(args.dir, lock_timeout=args.lock_timeout)
+    _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
+
+
+def _import(_: None, args: argparse.Namespace) -> None:
+    with KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
+        counts, op_id = tree.tree_metrics(), tree.last_op_id
+    print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
+          f"{counts['relations']} relations into {args.dir} (operation {op_id})")
+
+
 # The options of update and update-info have the dests of the patch fields they set.
 KEYWORD_PATCH = ("name", "aliases", "description", "metadata")
 INFO_PATCH = ("content", "source", "metadata")
@@ -628,6 +662,93 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "metrics", "KeywordTree.tree_metrics", "counts and shape of the live tree, and the size of its log",
         example="./memory", opens="read", call=lambda t, a: t.tree_metrics(),
+    ),
+    # --- maintenance -----------------------------------------------------------------------
+    Command(
+        "compact", "KeywordTree.compact",
+        "rewrite the log keeping each live entity once, at its current version (--keep-history: every operation once)",
+        example="./memory", opens="write", call=lambda t, a: t.compact(keep_history=a.keep_history),
+        args=(arg("--keep-history", action="store_true",
+                  help="keep every operation (history, as_of and undo stay); drop only torn and duplicate rows"),),
+        show=lambda r, t, a: print(
+            f"compacted {a.dir}: {r.rows_before:,} -> {r.rows_after:,} rows, {r.bytes_before:,} -> {r.bytes_after:,} "
+            f"bytes, {r.operations_before:,} -> {r.operations_after:,} operations in {r.seconds:.2f} s"),
+    ),
+    Command(
+        "snapshot", "KeywordTree.snapshot",
+        "write the tree (or, with --as-of, a past state) to ONE archive file and print its path",
+        example="./memory --out memory.kwsnap", opens="read", call=lambda t, a: t.snapshot(a.out),
+        args=(arg("--out", type=Path, metavar="FILE",
+                  help="where to write it; it must not exist (default: DIRNAME-<last op id>.kwsnap beside DIR)"),),
+    ),
+    Command(
+        "restore", "kwtree.restore",
+        "restore SNAPSHOT into DIR: a new or empty directory, or an existing tree, which it replaces "
+        "(the archive is checked in full before DIR is touched)",
+        example="memory.kwsnap ./memory-restored", opens="none",
+        call=_restore,
+        args=(arg("snapshot", type=Path, metavar="SNAPSHOT", help="a file `kwtree snapshot` wrote"),
+              arg("dir", type=Path, metavar="DIR",
+                  help="a new or empty directory, or an existing tree to replace (close what has it open first)"),
+              arg("--json", action="store_true", help="print one JSON document instead of text")),
+    ),
+    # Both work on the directory, not on an open tree: a damaged log cannot be opened.
+    Command(
+        "verify", "kwtree.verify.verify_directory (KeywordTree.verify)",
+        "check DIR's log, manifest and caches without changing anything; exit 1 if there is an error",
+        example="./memory", opens="none",
+        call=_verify,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (read only; it need not open)"),
+              arg("--json", action="store_true", help="print the report as one JSON document")),
+    ),
+    Command(
+        "repair", "kwtree.verify.repair_directory (KeywordTree.repair)",
+        "move DIR's damaged lines and torn tail to quarantine/ (nothing is deleted) and rebuild the full-text index",
+        example="./memory", opens="none",
+        call=_repair,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
+              arg("--json", action="store_true", help="print the report as one JSON document"),
+              arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+                  help="how long to wait for the writer lock (default: 10)")),
+    ),
+    Command(
+        "export", "KeywordTree.export",
+        "write the live tree to FILE: json keeps everything (kwtree import reads it), markdown is a readable outline",
+        example="./memory memory.json", opens="read", call=lambda t, a: t.export(a.file, a.format),
+        args=(arg("file", type=Path, metavar="FILE", help="the file to write (replaced whole once it is complete)"),
+              arg("--format", choices=("json", "markdown"), default="json", help="default: json")),
+        show=lambda r, t, a: print(f"exported {r['keywords']} keywords, {r['infos']} infos, {r['links']} links and "
+                                   f"{r['relations']} relations to {r['path']}"),
+    ),
+    # The import makes its own tree (DIR must be new or empty), so it opens nothing beforehand.
+    Command(
+        "import", "KeywordTree.import_json",
+        "create a tree in DIR (new or empty) from a JSON export FILE, as one operation",
+        example="memory.json ./memory-copy", opens="none",
+        call=_import,
+        args=(arg("file", type=Path, metavar="FILE", help="a file written by kwtree export (json)"),
+              arg("dir", type=Path, metavar="DIR", help="a new or empty directory for the tree"),
+              arg("--durability", choices=DURABILITY_MODES, default="full",
+                  help="full (default): synced to disk before the command returns; none: skip the sync")),
+    ),
+    Command(
+        "git", "kwtree.git.setup",
+        "init: make DIR ready for git (.gitignore, .gitattributes, the kwtree merge driver; "
+        "git init when DIR is in no repository)",
+        example="init ./memory", opens="none",
+        call=lambda _, a: print(kwgit.setup(a.dir)),
+        args=(arg("action", choices=("init",), help="init: set DIR up (idempotent; run it in every clone)"),
+              arg("dir", type=Path, metavar="DIR", help="the tree's directory")),
+    ),
+    Command(
+        "merge-driver", "kwtree.git.merge_files",
+        "merge two versions of a log segment into OURS (git runs this for log/*.jsonl; exit 1 = conflict)",
+        example='/dev/null "$(ls ./memory/log/*.jsonl | head -n 1)" /dev/null', opens="none",
+        call=lambda _, a: print(kwgit.merge_files(a.base, a.ours, a.theirs, path=a.path)),
+        args=(arg("base", metavar="BASE", help="the common ancestor's version (git's %%O)"),
+              arg("ours", metavar="OURS", help="our version, replaced by the merge (git's %%A)"),
+              arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
+              arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
     ),
 )
 

@@ -17,6 +17,9 @@ before it, whichever of these it raises::
     ├── StorageError                            the disk refused a write; nothing was committed
     ├── FormatError                             the directory was written by another format
     ├── CorruptLogError                         a log line that is not a torn tail is unreadable
+    ├── DamagedDirectoryError                   verify or repair left errors (``.report``)
+    ├── GitError                                git is missing or a git command failed
+    ├── MergeConflictError                      two log versions cannot be merged losslessly
     └── LLMError                                an LLM client call failed (the agent falls back)
         ├── LLMResponseError                    the answer was not JSON of the requested shape
         ├── LLMTimeoutError                     no answer within the client's timeout
@@ -25,12 +28,16 @@ before it, whichever of these it raises::
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ClosedError",
     "CorruptLogError",
     "CycleError",
+    "DamagedDirectoryError",
     "DuplicateKeywordError",
     "FormatError",
+    "GitError",
     "HasChildrenError",
     "InvalidInputError",
     "KwtreeError",
@@ -39,6 +46,7 @@ __all__ = [
     "LLMTimeoutError",
     "LLMUnavailableError",
     "LockTimeoutError",
+    "MergeConflictError",
     "NotFoundError",
     "ReadOnlyError",
     "StorageError",
@@ -162,3 +170,22 @@ class LLMUnavailableError(LLMError):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class DamagedDirectoryError(KwtreeError):
+    """Raised by ``Report.check`` (so by ``kwtree verify`` and ``kwtree repair``, which exit
+    with 1) when a verify or repair report holds errors; ``report`` is the report."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class GitError(KwtreeError):
+    """Raised when git is missing or a git command ``kwtree.git.setup`` runs fails; the
+    message carries git's own."""
+
+
+class MergeConflictError(KwtreeError):
+    """Raised by the log merge when the two sides cannot be merged without losing or
+    inventing data; the merge driver then exits 1 and git reports a conflict."""

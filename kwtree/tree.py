@@ -39,10 +39,11 @@ from kwtree.errors import (
     NotFoundError,
     ReadOnlyError,
 )
-from kwtree.events import OpClock, encode_operation, is_op_id
+from kwtree.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
 from kwtree.history import find_operation, read_history
 from kwtree.indexes import Indexes
+from kwtree.maintenance import MaintenanceMethods
 from kwtree.models import (
     EMPTY_METADATA,
     ROOT_ID,
@@ -58,9 +59,10 @@ from kwtree.recall import RecallWeights
 from kwtree.replay import Bound
 from kwtree.retrieval import RetrievalMethods
 from kwtree.state import State, apply
+from kwtree.stores import logswap
 from kwtree.stores.eventlog import LOG_DIR, EventLog
 from kwtree.stores.files import fsync_directory
-from kwtree.stores.lock import WriterLock
+from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 from kwtree.validate import (
     clean_choice,
@@ -77,7 +79,6 @@ __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
 
 log = logging.getLogger("kwtree")
 
-LOCK_NAME = "lock"
 DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
 Decide = Callable[[State, Stamp], list[Change]]
@@ -98,7 +99,7 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree(AgentMethods, RetrievalMethods):
+class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).
@@ -173,10 +174,11 @@ class KeywordTree(AgentMethods, RetrievalMethods):
         self._log: EventLog | None = None
         try:
             self._open(segment_bytes, float(lock_timeout))
+            self._index_options = (embedder or HashEmbedder(), worker and self._writable, embed_async)
             self._indexes = Indexes(
-                self._dir, embedder or HashEmbedder(), self._read,
+                self._dir, self._index_options[0], self._read,
                 write_locks=self._write_locks if self._writable else None,
-                worker=worker and self._writable, embed_async=embed_async,
+                worker=self._index_options[1], embed_async=embed_async,
             )
             self._closed = False
             if self._writable and ROOT_ID not in self._state.keywords:
@@ -185,11 +187,11 @@ class KeywordTree(AgentMethods, RetrievalMethods):
             self._closed = True
             if self._indexes is not None:
                 self._indexes.close()
-            _release(self._log, self._lock)
+            release(self._log, self._lock)
             raise
         # Descriptors are released even if the caller never closes the tree (but only
         # close() trims the log's preallocated padding).
-        self._finalizer = weakref.finalize(self, _release, self._log, self._lock)
+        self._finalizer = weakref.finalize(self, release, self._log, self._lock)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -204,6 +206,9 @@ class KeywordTree(AgentMethods, RetrievalMethods):
         manifest = Manifest.load(directory)
         if self._writable:
             self._lock = WriterLock(directory / LOCK_NAME, lock_timeout)
+            if logswap.interrupted(directory):
+                with self._lock:
+                    logswap.recover(directory)
         self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable)
         self._state = State()
         collecting = gc.isenabled()
@@ -270,7 +275,7 @@ class KeywordTree(AgentMethods, RetrievalMethods):
                         self._log.trim_padding()
                 except (LockTimeoutError, OSError) as exc:
                     log.warning("could not trim the log padding of %s on close: %s", self._dir, exc)
-            _release(self._log, self._lock)
+            release(self._log, self._lock)
 
     def __enter__(self) -> KeywordTree:
         self._check_open()
@@ -657,6 +662,8 @@ class KeywordTree(AgentMethods, RetrievalMethods):
         if limit is not None:
             clean_int(limit, "limit", 1)
         assert self._log is not None
+        if self._bound is None and self._log.rewritten():
+            self.refresh()  # compaction replaced the log: read the new one
         events = self._log
         segments = (events.read_segment(i) for i in range(len(events.segments)))
         return read_history(segments, entity_id, limit, self._history_bound())
@@ -675,7 +682,9 @@ class KeywordTree(AgentMethods, RetrievalMethods):
             assert events is not None
             target = find_operation(events.segments, events.read_segment, op_id)
             if target is None or state.last_op_id is None or op_id > state.last_op_id:
-                raise NotFoundError(f"no operation {op_id} in {self._dir}")
+                raise NotFoundError(f"no operation {op_id} in {self._dir} (compact() drops the operations it folds)")
+            if target.kind == COMPACT_KIND:
+                raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
             return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
 
         return self._commit("undo", decide, audit={"undo_of": op_id})
@@ -703,13 +712,6 @@ def _holds_foreign_files(directory: Path) -> bool:
             continue
         return True
     return False
-
-
-def _release(events: EventLog | None, lock: WriterLock | None) -> None:
-    if events is not None:
-        events.close()
-    if lock is not None:
-        lock.close()
 
 
 def _create_root(state: State, stamp: Stamp) -> list[Change]:

@@ -62,3 +62,16 @@ def test_placement_benchmark_runs_on_a_tiny_hierarchy(tmp_path):
     assert "| **kwtree create_keyword" in placement.markdown(result)
     assert list(work.iterdir()) == []
     assert "Skipped" in placement.markdown(placement.run(data=tmp_path / "absent.tsv"))
+
+
+def test_compaction_benchmark_runs_on_a_tiny_log(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import compaction
+    finally:
+        sys.path.remove(str(BENCH))
+    result = compaction.run(200, 800, tmp_path)
+    assert (result["rows_before"], result["rows_after"], result["rows"]) == (1_001, 201, 1_001)
+    assert result["bytes_after"] < result["bytes_before"]
+    assert "Compaction of a 1,001-row log (80% superseded rows)" in compaction.markdown(result)
+    assert list(tmp_path.iterdir()) == []

@@ -125,12 +125,12 @@ def test_durable_writes_preallocate_and_close_trims(tree_dir):
 
 def test_public_api_is_pinned():
     assert sorted(public_names) == sorted([
-        "ROOT_ID", "Change", "ClosedError", "CorruptLogError", "CycleError", "DuplicateKeywordError",
-        "FormatError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
+        "ROOT_ID", "Change", "ClosedError", "CompactionReport", "CorruptLogError", "CycleError", "DamagedDirectoryError",
+        "DuplicateKeywordError", "Finding", "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
         "KwtreeError", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
-        "Link", "LockTimeoutError", "NotFoundError", "Operation", "ReadOnlyError",
-        "Relation", "RelationType", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",
-        "VersionConflictError", "normalize_name",
+        "Link", "LockTimeoutError", "MergeConflictError", "NotFoundError", "Operation", "ReadOnlyError",
+        "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",
+        "VersionConflictError", "normalize_name", "repair_directory", "restore", "verify_directory",
     ])
 
 

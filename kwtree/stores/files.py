@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync_directory", "read_until_nul", "write_atomically"]
+__all__ = ["fsync_directory", "read_until_nul", "write_atomically", "write_new_file"]
 
 
 def fsync_directory(directory: Path) -> None:
@@ -30,6 +30,18 @@ def write_atomically(path: Path, body: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, synced to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_until_nul(fd: int, offset: int) -> bytes:

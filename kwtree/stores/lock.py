@@ -21,7 +21,10 @@ try:
 except ImportError:  # pragma: no cover - exercised on platforms without fcntl
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["FileLockBackend", "FlockBackend", "WriterLock", "default_backend"]
+__all__ = ["LOCK_NAME", "FileLockBackend", "FlockBackend", "WriterLock", "default_backend", "release"]
+
+#: The writer lock file inside a data directory.
+LOCK_NAME = "lock"
 
 _POLL_START = 0.0005
 _POLL_MAX = 0.05
@@ -125,3 +128,10 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def release(*handles: object) -> None:
+    """Close each of ``handles`` (an event log, a lock) that is not None."""
+    for handle in handles:
+        if handle is not None:
+            handle.close()  # type: ignore[attr-defined]

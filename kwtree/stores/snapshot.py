@@ -1,0 +1,764 @@
+"""Snapshots: one archive file holding a consistent cut of a tree's log, and restoring one.
+
+A snapshot is a plain, uncompressed POSIX tar (``tar -tvf`` lists it) whose members are,
+in this order and nothing else::
+
+    kwtree-snapshot.json    what the archive holds: its format, the tree's format, the op-id
+                            watermark, counts, and the size and SHA-256 of every other member
+    manifest.json           the tree's manifest, as it was
+    log/<op id>.jsonl ...   the log segments, oldest first, cut after the last whole operation
+
+Caches (``cache/``, ``outbox.jsonl``), the lock file and ``quarantine/`` are not archived:
+a restored tree rebuilds its caches from the log, as after deleting them.
+
+Writing. The caller fixes the cut under its locks and opens the segment files
+(:func:`capture`). Bytes before the cut never change afterwards (the log is append-only;
+trimming and quarantining cut only after the last whole operation), and an open descriptor
+keeps reading the same file even if it is renamed away, so the copy itself runs without the
+locks: writers wait only while the cut is taken. Each member is hashed while it streams into
+the archive; the first member is written with placeholder digests of the final length and
+overwritten in place at the end. The archive is built in a temporary file, synced, and
+linked to its name, which never overwrites an existing file.
+
+Restoring. :func:`stage` streams the archive into a new hidden directory beside the target,
+refusing anything but exactly the listed members (absolute paths, ``..``, links, devices,
+unknown, extra or missing members) and checking every size and digest; the target is not
+touched before all of that passed. :func:`check_state` compares a replay of the staged log
+with the archive's watermark and counts. :func:`swap_in` then puts the staged directory in
+place by renames, keeping the old one aside until the caller has opened the new one.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kwtree.errors import (
+    CorruptLogError,
+    FormatError,
+    InvalidInputError,
+    NotFoundError,
+    StorageError,
+)
+from kwtree.events import is_op_id
+from kwtree.follower import follow
+from kwtree.models import ROOT_ID
+from kwtree.replay import Bound
+from kwtree.state import State
+from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
+from kwtree.stores.files import fsync_directory, read_until_nul
+from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+
+__all__ = [
+    "COUNT_KEYS",
+    "SNAPSHOT_FORMAT",
+    "SNAPSHOT_MANIFEST",
+    "SNAPSHOT_SUFFIX",
+    "Capture",
+    "capture",
+    "check_state",
+    "clean_target",
+    "discard",
+    "facts_of",
+    "restore",
+    "stage",
+    "summary",
+    "swap_back",
+    "swap_in",
+    "target_replaces",
+]
+
+log = logging.getLogger("kwtree.snapshot")
+
+SNAPSHOT_FORMAT = 1
+SNAPSHOT_KIND = "kwtree-snapshot"
+SNAPSHOT_MANIFEST = "kwtree-snapshot.json"
+SNAPSHOT_SUFFIX = ".kwsnap"
+#: The counts an archive records and a restore compares (keys of ``tree_metrics``).
+COUNT_KEYS = ("operations", "keywords", "infos", "links", "relations")
+#: What a data directory holds of kwtree's own besides ``log*`` (the log, and compaction's
+#: ``log.*`` leftovers). Everything else in it is the user's (``.git``, notes) and moves into
+#: the restored directory when a restore replaces a tree, and so does the lock file: other
+#: processes that keep the tree open hold a descriptor of it, and must go on excluding the
+#: writers of the restored tree (they replay its log at their next look, see EventLog.rewritten).
+KWTREE_ENTRIES = frozenset({MANIFEST_NAME, "cache", "quarantine", "outbox.jsonl", "outbox.lock"})
+_STAGING_TAG = ".restoring-"
+_ASIDE_TAG = ".replaced-"
+_CHUNK = 1 << 22
+_HEADER_LIMIT = 64 << 20
+_SEGMENT_MEMBER = re.compile(rf"{LOG_DIR}/([0-9a-f]{{32}}){re.escape(SEGMENT_SUFFIX)}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_PLACEHOLDER = "0" * 64
+_REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE)
+
+
+# --- taking a snapshot --------------------------------------------------------------------------
+
+
+def clean_target(directory: Path, path: object) -> Path | None:
+    """The archive path asked for (None: the default, decided once the watermark is known).
+
+    Raises InvalidInputError if it is not a path, already exists, or lies inside the tree's
+    directory (a restore replaces that directory, and a backup must not live in what it backs
+    up), and NotFoundError if its directory does not exist.
+    """
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidInputError(f"path must be a non-empty file path (str or os.PathLike), got {path!r}")
+    target = Path(os.path.abspath(os.fspath(path)))
+    home, where = directory.resolve(), target.parent.resolve()
+    if home == where or home in where.parents:
+        raise InvalidInputError(
+            f"{target} is inside the tree's directory {directory}: write snapshots outside it "
+            f"(a restore replaces that directory); the default is beside it"
+        )
+    if os.path.lexists(target):
+        raise InvalidInputError(f"{target} already exists: a snapshot never overwrites a file; delete it or pass another path")
+    if not target.parent.is_dir():
+        raise NotFoundError(f"cannot write the snapshot {target}: directory {target.parent} does not exist; create it first")
+    return target
+
+
+def _default_target(directory: Path, last_op_id: str | None) -> Path:
+    home = directory.resolve()
+    target = home.parent / f"{home.name}-{last_op_id or 'empty'}{SNAPSHOT_SUFFIX}"
+    if os.path.lexists(target):
+        raise InvalidInputError(
+            f"{target} already exists (a snapshot of the same last operation): use it, delete it, or pass a path"
+        )
+    return target
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    name: str  # the member name, log/<op id>.jsonl
+    fd: int
+    length: int  # bytes of whole operations to archive
+
+
+class Capture:
+    """A cut of a tree's files, held open: the manifest's bytes and, per segment, a descriptor
+    and how many bytes belong to the cut. Close it (it is a context manager)."""
+
+    def __init__(self, directory: Path, manifest: bytes, segments: list[_Segment], bound: Bound | None) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self.segments = segments
+        self.bound = bound
+
+    def close(self) -> None:
+        for segment in self.segments:
+            os.close(segment.fd)
+        self.segments = []
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, target: Path | None, facts: Mapping[str, Any]) -> Path:
+        """Write the archive of the cut, whose state ``facts_of`` described, to ``target`` (or
+        the default path); returns where it went. Durable when it returns (the file and its
+        directory entry are synced)."""
+        target = target or _default_target(self.directory, facts["last_op_id"])
+        sources: list[tuple[str, bytes | _Segment]] = [(MANIFEST_NAME, self.manifest)]
+        for segment in self.segments:
+            if self.bound is None:
+                sources.append((segment.name, segment))
+            else:  # a view of the past: only the operations it reflects
+                kept = _operations_in_view(_read_exactly(segment), self.bound, segment.name)
+                if kept:
+                    sources.append((segment.name, kept))
+        header = {
+            "kind": SNAPSHOT_KIND,
+            "format": SNAPSHOT_FORMAT,
+            "tree_format": FORMAT_VERSION,
+            "created_at": time.time(),
+            "source": str(self.directory.resolve()),
+            **facts,
+            "members": [
+                {"name": name, "size": len(src) if isinstance(src, bytes) else src.length, "sha256": _PLACEHOLDER}
+                for name, src in sources
+            ],
+        }
+        placeholder = _encode(header)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot create the snapshot {target}: {exc}") from exc
+        try:
+            mtime = int(header["created_at"])
+            offset = _write_all(out, _tar_header(SNAPSHOT_MANIFEST, len(placeholder), mtime))
+            data_offset = offset
+            offset += _write_all(out, placeholder + _padding(len(placeholder)))
+            for entry, (name, src) in zip(header["members"], sources, strict=True):
+                offset += _write_all(out, _tar_header(name, entry["size"], mtime))
+                entry["sha256"] = _stream(src, out) if isinstance(src, _Segment) else _write_hashed(out, src)
+                offset += entry["size"] + _write_all(out, _padding(entry["size"]))
+            end = offset + 2 * tarfile.BLOCKSIZE
+            _write_all(out, bytes(2 * tarfile.BLOCKSIZE + (-end) % tarfile.RECORDSIZE))
+            final = _encode(header)
+            assert len(final) == len(placeholder)  # digests are fixed-width: nothing moves
+            os.pwrite(out, final, data_offset)
+            os.fsync(out)
+        except OSError as exc:
+            _unlink(tmp)
+            raise StorageError(f"could not write the snapshot {target}: {exc}") from exc
+        except BaseException:
+            _unlink(tmp)
+            raise
+        finally:
+            os.close(out)
+        try:
+            _publish(tmp, target)
+        finally:
+            _unlink(tmp)
+        fsync_directory(target.parent)
+        return target
+
+
+def capture(directory: Path, segments: Sequence[str], position: tuple[str | None, int, int],
+            bound: Bound | None, rewritten: Callable[[], bool]) -> Capture:
+    """Fix the cut: the manifest's bytes, and open descriptors on every segment up to the one
+    at ``position`` (an ``EventLog.position`` just after the last whole operation the tree
+    applied), which is cut there. Call it under the locks that keep that position valid.
+
+    ``rewritten`` is the reading EventLog's check that ``log/`` is still the directory it
+    read; it is asked after ``log/`` is opened here, so a compaction that swapped the log
+    before that is noticed (StorageError) and one after it does not matter.
+    """
+    try:
+        manifest = (directory / MANIFEST_NAME).read_bytes()
+    except OSError as exc:
+        raise StorageError(f"cannot read {directory / MANIFEST_NAME}: {exc}") from exc
+    current, offset, _ = position
+    if current is None:
+        return Capture(directory, manifest, [], bound)
+    try:
+        log_fd = os.open(directory / LOG_DIR, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise StorageError(f"cannot open the log directory of {directory}: {exc}") from exc
+    opened: list[_Segment] = []
+    try:
+        if rewritten():
+            raise StorageError(
+                f"the log of {directory} was replaced (compacted or restored) since this tree read it: "
+                f"refresh() it, or reopen an as_of view, and take the snapshot again"
+            )
+        for name in segments[: list(segments).index(current) + 1]:
+            try:
+                fd = os.open(f"{name}{SEGMENT_SUFFIX}", os.O_RDONLY, dir_fd=log_fd)
+            except FileNotFoundError:
+                raise StorageError(
+                    f"log segment {name}{SEGMENT_SUFFIX} of {directory} vanished (a compaction by another "
+                    f"process?): refresh() the tree and take the snapshot again"
+                ) from None
+            member = f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}"
+            opened.append(_Segment(member, fd, offset if name == current else _data_length(fd)))
+    except BaseException:
+        for segment in opened:
+            os.close(segment.fd)
+        raise
+    finally:
+        os.close(log_fd)
+    return Capture(directory, manifest, opened, bound)
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Give the finished archive its name, never replacing a file that appeared meanwhile."""
+    try:
+        os.link(tmp, target)
+        return
+    except FileExistsError:
+        raise InvalidInputError(f"{target} appeared while the snapshot was written; pass another path") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise StorageError(f"could not name the snapshot {target}: {exc}") from exc
+    # A file system without hard links: a rename, after a last look (a small race remains).
+    if os.path.lexists(target):
+        raise InvalidInputError(f"{target} appeared while the snapshot was written; pass another path")
+    try:
+        os.rename(tmp, target)
+    except OSError as exc:
+        raise StorageError(f"could not name the snapshot {target}: {exc}") from exc
+
+
+def facts_of(state: State, bound: Bound | None) -> dict[str, Any]:
+    """What an archive records about the state it holds: its watermark, counts (as
+    ``tree_metrics`` counts them) and view. The caller keeps the state still meanwhile."""
+    live_keywords = {k.id for k in state.keywords.values() if not k.deleted}
+    live_infos = {i.id for i in state.infos.values() if not i.deleted}
+    counts = {
+        "operations": state.op_count,
+        "keywords": len(live_keywords - {ROOT_ID}),
+        "infos": len(live_infos),
+        "links": sum(1 for (info_id, kid), link in state.links.items()
+                     if not link.deleted and info_id in live_infos and kid in live_keywords),
+        "relations": sum(1 for (src, dst, _), rel in state.relations.items()
+                         if not rel.deleted and src in live_keywords and dst in live_keywords),
+    }
+    view = None if bound is None else {"op_id": bound.op_id, "timestamp": bound.timestamp}
+    return {"last_op_id": state.last_op_id, "counts": counts, "view": view}
+
+
+def _data_length(fd: int) -> int:
+    """Bytes of a whole (sealed) segment before any zero padding."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) != b"\0":
+        return size
+    return len(read_until_nul(fd, 0))
+
+
+def _read_exactly(segment: _Segment) -> bytes:
+    data = os.pread(segment.fd, segment.length, 0)
+    if len(data) != segment.length:
+        raise StorageError(f"log segment {segment.name} shrank while a snapshot was taken; retry the snapshot")
+    return data
+
+
+def _operations_in_view(data: bytes, bound: Bound, member: str) -> bytes:
+    """The whole operations of ``data`` that a view bounded by ``bound`` applies (those with
+    an op id up to ``bound.op_id`` and an end stamp up to ``bound.timestamp``)."""
+    kept: list[bytes] = []
+    pending: list[bytes] = []
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
+        try:
+            row = orjson.loads(line)
+            pending.append(line)
+            if "end" not in row:
+                continue
+            op_id, stamp = row["op"], float(row["end"]["ts"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CorruptLogError(member, number, f"unreadable row: {exc}") from None
+        if (bound.op_id is None or op_id <= bound.op_id) and (bound.timestamp is None or stamp <= bound.timestamp):
+            kept.extend(pending)
+        pending = []
+    return b"".join(line + b"\n" for line in kept)
+
+
+def _encode(header: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(header, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _tar_header(name: str, size: int, mtime: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.type = size, mtime, 0o644, tarfile.REGTYPE
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
+
+
+def _padding(size: int) -> bytes:
+    return bytes(-size % tarfile.BLOCKSIZE)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
+
+
+def _write_hashed(out: int, data: bytes) -> str:
+    _write_all(out, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _stream(segment: _Segment, out: int) -> str:
+    """Copy a segment's cut into ``out``, hashing it on the way; returns the hex digest."""
+    digest = hashlib.sha256()
+    done = 0
+    while done < segment.length:
+        chunk = os.pread(segment.fd, min(_CHUNK, segment.length - done), done)
+        if not chunk:
+            raise StorageError(f"log segment {segment.name} shrank while a snapshot was taken; retry the snapshot")
+        digest.update(chunk)
+        _write_all(out, chunk)
+        done += len(chunk)
+    return digest.hexdigest()
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# --- reading and checking an archive ------------------------------------------------------------
+
+
+def _archive_path(snapshot: object) -> Path:
+    if not isinstance(snapshot, (str, os.PathLike)) or not os.fspath(snapshot):
+        raise InvalidInputError(f"snapshot must be the path of a snapshot file (str or os.PathLike), got {snapshot!r}")
+    path = Path(os.fspath(snapshot))
+    if not path.exists():
+        raise NotFoundError(f"no snapshot file {path}")
+    if not path.is_file():
+        raise InvalidInputError(f"{path} is not a file; pass the path of a snapshot (kwtree snapshot writes one)")
+    return path
+
+
+def _check_member(archive: Path, member: tarfile.TarInfo) -> None:
+    """Refuse any member that could write outside the target or is not a plain file."""
+    name = member.name
+    refuse = f"{archive}: refusing member {name!r}:"
+    if name.startswith("/") or os.path.isabs(name):
+        raise FormatError(f"{refuse} absolute path (a kwtree snapshot holds only relative paths)")
+    if ".." in name.replace("\\", "/").split("/"):
+        raise FormatError(f"{refuse} '..' in its path would write outside the target directory")
+    if member.issym():
+        raise FormatError(f"{refuse} it is a symbolic link (to {member.linkname!r})")
+    if member.islnk():
+        raise FormatError(f"{refuse} it is a hard link (to {member.linkname!r})")
+    if member.ischr() or member.isblk():
+        raise FormatError(f"{refuse} it is a device file")
+    if member.type not in _REGULAR or member.issparse():
+        raise FormatError(f"{refuse} it is not a regular file (tar type {member.type!r})")
+    if name != SNAPSHOT_MANIFEST and name != MANIFEST_NAME and not _SEGMENT_MEMBER.fullmatch(name):
+        raise FormatError(f"{refuse} not a file a kwtree snapshot holds")
+
+
+def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
+    bad = f"{archive} is not a valid kwtree snapshot:"
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"{bad} {SNAPSHOT_MANIFEST} is not JSON ({exc})") from None
+    if type(header) is not dict or header.get("kind") != SNAPSHOT_KIND:
+        raise FormatError(f"{bad} {SNAPSHOT_MANIFEST} does not describe a kwtree snapshot")
+    found = header.get("format")
+    if type(found) is not int or found < 1:
+        raise FormatError(f"{bad} bad snapshot format {found!r}")
+    if found > SNAPSHOT_FORMAT:
+        raise FormatError(f"{archive} was written by a newer kwtree (snapshot format {found}); upgrade kwtree to restore it")
+    if header.get("tree_format") != FORMAT_VERSION:
+        raise FormatError(f"{archive} holds a tree of format {header.get('tree_format')!r}; "
+                          f"this kwtree reads format {FORMAT_VERSION}")
+    last = header.get("last_op_id")
+    counts = header.get("counts")
+    if not (last is None or is_op_id(last)) or type(counts) is not dict or any(
+        type(counts.get(key)) is not int for key in COUNT_KEYS
+    ):
+        raise FormatError(f"{bad} missing or bad watermark or counts")
+    members = header.get("members")
+    if type(members) is not list or not members:
+        raise FormatError(f"{bad} no member list")
+    names = []
+    for entry in members:
+        if (type(entry) is not dict or type(entry.get("name")) is not str or type(entry.get("size")) is not int
+                or entry["size"] < 0 or not isinstance(entry.get("sha256"), str) or not _DIGEST.fullmatch(entry["sha256"])):
+            raise FormatError(f"{bad} bad member entry {entry!r}")
+        names.append(entry["name"])
+    segments = names[1:]
+    if names[0] != MANIFEST_NAME or not all(_SEGMENT_MEMBER.fullmatch(n) for n in segments) or segments != sorted(set(segments)):
+        raise FormatError(f"{bad} its member list is not {MANIFEST_NAME} then distinct log segments in order")
+    return header
+
+
+def _copy_member(archive: Path, source: int, offset: int, size: int, target: Path) -> str:
+    """Copy ``size`` bytes at ``offset`` of the archive to a new file; returns their digest."""
+    digest = hashlib.sha256()
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        done = 0
+        while done < size:
+            chunk = os.pread(source, min(_CHUNK, size - done), offset + done)
+            if not chunk:
+                raise FormatError(f"{archive} is truncated: it ends inside member {target.name}; nothing was restored")
+            digest.update(chunk)
+            _write_all(out, chunk)
+            done += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    return digest.hexdigest()
+
+
+def _extract(archive: Path, staging: Path) -> dict[str, Any]:
+    """Check the archive member by member into ``staging``; returns its header."""
+    try:
+        tar = tarfile.open(archive, mode="r:")
+    except tarfile.TarError as exc:
+        raise FormatError(f"{archive} is not a kwtree snapshot (not an uncompressed tar archive: {exc})") from None
+    try:
+        with tar:
+            first = tar.next()
+            if first is None or first.name != SNAPSHOT_MANIFEST:
+                raise FormatError(f"{archive} is not a kwtree snapshot: its first member is not {SNAPSHOT_MANIFEST}")
+            _check_member(archive, first)
+            if first.size > _HEADER_LIMIT:
+                raise FormatError(f"{archive}: {SNAPSHOT_MANIFEST} is implausibly large ({first.size} bytes)")
+            raw = os.pread(tar.fileobj.fileno(), first.size, first.offset_data)  # type: ignore[union-attr]
+            if len(raw) != first.size:
+                raise FormatError(f"{archive} is truncated: it ends inside {SNAPSHOT_MANIFEST}")
+            header = _check_header(archive, raw)
+            (staging / LOG_DIR).mkdir()
+            source = tar.fileobj.fileno()  # type: ignore[union-attr]
+            for entry in header["members"]:
+                member = tar.next()
+                if member is None:
+                    raise FormatError(f"{archive} is truncated or damaged: it ends before member {entry['name']}")
+                _check_member(archive, member)
+                if member.name != entry["name"] or member.size != entry["size"]:
+                    raise FormatError(
+                        f"{archive}: member {member.name!r} ({member.size} bytes) where its manifest lists "
+                        f"{entry['name']!r} ({entry['size']} bytes)"
+                    )
+                digest = _copy_member(archive, source, member.offset_data, member.size, staging / member.name)
+                if digest != entry["sha256"]:
+                    raise FormatError(
+                        f"{archive}: member {member.name} does not match its SHA-256 checksum: the archive "
+                        f"was damaged or altered; nothing was restored"
+                    )
+            extra = tar.next()
+            if extra is not None:
+                _check_member(archive, extra)
+                raise FormatError(f"{archive}: member {extra.name!r} is not in its manifest")
+    except tarfile.TarError as exc:
+        raise FormatError(f"{archive} is truncated or damaged ({exc}); nothing was restored") from None
+    fsync_directory(staging / LOG_DIR)
+    fsync_directory(staging)
+    return header
+
+
+def stage(snapshot: object, data_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Check ``snapshot`` completely while extracting it into a new hidden directory beside
+    ``data_dir``; returns that directory and the archive's header. Raises NotFoundError (no
+    such file), FormatError (not a snapshot, a newer format, an unsafe, unlisted, missing or
+    altered member, truncated) with nothing left behind."""
+    archive = _archive_path(snapshot)
+    staging = _new_sibling(data_dir, _STAGING_TAG)
+    try:
+        return staging, _extract(archive, staging)
+    except OSError as exc:
+        discard(staging)
+        raise StorageError(f"could not restore {archive} beside {data_dir}: {exc}") from exc
+    except BaseException:
+        discard(staging)
+        raise
+
+
+def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> None:
+    """Raise FormatError unless ``state`` has the archive's watermark and counts."""
+    found = facts_of(state, None)
+    expected = {"last_op_id": header["last_op_id"], "counts": {key: header["counts"][key] for key in COUNT_KEYS}}
+    actual = {"last_op_id": found["last_op_id"], "counts": found["counts"]}
+    if actual != expected:
+        raise FormatError(f"{snapshot}: the restored log replays to {actual}, but the snapshot recorded {expected}")
+
+
+def _replay(directory: Path, snapshot: object) -> State:
+    """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
+    events = EventLog(directory, Manifest.load(directory).segment_bytes, writable=False, preallocate=False)
+    collecting = gc.isenabled()
+    gc.disable()  # as at open: replay allocates millions of objects that never form cycles
+    try:
+        state = follow(events, State(), None, threading.Lock(), at_open=False)
+        torn = events.unconsumed_bytes
+    except CorruptLogError as exc:
+        raise FormatError(f"{snapshot}: its log does not replay ({exc.detail} at line {exc.line})") from None
+    finally:
+        events.close()
+        if collecting:
+            gc.enable()
+    if torn:
+        raise FormatError(f"{snapshot}: its log ends with an incomplete operation")
+    return state
+
+
+# --- putting a restored directory in place ------------------------------------------------------
+
+
+def target_replaces(data_dir: Path) -> bool:
+    """Whether restoring into ``data_dir`` replaces a tree (True) or fills a new or empty
+    directory (False). Raises InvalidInputError for a file and FormatError for a non-empty
+    directory that is not a tree, and InvalidInputError when it holds the working directory."""
+    if os.path.lexists(data_dir) and not data_dir.is_dir():
+        raise InvalidInputError(f"data_dir {data_dir} is a file, not a directory")
+    if not data_dir.exists():
+        return False
+    cwd = Path.cwd().resolve()
+    home = data_dir.resolve()
+    if cwd == home or home in cwd.parents:
+        raise InvalidInputError(f"cannot restore into {data_dir}: it holds the working directory; change to another directory first")
+    entries = os.listdir(data_dir)
+    if not entries:
+        return False
+    if MANIFEST_NAME in entries:
+        return True
+    raise FormatError(
+        f"{data_dir} is not empty and is not a kwtree directory: restore into a new or empty "
+        f"directory, or into an existing tree to replace it"
+    )
+
+
+def _new_sibling(data_dir: Path, tag: str) -> Path:
+    home = Path(os.path.abspath(data_dir))
+    while True:
+        candidate = home.with_name(f".{home.name}{tag}{os.urandom(4).hex()}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StorageError(f"cannot create {candidate} to restore into: {exc}") from exc
+        return candidate
+
+
+def _carried_over(name: str) -> bool:
+    """Whether a restore moves this entry of a replaced directory into the restored one."""
+    if name in KWTREE_ENTRIES or name == LOG_DIR or name.startswith(f"{LOG_DIR}."):
+        return False
+    return not name.startswith(f".{MANIFEST_NAME}.")  # a manifest being written
+
+
+def _move_user_entries(source: Path, target: Path) -> None:
+    """Move the lock file and what is not kwtree's (``.git``, notes) from ``source`` into ``target``."""
+    for name in sorted(os.listdir(source)):
+        if _carried_over(name) and not os.path.lexists(target / name):
+            os.rename(source / name, target / name)
+
+
+def swap_in(staging: Path, data_dir: Path) -> Path:
+    """Put ``staging`` in the place of the tree at ``data_dir`` (whose writer lock the caller
+    holds) and return where the old directory went. Files in it that are not kwtree's move
+    into the new one. On failure everything is as it was."""
+    home = Path(os.path.abspath(data_dir))
+    aside = home.with_name(f".{home.name}{_ASIDE_TAG}{os.urandom(4).hex()}")
+    try:
+        os.rename(home, aside)
+    except OSError as exc:
+        raise StorageError(f"cannot move {home} aside to restore: {exc}") from exc
+    try:
+        _move_user_entries(aside, staging)
+        os.rename(staging, home)
+    except OSError as exc:
+        _move_user_entries(staging, aside)
+        os.rename(aside, home)
+        raise StorageError(f"cannot put the restored directory in place of {home}: {exc}") from exc
+    fsync_directory(home.parent)
+    return aside
+
+
+def swap_back(aside: Path, data_dir: Path) -> None:
+    """Undo :func:`swap_in`: the old directory returns, the restored one is deleted."""
+    home = Path(os.path.abspath(data_dir))
+    failed = home.with_name(f".{home.name}{_STAGING_TAG}failed-{os.urandom(4).hex()}")
+    os.rename(home, failed)
+    _move_user_entries(failed, aside)
+    os.rename(aside, home)
+    fsync_directory(home.parent)
+    discard(failed)
+
+
+def discard(directory: Path) -> None:
+    """Delete a staging or set-aside directory (a warning if that fails: it is hidden junk)."""
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not delete %s after a restore: %s; delete it by hand", directory, exc)
+
+
+def summary(header: Mapping[str, Any], data_dir: Path, snapshot: object, *, replaced: bool) -> dict[str, Any]:
+    """What a restore reports: where, from what, the watermark, counts and bytes."""
+    return {
+        "data_dir": str(data_dir),
+        "snapshot": os.fspath(snapshot),  # type: ignore[arg-type]
+        "last_op_id": header["last_op_id"],
+        **{key: header["counts"][key] for key in COUNT_KEYS},
+        "bytes": sum(entry["size"] for entry in header["members"]),
+        "replaced": replaced,
+    }
+
+
+def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], *,
+            lock_timeout: float = 10.0) -> dict[str, Any]:
+    """Restore a snapshot archive into ``data_dir``: a new or empty directory, or an existing
+    tree, which is replaced. Returns a summary (``data_dir``, ``snapshot``, ``last_op_id``,
+    the counts, ``bytes``, ``replaced``).
+
+    Every member, size and SHA-256 is checked, and the restored log is replayed and compared
+    with the archive's watermark and counts, before ``data_dir`` is touched; a failure raises
+    and leaves it as it was. A tree in ``data_dir`` is replaced under its writer lock by
+    renames (its own files that are not kwtree's, such as ``.git``, move into the restored
+    directory, and so does the lock file) and deleted afterwards. KeywordTree instances that
+    keep it open replay the restored log at their next refresh or write, but keep their caches
+    of the old tree until they reopen: close them first. The restored tree has no caches yet:
+    its first open rebuilds them. Durable on return.
+
+    Raises InvalidInputError (bad arguments, ``data_dir`` is a file or holds the working
+    directory), NotFoundError (no such snapshot), FormatError (not a snapshot or damaged,
+    altered, unsafe or truncated; ``data_dir`` not empty and not a tree), LockTimeoutError,
+    StorageError.
+    """
+    if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir):
+        raise InvalidInputError(f"data_dir must be a directory path (str or os.PathLike), got {data_dir!r}")
+    if type(lock_timeout) not in (int, float) or not 0 <= lock_timeout < float("inf"):
+        raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
+    target = Path(data_dir)
+    _archive_path(snapshot)
+    replacing = target_replaces(target)
+    created = _missing_parents(target)
+    try:
+        for parent in reversed(created):
+            parent.mkdir(exist_ok=True)
+        staging, header = stage(snapshot, target)
+        try:
+            check_state(_replay(staging, snapshot), header, snapshot)
+            if replacing:
+                lock = WriterLock(target / LOCK_NAME, float(lock_timeout))
+                try:
+                    with lock:
+                        aside = swap_in(staging, target)
+                finally:
+                    lock.close()
+                discard(aside)
+            else:
+                try:
+                    os.rename(staging, target)  # onto an empty directory too, atomically
+                except OSError as exc:
+                    raise StorageError(
+                        f"could not put the restored directory at {target} (did it gain files meanwhile?): {exc}"
+                    ) from exc
+                fsync_directory(Path(os.path.abspath(target)).parent)
+        except BaseException:
+            discard(staging)
+            raise
+    except BaseException:
+        for parent in created:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
+    return summary(header, target, snapshot, replaced=replacing)
+
+
+def _missing_parents(target: Path) -> list[Path]:
+    """The ancestors of ``target`` that do not exist yet, nearest first."""
+    missing = []
+    parent = Path(os.path.abspath(target)).parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    return missing
+

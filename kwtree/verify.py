@@ -1,0 +1,970 @@
+"""Checking a data directory (``verify``) and repairing a damaged log (``repair``).
+
+Both work on a directory, not on an open tree, because a log with a damaged line in the
+middle cannot be opened. ``verify_directory`` reads the manifest, every log segment and the
+caches' metadata and returns a :class:`Report` of :class:`Finding` objects; it never writes
+and never takes the writer lock (diskcache's ``Cache.check`` is the model). Severities:
+
+- **error** — damage, or something that stops the directory from opening or gives wrong
+  answers: an unreadable line, an operation missing rows in the middle of the log or at the
+  end of a sealed segment, an invalid op id, data hidden after a NUL byte, an operation before
+  the root, an unreadable manifest, a cache whose watermark names an operation the log lacks.
+  ``repair`` fixes each of these (a manifest of a newer format excepted).
+- **warning** — what merged histories and crashes legitimately leave (DESIGN §3): a torn
+  tail of the newest segment, copies of one operation, two rows with one stored version, moves
+  replay skipped because they would close a cycle, keywords re-homed under the root, links
+  and relations to deleted entities (inert), sibling keywords with one name.
+- **info** — facts worth knowing: operations out of id order, padding, quarantined files.
+
+``repair_directory`` takes the writer lock and then, keeping every byte: copies each damaged
+byte range to ``quarantine/<segment>.<byte offset>.bad`` (a torn tail to ``.torn``) with a
+``.json`` note saying where it sat and why it was cut (files and directory synced), and only
+then replaces the log: the repaired segments are written to ``log.compacting/`` (the others
+hard-linked there), synced, and swapped in with one atomic step by kwtree.stores.logswap, as
+compaction does — so a crash leaves the old log or the new one, and processes that have the
+tree open notice the new log and replay it. Whole operations move: the rows of an operation
+that lost a row go with it. If no operation creates the root first, it writes a new root
+operation in a segment of its own, ordered before every other. Every cache that follows the
+log by a watermark (the full-text index) is deleted, to be rebuilt from the log (DESIGN §5);
+content-addressed vector stores are kept: a vector of an (entity, text hash) is right whatever
+the log says. Afterwards it verifies again; the report lists what it did, then what remains.
+
+Operation validity is decided by the same code replay uses (``replay_sorted``, one operation
+at a time, for the rows and the end marker; the same ``DECODERS`` for the before-images that
+history and undo read), so verify calls an operation damaged exactly when opening or
+``history`` would fail on it. Only the grouping of lines is done here, because replay stops at the first
+bad line and verify has to go on past it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kwtree.errors import (
+    CorruptLogError,
+    DamagedDirectoryError,
+    FormatError,
+    InvalidInputError,
+    NotFoundError,
+    StorageError,
+)
+from kwtree.events import DECODERS, encode_operation, is_op_id
+from kwtree.indexes import CACHE_DIR
+from kwtree.models import EMPTY_METADATA, ROOT_ID, Change, Keyword, Operation
+from kwtree.replay import RawOperation, replay_sorted
+from kwtree.state import State
+from kwtree.stores import logswap
+from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
+from kwtree.stores.files import fsync_directory, write_new_file
+from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.validate import clean_seconds
+
+__all__ = [
+    "SEVERITIES",
+    "DamagedDirectoryError",
+    "Finding",
+    "Report",
+    "repair_directory",
+    "repair_under_lock",
+    "verify_directory",
+]
+
+SEVERITIES = ("error", "warning", "info")
+#: At most this many findings of one code are listed; one more says how many were left out.
+MAX_PER_CODE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem or fact: ``severity`` ("error", "warning" or "info"), a short ``code``
+    (see docs/operations.md), the ``file`` relative to the directory (None for the
+    directory itself), the 1-based ``line`` when it is about a line, and the ``message``."""
+
+    severity: str
+    code: str
+    file: str | None
+    line: int | None
+    message: str
+
+    @property
+    def location(self) -> str:
+        """``file:line``, ``file``, or ``-``."""
+        if self.file is None:
+            return "-"
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+    def __str__(self) -> str:
+        return f"{self.severity}\t{self.location}\t{self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What ``verify`` found (or ``repair`` did, then found) in ``directory``: the findings,
+    errors first in file order, and the size of the log it read — ``segments`` (files),
+    ``operations`` (distinct complete ones), ``rows`` (of those operations, copies counted)
+    and ``bytes`` (data bytes, padding excluded). ``ok`` is True when no finding is an error."""
+
+    directory: str
+    findings: tuple[Finding, ...]
+    segments: int = 0
+    operations: int = 0
+    rows: int = 0
+    bytes: int = 0
+    ok: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not any(f.severity == "error" for f in self.findings))
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def to_text(self) -> str:
+        """One ``severity<TAB>file:line<TAB>message`` line per finding, then a ``summary`` line."""
+        errors, warnings = len(self.errors), len(self.warnings)
+        summary = (f"summary\t{self.directory}\t{self.segments} segment(s), {self.operations} operation(s), "
+                   f"{self.rows} row(s), {self.bytes} bytes: {errors} error(s), {warnings} warning(s)")
+        return "\n".join([*map(str, self.findings), summary])
+
+    def check(self, hint: str = "") -> None:
+        """Raise DamagedDirectoryError (with ``hint`` appended to its message) if any finding
+        is an error."""
+        if not self.ok:
+            first = self.errors[0]
+            raise DamagedDirectoryError(
+                f"{self.directory} has {len(self.errors)} error(s), the first at {first.location}"
+                f"{'; ' + hint if hint else ''}",
+                self,
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON data."""
+        return {
+            "directory": self.directory,
+            "ok": self.ok,
+            "segments": self.segments,
+            "operations": self.operations,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "findings": [
+                {"severity": f.severity, "code": f.code, "file": f.file, "line": f.line, "message": f.message}
+                for f in self.findings
+            ],
+        }
+
+
+class _Findings:
+    """Collects findings, listing at most MAX_PER_CODE of each code."""
+
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+        self._counts: dict[str, int] = {}
+
+    def add(self, severity: str, code: str, file: str | None, line: int | None, message: str) -> None:
+        count = self._counts.get(code, 0) + 1
+        self._counts[code] = count
+        if count <= MAX_PER_CODE:
+            self.items.append(Finding(severity, code, file, line, message))
+
+    def result(self) -> list[Finding]:
+        items = list(self.items)
+        for code, count in self._counts.items():
+            if count > MAX_PER_CODE:
+                severity = next(f.severity for f in self.items if f.code == code)
+                left = f"{count - MAX_PER_CODE} more {code!r} findings not listed"
+                items.append(Finding(severity, code, None, None, left))
+        rank = {severity: index for index, severity in enumerate(SEVERITIES)}
+        return sorted(items, key=lambda f: rank[f.severity])  # stable: file order within a severity
+
+
+# --- reading segments -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Span:
+    """A byte range of a segment that repair moves to quarantine."""
+
+    start: int
+    end: int
+    line: int  # of its first byte
+    last_line: int
+    kind: str  # "bad" (damaged lines), "tail" (incomplete end), "hidden" (after a NUL)
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _Segment:
+    name: str
+    rel: str  # "log/<name>.jsonl"
+    newest: bool
+    size: int = 0
+    data_end: int = 0
+    spans: list[_Span] = field(default_factory=list)
+
+
+class _Validator:
+    """Decides whether a complete group of rows is a valid operation, with replay's code, and
+    applies each valid one, in file order, to ``state``: for a log in op-id order (the usual
+    case) that is the state opening gives, so the log is not replayed twice."""
+
+    def __init__(self) -> None:
+        self.state = _scratch_state()
+
+    def problem(self, raw: RawOperation) -> tuple[int, str] | None:
+        """(line, message) of what makes ``raw`` unusable, or None (and it was applied)."""
+        found = _history_problem(raw)  # first: replay_sorted applies what it accepts
+        if found is not None:
+            return found
+        try:
+            replay_sorted(self.state, [raw])  # the rows and the end marker, as opening reads them
+        except CorruptLogError as exc:
+            return exc.line, exc.detail
+        return None
+
+
+def _history_problem(raw: RawOperation) -> tuple[int, str] | None:
+    """What in ``raw`` history() and undo() could not read though replay can: a before-image
+    (decoded by the same DECODERS) or an audit that is not an object."""
+    for offset, row in enumerate(raw.rows):
+        before, decode = row.get("before"), DECODERS.get(row.get("entity"))  # type: ignore[arg-type]
+        if before is None or decode is None:
+            continue  # (an unknown entity is replay's to report)
+        try:
+            decode(before, before["op"])
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            return raw.first_line + offset, (f"unreadable before-image ({detail}); history() and undo() "
+                                             "would fail on its operation")
+    end = raw.rows[-1]["end"]
+    audit = end.get("audit") if type(end) is dict else None
+    if audit and type(audit) is not dict:
+        return raw.first_line + len(raw.rows) - 1, "the end marker's audit is not an object"
+    return None
+
+
+def _root_keyword(op_id: str, timestamp: float) -> Keyword:
+    return Keyword(ROOT_ID, "root", (), None, "", EMPTY_METADATA, 1, timestamp, timestamp, False, op_id)
+
+
+def _scratch_state() -> State:
+    state = State()
+    state.put_keyword(_root_keyword("0" * 32, 0.0))
+    return state
+
+
+def _read_row(text: bytes) -> tuple[dict[str, Any] | None, str, str]:
+    """(the parsed row, "", ""), or (None, finding code, why the line is unusable)."""
+    try:
+        row = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return None, "unreadable-row", f"unreadable row: {exc}"
+    if type(row) is not dict:
+        return None, "unreadable-row", f"not a row: a JSON {type(row).__name__}, not an object"
+    op = row.get("op")
+    if not is_op_id(op):
+        return None, "invalid-op-id", f"invalid operation id {_short(op)} (32 lowercase hex digits expected)"
+    return row, "", ""
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _SegmentReader:
+    """Groups the lines of one segment into complete, valid operations and damaged spans."""
+
+    def __init__(self, segment: _Segment, raw: bytes, validator: _Validator, findings: _Findings) -> None:
+        self.segment = segment
+        self.raw = raw
+        self.validator = validator
+        self.findings = findings
+        self.operations: list[RawOperation] = []
+        self._bad: list[tuple[int, int, int]] = []  # (start, end, line) of damaged lines
+        self._causes: list[tuple[int, str, str]] = []  # (line, code, message) of primary causes
+        self._group: list[tuple[int, int, int, dict[str, Any]]] = []  # (start, end, line, row)
+
+    def _lost_rows(self) -> bool:
+        """True if the line just before the current group was damaged (so the group may be
+        the rest of an operation whose first rows were lost: no cause of its own)."""
+        return bool(self._bad) and self._bad[-1][1] == self._group[0][0]
+
+    def _drop_group(self, code: str | None, message: str) -> None:
+        if code is not None and not self._lost_rows():
+            self._causes.append((self._group[0][2], code, message))
+        self._bad.extend((start, end, line) for start, end, line, _ in self._group)
+        self._group = []
+
+    def _complete(self) -> None:
+        group = self._group
+        rows = [row for _, _, _, row in group]
+        end = rows[-1]["end"]
+        announced = end.get("rows") if type(end) is dict else None
+        if self._lost_rows() and type(announced) is int and announced > len(rows):
+            self._drop_group(None, "")  # the rest of an operation that lost rows
+            return
+        raw = RawOperation(rows[0]["op"], rows, self.segment.rel, group[0][2])
+        problem = self.validator.problem(raw)
+        if problem is None:
+            self.operations.append(raw)
+            self._group = []
+            return
+        line, message = problem
+        self._causes.append((line, "invalid-operation", message))
+        self._bad.extend((start, stop, number) for start, stop, number, _ in group)
+        self._group = []
+
+    def read(self) -> None:
+        raw, segment = self.raw, self.segment
+        nul = raw.find(b"\0")
+        data_end = len(raw) if nul < 0 else nul
+        segment.size, segment.data_end = len(raw), data_end
+        pos, line = 0, 1
+        while pos < data_end:
+            newline = raw.find(b"\n", pos, data_end)
+            if newline < 0:
+                break
+            row, code, why = _read_row(raw[pos:newline])
+            if row is None:
+                if self._group:
+                    self._drop_group(None, "")  # the damaged line is the cause
+                self._bad.append((pos, newline + 1, line))
+                self._causes.append((line, code, why))
+            else:
+                if self._group and self._group[0][3]["op"] != row["op"]:
+                    current = self._group[0][3]["op"]
+                    self._drop_group("incomplete-operation",
+                                     f"operation {current} has no end row before operation {row['op']} starts")
+                self._group.append((pos, newline + 1, line, row))
+                if "end" in row:
+                    self._complete()
+            pos, line = newline + 1, line + 1
+        self._report_bad()
+        self._report_tail(pos, line, data_end)
+        self._report_hidden(data_end)
+
+    def _report_bad(self) -> None:
+        spans: list[_Span] = []
+        for start, end, line in self._bad:
+            if spans and spans[-1].end == start:
+                spans[-1].end, spans[-1].last_line = end, line
+            else:
+                spans.append(_Span(start, end, line, line, "bad"))
+        causes = sorted(self._causes)
+        for span in spans:
+            inside = [c for c in causes if span.line <= c[0] <= span.last_line] or [
+                (span.line, "unreadable-row", "damaged lines")
+            ]
+            lines = f"line {span.line}" if span.line == span.last_line else f"lines {span.line}-{span.last_line}"
+            span.reason = inside[0][2]
+            for index, (line, code, message) in enumerate(inside):
+                if index == 0:
+                    message += (f" ({lines}, {span.end - span.start} bytes, cannot be used: operations are kept "
+                                f"whole; `kwtree repair` moves them to {QUARANTINE_DIR}/)")
+                self.findings.add("error", code, self.segment.rel, line, message)
+        self.segment.spans.extend(spans)
+
+    def _report_tail(self, pos: int, line: int, data_end: int) -> None:
+        if not self._group and pos >= data_end:
+            return
+        start, first = (self._group[0][0], self._group[0][2]) if self._group else (pos, line)
+        size = data_end - start
+        segment = self.segment
+        if segment.newest:
+            reason = (f"an incomplete operation ({size} bytes from byte {start}) ends the newest segment: the torn "
+                      "write of a crashed writer (or a write in progress); readers ignore it, and `kwtree repair` "
+                      f"or the next write moves it to {QUARANTINE_DIR}/")
+            self.findings.add("warning", "torn-tail", segment.rel, first, reason)
+        else:
+            reason = (f"sealed segment ends with an incomplete operation ({size} bytes from byte {start}); "
+                      "opening fails on it")
+            self.findings.add("error", "sealed-tail", segment.rel, first, reason)
+        last = line if pos < data_end else line - 1
+        segment.spans.append(_Span(start, data_end, first, last, "tail", reason))
+
+    def _report_hidden(self, data_end: int) -> None:
+        raw, segment = self.raw, self.segment
+        if data_end >= len(raw):
+            return
+        content_end = len(raw.rstrip(b"\0"))
+        line = raw.count(b"\n", 0, data_end) + 1
+        if content_end > data_end:
+            reason = (f"{content_end - data_end} bytes after a NUL byte at byte {data_end}: readers stop at the first "
+                      "NUL (the end of the data), so kwtree never sees them")
+            self.findings.add("error", "hidden-bytes", segment.rel, line, reason)
+            segment.spans.append(_Span(data_end, content_end, line, raw.count(b"\n", 0, content_end) + 1,
+                                       "hidden", reason))
+        elif not segment.newest:
+            self.findings.add("info", "padding", segment.rel, None,
+                              f"sealed segment ends with {len(raw) - data_end} bytes of zero padding (harmless)")
+
+
+# --- the whole directory --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Cache:
+    directory: Path  # the cache's own directory (holding meta.json)
+    rel: str
+    watermark: str | None = None
+    has_watermark: bool = False
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class _Examination:
+    """Everything verify learned, and what repair needs to act on it."""
+
+    directory: Path
+    findings: _Findings
+    segments: list[_Segment] = field(default_factory=list)
+    operations: list[RawOperation] = field(default_factory=list)  # distinct, in op-id order
+    rows: int = 0
+    bytes: int = 0
+    manifest_problem: str | None = None  # "newer", "unreadable" or "missing"
+    needs_root: bool = False
+    in_order: bool = True  # operations in the files in op-id order, no copies
+    caches: list[_Cache] = field(default_factory=list)
+
+    def report(self, before: Iterable[Finding] = ()) -> Report:
+        return Report(str(self.directory), (*before, *self.findings.result()), len(self.segments),
+                      len(self.operations), self.rows, self.bytes)
+
+
+def _clean_directory(path: object) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInputError(f"path must be a directory path (str or os.PathLike), got {type(path).__name__}")
+    directory = Path(path)
+    if not directory.exists():
+        raise NotFoundError(f"{directory} does not exist; pass the data directory of a tree")
+    if not directory.is_dir():
+        raise InvalidInputError(f"{directory} is a file, not a directory; pass the data directory of a tree")
+    if not (directory / MANIFEST_NAME).exists() and not (directory / LOG_DIR).is_dir():
+        raise NotFoundError(f"{directory} is not a kwtree directory (it has neither {MANIFEST_NAME} nor {LOG_DIR}/)")
+    return directory
+
+
+def _check_manifest(exam: _Examination) -> None:
+    directory = exam.directory
+    if not (directory / MANIFEST_NAME).exists():
+        exam.manifest_problem = "missing"
+        exam.findings.add("error", "manifest", MANIFEST_NAME, None,
+                          f"{MANIFEST_NAME} is missing: opening fails; `kwtree repair` writes a new one")
+        return
+    try:
+        Manifest.load(directory)
+    except FormatError as exc:
+        newer = _manifest_format(directory) > FORMAT_VERSION
+        exam.manifest_problem = "newer" if newer else "unreadable"
+        hint = "" if newer else f"; `kwtree repair` moves it to {QUARANTINE_DIR}/ and writes a new one"
+        exam.findings.add("error", "manifest", MANIFEST_NAME, None, f"{exc}{hint}")
+
+
+def _manifest_format(directory: Path) -> int:
+    """The format number the manifest names (0 if it names none)."""
+    try:
+        found = orjson.loads((directory / MANIFEST_NAME).read_bytes()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return found if type(found) is int else 0
+
+
+def _read_caches(exam: _Examination) -> None:
+    """Read every cache's meta.json (before the log: a watermark read first can only name an
+    operation that is already in the log when the log is read)."""
+    root = exam.directory / CACHE_DIR
+    if not root.is_dir():
+        return
+    taken: list[Path] = []
+    for meta_path in sorted(root.glob("**/meta.json"), key=lambda p: (len(p.parts), p)):
+        if any(parent in taken for parent in meta_path.parents):
+            continue  # a file of a cache found already (tantivy keeps a meta.json of its own)
+        taken.append(meta_path.parent)
+        cache = _Cache(meta_path.parent, str(meta_path.relative_to(exam.directory)))
+        try:
+            meta = orjson.loads(meta_path.read_bytes())
+            if type(meta) is not dict:
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            cache.problem = f"unreadable ({exc})"
+            exam.findings.add("warning", "cache-meta", cache.rel, None,
+                              f"cache metadata is {cache.problem}: the cache is rebuilt when the tree opens; "
+                              "`kwtree repair` deletes it now")
+            exam.caches.append(cache)
+            continue
+        if "watermark" in meta:
+            cache.has_watermark = True
+            cache.watermark = meta["watermark"]
+        exam.caches.append(cache)
+
+
+def _list_segments(exam: _Examination) -> list[str]:
+    log_dir = exam.directory / LOG_DIR
+    try:
+        entries = sorted(os.listdir(log_dir))
+    except FileNotFoundError:
+        return []
+    names = []
+    for entry in entries:
+        stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
+        if stem is not None and is_op_id(stem) and (log_dir / entry).is_file():
+            names.append(stem)
+        else:
+            exam.findings.add("warning", "stray-file", f"{LOG_DIR}/{entry}", None,
+                              "not a log segment (segments are <32 lowercase hex digits>.jsonl files); "
+                              "kwtree ignores it")
+    return names
+
+
+def _read_log(exam: _Examination, validator: _Validator) -> list[RawOperation]:
+    """Read every segment; returns the valid complete operations in file order."""
+    names = _list_segments(exam)
+    found: list[RawOperation] = []
+    for index, name in enumerate(names):
+        segment = _Segment(name, f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}", newest=index == len(names) - 1)
+        exam.segments.append(segment)
+        try:
+            raw = (exam.directory / segment.rel).read_bytes()
+        except OSError as exc:
+            exam.findings.add("error", "unreadable-file", segment.rel, None, f"cannot read the segment: {exc}")
+            continue
+        reader = _SegmentReader(segment, raw, validator, exam.findings)
+        reader.read()
+        exam.bytes += segment.data_end
+        found.extend(reader.operations)
+    return found
+
+
+def _check_operations(exam: _Examination, found: list[RawOperation]) -> None:
+    """Copies, order and the root; sets ``exam.operations`` (distinct, in op-id order)."""
+    findings = exam.findings
+    first_copy: dict[str, RawOperation] = {}
+    distinct: list[RawOperation] = []
+    in_order = True
+    previous = ""
+    for raw in found:
+        exam.rows += len(raw.rows)
+        if raw.op_id <= previous:
+            in_order = False
+        previous = raw.op_id
+        original = first_copy.get(raw.op_id)
+        if original is None:
+            first_copy[raw.op_id] = raw
+            distinct.append(raw)
+            continue
+        same = "an identical copy" if original.rows == raw.rows else "a DIFFERENT copy (replay uses the first)"
+        findings.add("warning", "duplicate-operation", raw.path, raw.first_line,
+                     f"operation {raw.op_id} is {same} of the one at {original.path}:{original.first_line} "
+                     "(merged histories); replay applies it once")
+    exam.in_order = in_order
+    if not in_order:
+        findings.add("info", "out-of-order", None, None,
+                     "operations are not in op-id order (a merged log): opening replays them sorted, which is "
+                     "slower than the in-order path")
+    distinct.sort(key=lambda raw: raw.op_id)
+    exam.operations = distinct
+    if not distinct:
+        return
+    first = distinct[0]
+    roots = [row["entity"] == "keyword" and row.get("id") == ROOT_ID for row in first.rows]
+    # Opening replays an in-order log as it reads it, which needs the root as the first row;
+    # an out-of-order log is replayed sorted, which needs the first operation to hold only it.
+    if not roots[0] or (not in_order and not all(roots)):
+        exam.needs_root = True
+        findings.add("error", "row-before-root", first.path, first.first_line,
+                     f"operation {first.op_id}, the first in op-id order, writes something other than the root "
+                     "keyword (row before the root keyword exists): opening fails; `kwtree repair` writes a new "
+                     "root operation before it")
+
+
+def _entity_key(row: dict[str, Any]) -> tuple[str, ...]:
+    entity = row["entity"]
+    if entity == "link":
+        return ("link", row["info_id"], row["keyword_id"])
+    if entity == "relation":
+        return ("relation", row["from_id"], row["to_id"], row["type"])
+    return (entity, row["id"])
+
+
+def _check_versions(exam: _Examination) -> dict[str, tuple[str | None, bool]]:
+    """Stored versions per entity; returns each keyword's last stored (parent id, deleted)."""
+    findings = exam.findings
+    last: dict[tuple[str, ...], int] = {}
+    parents: dict[str, tuple[str | None, bool]] = {}
+    for raw in exam.operations:
+        compact = raw.rows[-1]["end"].get("kind") == "compact"
+        for offset, row in enumerate(raw.rows):
+            key = _entity_key(row)
+            version = row["v"]
+            previous = last.get(key)
+            last[key] = version
+            if row["entity"] == "keyword":
+                parents[row["id"]] = (row.get("parent_id"), row.get("deleted") is True)
+            name = "/".join(key[1:])
+            if previous is None:
+                if version != 1 and not compact:
+                    message = f"{key[0]} {name}: its first row has stored version {version}, not 1"
+                else:
+                    continue
+            elif version == previous + 1:
+                continue
+            elif version == previous:
+                message = (f"{key[0]} {name}: two rows with stored version {version} (merged histories); "
+                           "replay counts the writes it applies")
+            else:
+                message = (f"{key[0]} {name}: stored version {version} follows {previous}; replay counts the "
+                           "writes it applies")
+            findings.add("warning", "version", raw.path, raw.first_line + offset, message)
+    return parents
+
+
+def _replay(exam: _Examination, validator: _Validator) -> State | None:
+    """The state replay gives, with a root in place first: so the first operation may hold
+    more than the root (as a compacted log's does), and a log that needs a root is checked as
+    it will be once repair has written one."""
+    if exam.in_order:
+        return validator.state  # it applied the operations in op-id order already
+    state = _scratch_state()
+    try:
+        replay_sorted(state, exam.operations)
+    except CorruptLogError as exc:  # not expected: every operation was validated alone
+        exam.findings.add("error", "replay", exc.path, exc.line, exc.detail)
+        return None
+    return state
+
+
+def _check_tree(exam: _Examination, state: State, stored: dict[str, tuple[str | None, bool]]) -> None:
+    findings = exam.findings
+    keywords = state.keywords
+    root = keywords.get(ROOT_ID)
+    if root is None or root.deleted or root.parent_id is not None:
+        findings.add("error", "tree", None, None, "the replayed tree has no live root")
+        return
+    for kid, keyword in keywords.items():
+        if keyword.deleted or kid == ROOT_ID:
+            continue
+        seen = {kid}
+        node = keyword
+        while node.parent_id is not None:
+            parent = keywords.get(node.parent_id)
+            if parent is None or parent.deleted or parent.id in seen:
+                findings.add("error", "tree", None, None,
+                             f"keyword {kid} does not reach the root in the replayed tree (a replay bug)")
+                break
+            seen.add(parent.id)
+            node = parent
+        parent_id, _ = stored.get(kid, (None, False))
+        if parent_id == keyword.parent_id:
+            continue
+        where = keywords.get(parent_id) if parent_id is not None else None
+        if parent_id is None:
+            why = "its row has no parent_id; it lives under the root"
+        elif where is None:
+            why = f"its stored parent {parent_id} was never written; it lives under the root"
+        elif where.deleted:
+            why = f"its stored parent {parent_id} is deleted; it was re-homed under the root"
+        elif state.is_descendant(parent_id, kid):
+            why = (f"the move under {parent_id} would form a cycle (concurrent moves in merged histories); "
+                   f"replay skipped it and kept it under {keyword.parent_id}")
+        else:
+            why = f"it was re-homed under the root when its parent {parent_id} was deleted"
+        findings.add("warning", "parent", None, None, f"keyword {kid} ({keyword.name!r}): {why}")
+    _check_stored_cycles(exam, stored)
+    _check_names(exam, state)
+    _check_references(exam, state)
+
+
+def _check_stored_cycles(exam: _Examination, stored: dict[str, tuple[str | None, bool]]) -> None:
+    """Cycles in the parent ids of the keywords' last stored rows (what concurrent moves leave)."""
+    done: set[str] = set()
+    for start in stored:
+        path: list[str] = []
+        on_path: set[str] = set()
+        node: str | None = start
+        while node is not None and node not in done and node not in on_path:
+            parent, deleted = stored.get(node, (None, True))
+            if deleted:
+                break
+            path.append(node)
+            on_path.add(node)
+            node = parent
+        if node is not None and node in on_path:
+            cycle = path[path.index(node):] + [node]
+            exam.findings.add("warning", "parent-cycle", None, None,
+                              f"the stored parent ids form a cycle {' -> '.join(cycle)} (concurrent moves in merged "
+                              "histories); replay skipped the move that would close it")
+        done.update(path)
+
+
+def _check_names(exam: _Examination, state: State) -> None:
+    for key, found in state.names.items():
+        if type(found) is str:
+            continue
+        by_parent: dict[str | None, list[str]] = {}
+        for kid in found:
+            by_parent.setdefault(state.keywords[kid].parent_id, []).append(kid)
+        for parent, kids in by_parent.items():
+            if len(kids) > 1:
+                exam.findings.add("warning", "duplicate-name", None, None,
+                                  f"live keywords {', '.join(kids)} under {parent} share the name {key!r} "
+                                  "(merged histories); merge_keywords can fold them")
+
+
+def _check_references(exam: _Examination, state: State) -> None:
+    def status(kind: str, entity_id: str) -> str | None:
+        table = state.infos if kind == "info" else state.keywords
+        entity = table.get(entity_id)
+        if entity is None:
+            return f"{kind} {entity_id} was never written"
+        return f"{kind} {entity_id} is deleted" if entity.deleted else None
+
+    for link in state.links.values():
+        if link.deleted:
+            continue
+        why = status("info", link.info_id) or status("keyword", link.keyword_id)
+        if why is not None:
+            exam.findings.add("warning", "inert-link", None, None,
+                              f"link {link.info_id}/{link.keyword_id} is live but {why}: it is inert (never returned)")
+    for rel in state.relations.values():
+        if rel.deleted:
+            continue
+        why = status("keyword", rel.from_id) or status("keyword", rel.to_id)
+        if why is not None:
+            exam.findings.add("warning", "inert-relation", None, None,
+                              f"relation {rel.from_id}/{rel.to_id}/{rel.type} is live but {why}: it is inert")
+
+
+def _check_caches(exam: _Examination) -> None:
+    known = {raw.op_id for raw in exam.operations}
+    for cache in exam.caches:
+        if not cache.has_watermark or cache.watermark is None:
+            continue
+        watermark = cache.watermark
+        if not is_op_id(watermark):
+            cache.problem = f"its watermark {_short(watermark)} is not an op id"
+        elif watermark not in known:
+            cache.problem = (f"its watermark {watermark} names an operation that is not in the log (the log was "
+                             "replaced, cut or repaired under it)")
+        else:
+            continue
+        exam.findings.add("error", "cache-watermark", cache.rel, None,
+                          f"{cache.problem}: the cache is ahead of the log and gives wrong answers; "
+                          "`kwtree repair` deletes it so that it is rebuilt from the log")
+
+
+def _note_quarantine(exam: _Examination) -> None:
+    quarantine = exam.directory / QUARANTINE_DIR
+    if quarantine.is_dir():
+        files = [p for p in quarantine.iterdir() if p.is_file() and p.suffix != ".json"]
+        if files:
+            total = sum(p.stat().st_size for p in files)
+            exam.findings.add("info", "quarantine", QUARANTINE_DIR, None,
+                              f"{len(files)} file(s), {total} bytes, were moved aside by a writer or a repair "
+                              "(see docs/operations.md to put them back by hand)")
+
+
+def _check_swap(exam: _Examination) -> None:
+    for name in (logswap.COMPACTED_DIR, logswap.COMPACTING_DIR, logswap.OLD_LOG_DIR):
+        if (exam.directory / name).exists():
+            complete = " (the new log is complete)" if name == logswap.COMPACTED_DIR else ""
+            exam.findings.add("warning", "log-swap", f"{name}/", None,
+                              "left by an interrupted log replacement (compaction or repair); the next writer or "
+                              f"`kwtree repair` finishes it{complete}")
+
+
+def _examine(directory: Path) -> _Examination:
+    exam = _Examination(directory, _Findings())
+    _check_manifest(exam)
+    _check_swap(exam)
+    if exam.manifest_problem == "newer":
+        return exam  # another format: its log is not ours to judge
+    _read_caches(exam)
+    validator = _Validator()
+    found = _read_log(exam, validator)
+    _check_operations(exam, found)
+    stored = _check_versions(exam)
+    state = _replay(exam, validator)
+    if state is not None:
+        _check_tree(exam, state, stored)
+    _check_caches(exam)
+    _note_quarantine(exam)
+    return exam
+
+
+def verify_directory(path: str | os.PathLike[str]) -> Report:
+    """Check the data directory at ``path`` — manifest, every log segment, the tree replay
+    gives, cache watermarks — and return a :class:`Report`. Never writes, never locks, and
+    works on directories that cannot be opened. Raises NotFoundError if ``path`` is not a
+    kwtree directory (no manifest and no log), InvalidInputError if it is a file."""
+    return _examine(_clean_directory(path)).report()
+
+
+# --- repair ---------------------------------------------------------------------------------
+
+
+def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Report:
+    """Repair the data directory at ``path`` under its writer lock (waiting ``lock_timeout``
+    seconds at most, else LockTimeoutError): damaged lines, with the rest of their
+    operations, and torn tails go to ``quarantine/`` (nothing is deleted), a missing root
+    operation is written, and the caches that follow the log by a watermark (the full-text
+    index) and unreadable ones are deleted, to be rebuilt from the log. Returns a report of what was done (info
+    findings) followed by what a verify then finds; ``ok`` is True when no error remains.
+    Raises FormatError for a directory of a newer format (it changes nothing then).
+
+    A changed log replaces ``log/`` in one atomic step (as compaction does), so processes
+    that have the tree open replay the repaired log at their next refresh or write."""
+    directory = _clean_directory(path)
+    timeout = clean_seconds(lock_timeout, "lock_timeout")
+    try:
+        lock = WriterLock(directory / LOCK_NAME, timeout)
+        try:
+            with lock:
+                return repair_under_lock(directory)
+        finally:
+            lock.close()
+    except OSError as exc:
+        raise StorageError(f"could not repair {directory}: {exc}") from exc
+
+
+def repair_under_lock(directory: Path) -> Report:
+    """``repair_directory`` for a caller that holds the directory's writer lock already
+    (``KeywordTree.repair``). A failing disk raises StorageError: every step before it is
+    complete (quarantined bytes are synced before the log changes; the log swap is atomic)."""
+    try:
+        return _repair(directory)
+    except OSError as exc:
+        raise StorageError(f"could not repair {directory}: {exc}; run verify to see where it stands") from exc
+
+
+def _repair(directory: Path) -> Report:
+    done = _Findings()
+    if logswap.recover(directory):
+        done.add("info", "log-swap", None, None, "finished a log replacement that a crash had interrupted")
+    exam = _examine(directory)
+    if exam.manifest_problem == "newer":
+        raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
+    if exam.manifest_problem is not None:
+        _replace_manifest(directory, done)
+    bodies = {segment.name: _quarantine_spans(directory, segment, done) for segment in exam.segments if segment.spans}
+    root = _root_operation(exam, done) if exam.needs_root else None
+    if bodies or root is not None:
+        _swap_log(directory, bodies, root)
+    # Every cache that follows the log by a watermark is rebuilt, not only those whose
+    # watermark is visibly wrong: an index that trusted a watermark ahead of the log commits
+    # a valid-looking one afterwards while it still lacks what it skipped.
+    for cache in exam.caches:
+        if cache.has_watermark or cache.problem is not None:
+            shutil.rmtree(cache.directory, ignore_errors=True)
+            done.add("info", "removed-cache", str(cache.directory.relative_to(directory)), None,
+                     "deleted the cache; the tree rebuilds it from the log when it opens")
+    return _examine(directory).report(done.items)
+
+
+def _quarantine_spans(directory: Path, segment: _Segment, done: _Findings) -> bytes:
+    """Copy each damaged span of ``segment`` to its own file in quarantine/ with a note
+    (synced before the log changes, so no byte is ever only in memory); returns the bytes
+    the segment keeps. Zero padding after the data is dropped: it is not data."""
+    raw = (directory / segment.rel).read_bytes()
+    if len(raw) != segment.size:  # cannot happen under the writer lock
+        raise StorageError(f"{directory / segment.rel} changed while it was being repaired; run repair again")
+    quarantine = directory / QUARANTINE_DIR
+    quarantine.mkdir(exist_ok=True)
+    spans = sorted(segment.spans, key=lambda span: span.start)
+    for span in spans:
+        suffix = "torn" if span.kind == "tail" and segment.newest else "bad"
+        stem, count = f"{segment.name}.{span.start}", 0
+        name = f"{stem}.{suffix}"
+        while (quarantine / name).exists() or (quarantine / f"{name}.json").exists():
+            count += 1
+            name = f"{stem}.{count}.{suffix}"
+        note = {
+            "segment": segment.rel,
+            "offset": span.start,
+            "bytes": span.end - span.start,
+            "first_line": span.line,
+            "last_line": span.last_line,
+            "reason": span.reason,
+            "repaired_at": time.time(),
+            "put_back": (f"these bytes were cut from byte {span.start} (line {span.line}) of {segment.rel} "
+                         "by `kwtree repair`; to restore them, insert them there again"),
+        }
+        write_new_file(quarantine / name, raw[span.start:span.end])
+        write_new_file(quarantine / f"{name}.json", orjson.dumps(note, option=orjson.OPT_INDENT_2))
+        lines = f"line {span.line}" if span.line == span.last_line else f"lines {span.line}-{span.last_line}"
+        done.add("info", "quarantined", segment.rel, span.line,
+                 f"moved {span.end - span.start} bytes ({lines}) to {QUARANTINE_DIR}/{name}")
+    fsync_directory(quarantine)
+    kept: list[bytes] = []
+    position = 0
+    for span in spans:
+        kept.append(raw[position:span.start])
+        position = span.end
+    if position < segment.data_end:
+        kept.append(raw[position:segment.data_end])
+    return b"".join(kept)
+
+
+def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
+    """A new first operation creating the root: (its op id, which also names its segment, and
+    its rows). Its id sorts before every operation and segment, so it replays first."""
+    lowest = min([int(raw.op_id, 16) for raw in exam.operations] + [int(s.name, 16) for s in exam.segments])
+    if lowest == 0:
+        raise StorageError("cannot write a root operation before operation 0; restore the root's row by hand")
+    op_id = f"{lowest - 1:032x}"
+    timestamp = float(exam.operations[0].rows[-1]["end"]["ts"])
+    op = Operation(op_id, "init", "repair", timestamp, (Change(_root_keyword(op_id, timestamp), None),),
+                   {"repair": "the log had no operation creating the root before its other operations"})
+    done.add("info", "wrote-root", f"{LOG_DIR}/{op_id}{SEGMENT_SUFFIX}", 1,
+             f"wrote operation {op_id} creating the root, ordered before every other operation")
+    return op_id, encode_operation(op)
+
+
+def _swap_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
+    """Build the repaired log in ``log.compacting/`` — repaired segments written anew, every
+    other entry of ``log/`` hard-linked (copied where links fail), so nothing else changes —
+    and swap it in atomically (kwtree.stores.logswap)."""
+    target = logswap.new_log_dir(directory)
+    source = directory / LOG_DIR
+    for entry in sorted(os.listdir(source)):
+        stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
+        if stem is not None and stem in bodies:
+            logswap.write_segment(target, stem, bodies[stem])
+        elif (source / entry).is_dir():
+            shutil.copytree(source / entry, target / entry)
+        else:
+            try:
+                os.link(source / entry, target / entry)
+            except OSError:
+                shutil.copy2(source / entry, target / entry)
+    if root is not None:
+        logswap.write_segment(target, *root)
+    logswap.seal(target)
+    logswap.swap_in(directory)
+
+
+def _replace_manifest(directory: Path, done: _Findings) -> None:
+    path = directory / MANIFEST_NAME
+    if path.exists():
+        quarantine = directory / QUARANTINE_DIR
+        quarantine.mkdir(exist_ok=True)
+        target = quarantine / f"{MANIFEST_NAME}.{time.time_ns()}.bad"
+        os.replace(path, target)
+        fsync_directory(quarantine)
+        done.add("info", "quarantined", MANIFEST_NAME, None,
+                 f"moved the unreadable manifest to {QUARANTINE_DIR}/{target.name}")
+    Manifest.new().save(directory)
+    done.add("info", "wrote-manifest", MANIFEST_NAME, None,
+             f"wrote a new manifest (format {FORMAT_VERSION}, default segment size)")
