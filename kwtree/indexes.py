@@ -54,6 +54,8 @@ OUTBOX_NAME = "outbox.jsonl"
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
 EntityKey = tuple[str, str]  # (kind, id)
+#: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
+_DIGEST_CACHE_LIMIT = 200_000
 
 
 def entity_text(state: State, kind: str, entity_id: str) -> str | None:
@@ -111,6 +113,10 @@ class Indexes:
         self._pending: set[EntityKey] = set()
         self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
         self._expected_ops: int | None = None  # op count the pending set fully describes
+        # (kind, id) -> (entity version, content hash of its text or None): a version is never
+        # changed once stored, so its hash is computed once (by the open's repair scan, a
+        # write, or a search). Only touched under the state lock.
+        self._digests: dict[EntityKey, tuple[object, str]] = {}
         self._stop = threading.Event()
         self._repaired = threading.Event()  # the open's repair scan has queued what it found
         self._thread: threading.Thread | None = None
@@ -186,12 +192,27 @@ class Indexes:
         """Outbox items for the entities among ``keys`` whose current text has no vector."""
         work = []
         for kind, entity_id in dict.fromkeys(keys):
-            text = entity_text(state, kind, entity_id)
-            if text is not None:
-                digest = content_hash(self._model, text)
-                if not self._vectors.has(entity_id, digest):
-                    work.append((kind, entity_id, digest, self._model))
+            digest = self._digest(state, kind, entity_id)
+            if digest is not None and not self._vectors.has(entity_id, digest):
+                work.append((kind, entity_id, digest, self._model))
         return work
+
+    def _digest(self, state: State, kind: str, entity_id: str) -> str | None:
+        """The content hash of the entity's current text (None if it is not live), computed
+        once per entity version. Call where the state cannot change under it (the state lock, or
+        the write path)."""
+        entity = (state.infos if kind == "info" else state.keywords).get(entity_id)
+        if entity is None:
+            return None
+        key = (kind, entity_id)
+        known = self._digests.get(key)
+        if known is not None and known[0] is entity:
+            return known[1]
+        text = entity_text(state, kind, entity_id)
+        digest = None if text is None else content_hash(self._model, text)
+        if len(self._digests) < _DIGEST_CACHE_LIMIT or key in self._digests:
+            self._digests[key] = (entity, digest)
+        return digest
 
     def _flush(self) -> None:
         """Move the embeddings the writes asked for into the outbox."""
@@ -260,11 +281,9 @@ class Indexes:
             found = []
             for kind, table in (("info", state.infos), ("keyword", state.keywords)):
                 for entity_id in list(table):
-                    text = entity_text(state, kind, entity_id)
-                    if text is not None:
-                        digest = content_hash(model, text)
-                        if (entity_id, digest) not in known:
-                            found.append((kind, entity_id, digest, model))
+                    digest = self._digest(state, kind, entity_id)
+                    if digest is not None and (entity_id, digest) not in known:
+                        found.append((kind, entity_id, digest, model))
             return found
 
         work = self._read(missing)
@@ -411,16 +430,10 @@ class Indexes:
         vector = embed_queries(self._embedder, [query])[0]
         if not np.any(vector):
             return []
-        model = self._model
 
         def current(state: State) -> Callable[[str, str], bool]:
-            table = state.infos if kind == "info" else state.keywords
-
             def accept(entity_id: str, digest: str) -> bool:
-                if entity_id not in table:
-                    return False
-                text = entity_text(state, kind, entity_id)
-                return text is not None and content_hash(model, text) == digest
+                return self._digest(state, kind, entity_id) == digest
 
             return accept
 

@@ -231,20 +231,25 @@ def fuse(
     scored = [(iid, score + threads[iid]) for iid, score in own.items()]
     tree_scores = _tree_scores(state, scored, scores, subtree)
     memo: dict[str, float] = {}
-    hits: list[Hit] = []
+    ranked = []  # sort keys first: a Hit is built only for the k that are returned
+    unranked = (1 << 30, None)
     for iid, info_score in scored:
         linked = [kid for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
         keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
-        hits.append(Hit(
-            state.infos[iid], weights.a * info_score + (1 - weights.a) * keyword_score, info_score, keyword_score,
-            bm25=text_rank[iid][1] if iid in text_rank else None,
-            vector=vector_rank[iid][1] if iid in vector_rank else None,
+        score = weights.a * info_score + (1 - weights.a) * keyword_score
+        ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], iid,
+                       info_score, keyword_score))
+    ranked.sort()
+    hits = [
+        Hit(
+            state.infos[iid], -negative, info_score, keyword_score,
+            bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
             thread=threads[iid],
-        ))
-    hits.sort(key=lambda hit: (-hit.score, hit.text_rank or 1 << 30, hit.vector_rank or 1 << 30, hit.info.id))
-    hits = hits[:k]
+        )
+        for negative, _, _, iid, info_score, keyword_score in ranked[:k]
+    ]
     for hit in hits:
         for kid in state.keywords_by_info.get(hit.info.id, ()):
             if state.live_keyword(kid) is not None:
