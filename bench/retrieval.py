@@ -84,15 +84,22 @@ def run(n_docs: int = 100_000, n_queries: int = 1_000, work: Path | None = None)
         started = time.perf_counter()
         tree.wait_indexed()  # worker=False: embeds the outbox inline
         result["embed_s"] = time.perf_counter() - started
-        result["vector"] = vector_figures(tree, [f"{a} {b}" for a, b in queries[:200]], result)
+        texts = [f"{a} {b}" for a, b in queries]
+        result["vector"] = vector_figures(tree, texts[:200], texts[200:250], result)
         tree.close()
     result["real_vector"] = run_real(n_docs, work)
     return result
 
 
-def vector_figures(tree: KeywordTree, queries: list[str], timings: dict) -> dict:
+def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str], timings: dict) -> dict:
     """The vector store's top 10 against numpy brute force over the same stored vectors
-    (recall@10, p50 of each) and ``recall(mode="vector")`` end to end, for ``queries``."""
+    (recall@10, p50 and p99 of each) and ``recall(mode="vector")`` end to end, for
+    ``queries``, after a pass of ``warmup`` queries (other ones, so no answer is cached).
+
+    Each method runs in its own pass: interleaving them would let every brute-force scan
+    (the whole 100k x d matrix) evict the graph from the CPU caches before the next graph
+    query, which measured the graph at twice its cost.
+    """
     indexes = tree._indexes
     store = indexes._vectors
     started = time.perf_counter()
@@ -100,18 +107,24 @@ def vector_figures(tree: KeywordTree, queries: list[str], timings: dict) -> dict
     timings["hnsw_build_s"] = time.perf_counter() - started
     matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
     ids = [entity_id for entity_id, _ in store._keys]  # row order, as vectors.f32
+    for vector in embed_queries(indexes._embedder, warmup):
+        store.search(vector, 10)
     vectors = embed_queries(indexes._embedder, queries)
-    hnsw_ms, brute_ms, hits = [], [], 0.0
+    hnsw_ms, found = [], []
     for vector in vectors:
         started = time.perf_counter()
-        found = store.search(vector, 10)
+        found.append(store.search(vector, 10))
         hnsw_ms.append(1000 * (time.perf_counter() - started))
+    brute_ms, exact = [], []
+    for vector in vectors:
         started = time.perf_counter()
         scores = matrix @ vector
         top = np.argpartition(-scores, 10)[:10]
         brute_ms.append(1000 * (time.perf_counter() - started))
-        exact = {ids[row] for row in top}
-        hits += len(exact & {entity_id for entity_id, _ in found}) / 10
+        exact.append({ids[row] for row in top})
+    hits = sum(len(truth & {entity_id for entity_id, _ in got}) / 10 for truth, got in zip(exact, found, strict=True))
+    for query in warmup:
+        tree.recall(query, k=10, mode="vector")
     end_to_end = []
     for query in queries:
         started = time.perf_counter()
@@ -120,8 +133,11 @@ def vector_figures(tree: KeywordTree, queries: list[str], timings: dict) -> dict
     return {
         "recall_at_10": hits / len(vectors),
         "hnsw_p50_ms": statistics.median(hnsw_ms),
+        "hnsw_p99_ms": _p(hnsw_ms, 0.99),
         "brute_p50_ms": statistics.median(brute_ms),
+        "brute_p99_ms": _p(brute_ms, 0.99),
         "recall_p50_ms": statistics.median(end_to_end),
+        "recall_p99_ms": _p(end_to_end, 0.99),
         "dim": store.dim,
         "model": indexes._embedder.model,
     }
@@ -139,7 +155,7 @@ def run_real(n_docs: int, work: Path | None = None) -> dict:
             tree.batch_create_infos([{"content": text} for text in docs[start : start + 10_000]])
         tree.wait_indexed()
         timings: dict = {}
-        figures = vector_figures(tree, questions[:200], timings)
+        figures = vector_figures(tree, questions[:200], questions[200:250], timings)
         tree.close()
     return {**figures, **timings, "docs": len(docs)}
 
@@ -160,27 +176,35 @@ def markdown(result: dict) -> str:
         "|---|---|---|---|---|",
         f"| `recall(mode=\"bm25\")` | {bm25['p50_ms']:.2f} ms | {bm25['p99_ms']:.2f} ms | SQLite FTS5 OR query "
         f"{fts['p50_ms']:.2f} ms (p99 {fts['p99_ms']:.2f}) | **{bm25['p50_ms'] / fts['p50_ms']:.3f}x** (target <= 0.2x) |",
-        f"| vector store top 10 (hnswlib) | {vec['hnsw_p50_ms']:.2f} ms | | numpy brute force {vec['brute_p50_ms']:.2f} ms "
-        f"| **{vec['brute_p50_ms'] / vec['hnsw_p50_ms']:.1f}x faster** (target >= 10x), recall@10 "
-        f"**{vec['recall_at_10']:.3f}** (target >= 0.95) |",
-        f"| `recall(mode=\"vector\")` end to end | {vec['recall_p50_ms']:.2f} ms | | | |",
+        *_vector_rows("default-embedder vectors", vec),
         *_real_rows(result.get("real_vector", {"skipped": "not run"})),
     ])
+
+
+def _vector_rows(what: str, vec: dict) -> list[str]:
+    brute = f"numpy brute force {vec['brute_p50_ms']:.2f} ms (p99 {vec['brute_p99_ms']:.2f})"
+    return [
+        f"| vector store top 10, {what} | {vec['hnsw_p50_ms']:.2f} ms | {vec['hnsw_p99_ms']:.2f} ms | {brute} "
+        f"| **{vec['brute_p50_ms'] / vec['hnsw_p50_ms']:.1f}x faster** (target >= 10x), recall@10 "
+        f"**{vec['recall_at_10']:.3f}** (target >= 0.95) |",
+        f"| `recall(mode=\"vector\")` end to end (top 10 of 50 fused with the tree's scores), {what} | "
+        f"{vec['recall_p50_ms']:.2f} ms | {vec['recall_p99_ms']:.2f} ms | the same brute force | "
+        f"**{vec['brute_p50_ms'] / vec['recall_p50_ms']:.1f}x faster** |",
+    ]
 
 
 def _real_rows(real: dict) -> list[str]:
     if "skipped" in real:
         return ["", f"Real-model vectors: skipped ({real['skipped']})."]
     return [
-        f"| vector store top 10, {real['docs']:,} real e5 vectors ({real['dim']}-d) | {real['hnsw_p50_ms']:.2f} ms | | "
-        f"numpy brute force {real['brute_p50_ms']:.2f} ms | **{real['brute_p50_ms'] / real['hnsw_p50_ms']:.1f}x faster**, "
-        f"recall@10 **{real['recall_at_10']:.3f}** |",
-        f"| `recall(mode=\"vector\")` end to end, real e5 vectors | {real['recall_p50_ms']:.2f} ms | | | |",
+        *_vector_rows(f"{real['docs']:,} real e5 vectors ({real['dim']}-d)", real),
         "",
         "The synthetic corpus is random words: the default embedder's vectors of it spread like random data, the worst "
         "case for a graph index. The real-vector rows use multilingual-e5-small (the `.[e5]` extra) on "
         f"{real['docs']:,} real sentences (a LoCoMo turn joined with a WordNet gloss) with LoCoMo's questions as queries "
-        f"(`bench/real_vectors.py`; hnswlib graph built in {real['hnsw_build_s']:.0f} s).",
+        f"(`bench/real_vectors.py`; hnswlib graph built in {real['hnsw_build_s']:.0f} s). Each method is timed in its "
+        "own pass after 50 warm-up queries (other questions): timed in turns, every brute-force scan of the whole "
+        "matrix evicted the graph from the CPU caches and the graph measured at twice its cost.",
     ]
 
 
