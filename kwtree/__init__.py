@@ -41,9 +41,10 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
+from kwtree.repair import repair_directory
 from kwtree.stores.snapshot import restore
 from kwtree.tree import KeywordTree
-from kwtree.verify import Finding, Report, repair_directory, verify_directory
+from kwtree.verify import Finding, Report, verify_directory
 
 __version__ = "0.1.0"
 

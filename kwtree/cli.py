@@ -46,10 +46,11 @@ from kwtree.models import (
     SearchResult,
     SearchStatus,
 )
+from kwtree.repair import repair_directory
 from kwtree.stores.manifest import MANIFEST_NAME
 from kwtree.stores.snapshot import restore
 from kwtree.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
-from kwtree.verify import Report, repair_directory, verify_directory
+from kwtree.verify import Report, verify_directory
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
 
@@ -702,7 +703,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--json", action="store_true", help="print the report as one JSON document")),
     ),
     Command(
-        "repair", "kwtree.verify.repair_directory (KeywordTree.repair)",
+        "repair", "kwtree.repair.repair_directory (KeywordTree.repair)",
         "move DIR's damaged lines and torn tail to quarantine/ (nothing is deleted) and rebuild the full-text index",
         example="./memory", opens="none",
         call=_repair,

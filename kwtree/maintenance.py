@@ -30,13 +30,14 @@ from kwtree.embed import Embedder
 from kwtree.errors import StorageError
 from kwtree.follower import follow
 from kwtree.indexes import Indexes
+from kwtree.repair import repair_under_lock
 from kwtree.replay import RawOperation, parse_operations, replay_chunk
 from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores import snapshot as snapshots
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.validate import clean_choice, clean_flag
-from kwtree.verify import Report, repair_under_lock, verify_directory
+from kwtree.verify import Report, verify_directory
 
 __all__ = ["MaintenanceMethods"]
 
@@ -260,7 +261,7 @@ class MaintenanceMethods:
         return verify_directory(self._dir)
 
     def repair(self) -> Report:
-        """Repair this tree's directory as ``kwtree.verify.repair_directory`` does, under this
+        """Repair this tree's directory as ``kwtree.repair.repair_directory`` does, under this
         tree's write locks: damaged lines (with the rest of their operations) and a torn tail
         go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt. Then the tree
         replays the repaired log. Returns what was done followed by what a verify then finds.
