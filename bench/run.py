@@ -29,6 +29,7 @@ import core  # noqa: E402
 import export  # noqa: E402
 import locomo  # noqa: E402
 import placement  # noqa: E402
+import reads  # noqa: E402
 import retrieval  # noqa: E402
 import snapshot  # noqa: E402
 
@@ -84,6 +85,11 @@ def _run_core(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(plan), core.run(plan, work)
 
 
+def _run_reads(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    sizes = (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000)
+    return {"sizes": sizes, "calls": 2_000}, reads.run(sizes, 2_000, work)
+
+
 def _run_placement(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"seed": placement.SEED}, placement.run(quick, work=work)
 
@@ -123,6 +129,7 @@ def _run_export(quick: bool, work: Path | None) -> tuple[dict, dict]:
 #: Each suite: how to run it, and how to print its results as markdown.
 SUITES = {
     "core": (_run_core, core.markdown),
+    "reads": (_run_reads, reads.markdown),
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),

@@ -75,3 +75,20 @@ def test_compaction_benchmark_runs_on_a_tiny_log(tmp_path):
     assert result["bytes_after"] < result["bytes_before"]
     assert "Compaction of a 1,001-row log (80% superseded rows)" in compaction.markdown(result)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reads_benchmark_runs_on_tiny_trees(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import reads
+    finally:
+        sys.path.remove(str(BENCH))
+    result = reads.run((200, 2_000), 50, tmp_path)
+    assert [size["n"] for size in result["sizes"]] == [200, 2_000]
+    for size in result["sizes"]:
+        assert set(size["kwtree_us"]) == set(size["sqlite_us"]) == set(reads.CALLS)
+        assert all(len(samples) == 50 for samples in size["raw_us"]["kwtree"].values())
+        assert size["mean_path_length"] > 2  # a deep tree, not every keyword under the root
+    table = reads.markdown(result)
+    assert "Scaling from 200 to 2,000 keywords" in table and table.count("| `get_path` |") == 2
+    assert list(tmp_path.iterdir()) == []
