@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["fsync_directory", "read_until_nul", "write_atomically", "write_new_file"]
+__all__ = ["fsync_directory", "read_until_nul", "write_all", "write_atomically", "write_new_file"]
 
 
 def fsync_directory(directory: Path) -> None:
@@ -32,13 +32,19 @@ def write_atomically(path: Path, body: bytes) -> None:
     os.replace(tmp, path)
 
 
+def write_all(fd: int, data: bytes | memoryview) -> int:
+    """Write all of ``data`` at ``fd``'s position (``os.write`` may write less); returns its length."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
+
+
 def write_new_file(path: Path, data: bytes) -> None:
     """Create ``path`` (it must not exist) holding ``data``, synced to disk."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

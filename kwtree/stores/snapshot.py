@@ -60,9 +60,10 @@ from kwtree.models import ROOT_ID
 from kwtree.replay import Bound
 from kwtree.state import State
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
-from kwtree.stores.files import fsync_directory, read_until_nul
+from kwtree.stores.files import fsync_directory, read_until_nul, write_all
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.validate import clean_seconds
 
 __all__ = [
     "COUNT_KEYS",
@@ -206,15 +207,15 @@ class Capture:
             raise StorageError(f"cannot create the snapshot {target}: {exc}") from exc
         try:
             mtime = int(header["created_at"])
-            offset = _write_all(out, _tar_header(SNAPSHOT_MANIFEST, len(placeholder), mtime))
+            offset = write_all(out, _tar_header(SNAPSHOT_MANIFEST, len(placeholder), mtime))
             data_offset = offset
-            offset += _write_all(out, placeholder + _padding(len(placeholder)))
+            offset += write_all(out, placeholder + _padding(len(placeholder)))
             for entry, (name, src) in zip(header["members"], sources, strict=True):
-                offset += _write_all(out, _tar_header(name, entry["size"], mtime))
+                offset += write_all(out, _tar_header(name, entry["size"], mtime))
                 entry["sha256"] = _stream(src, out) if isinstance(src, _Segment) else _write_hashed(out, src)
-                offset += entry["size"] + _write_all(out, _padding(entry["size"]))
+                offset += entry["size"] + write_all(out, _padding(entry["size"]))
             end = offset + 2 * tarfile.BLOCKSIZE
-            _write_all(out, bytes(2 * tarfile.BLOCKSIZE + (-end) % tarfile.RECORDSIZE))
+            write_all(out, bytes(2 * tarfile.BLOCKSIZE + (-end) % tarfile.RECORDSIZE))
             final = _encode(header)
             assert len(final) == len(placeholder)  # digests are fixed-width: nothing moves
             os.pwrite(out, final, data_offset)
@@ -368,15 +369,8 @@ def _padding(size: int) -> bytes:
     return bytes(-size % tarfile.BLOCKSIZE)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> int:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    return len(data)
-
-
 def _write_hashed(out: int, data: bytes) -> str:
-    _write_all(out, data)
+    write_all(out, data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -389,7 +383,7 @@ def _stream(segment: _Segment, out: int) -> str:
         if not chunk:
             raise StorageError(f"log segment {segment.name} shrank while a snapshot was taken; retry the snapshot")
         digest.update(chunk)
-        _write_all(out, chunk)
+        write_all(out, chunk)
         done += len(chunk)
     return digest.hexdigest()
 
@@ -483,7 +477,7 @@ def _copy_member(archive: Path, source: int, offset: int, size: int, target: Pat
             if not chunk:
                 raise FormatError(f"{archive} is truncated: it ends inside member {target.name}; nothing was restored")
             digest.update(chunk)
-            _write_all(out, chunk)
+            write_all(out, chunk)
             done += len(chunk)
         os.fsync(out)
     finally:
@@ -712,8 +706,7 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
     """
     if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir):
         raise InvalidInputError(f"data_dir must be a directory path (str or os.PathLike), got {data_dir!r}")
-    if type(lock_timeout) not in (int, float) or not 0 <= lock_timeout < float("inf"):
-        raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}")
+    timeout = clean_seconds(lock_timeout, "lock_timeout")
     target = Path(data_dir)
     _archive_path(snapshot)
     replacing = target_replaces(target)
@@ -725,7 +718,7 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
         try:
             check_state(_replay(staging, snapshot), header, snapshot)
             if replacing:
-                lock = WriterLock(target / LOCK_NAME, float(lock_timeout))
+                lock = WriterLock(target / LOCK_NAME, timeout)
                 try:
                     with lock:
                         aside = swap_in(staging, target)

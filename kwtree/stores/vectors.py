@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from kwtree.errors import ClosedError, InvalidInputError, LockTimeoutError, StorageError
-from kwtree.stores.files import write_atomically
+from kwtree.stores.files import write_all, write_atomically
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 
@@ -120,12 +120,6 @@ def _file_crc(path: Path) -> int:
         while chunk := f.read(_CRC_CHUNK):
             crc = zlib.crc32(chunk, crc)
     return crc
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _is_key(value: object) -> bool:
@@ -419,8 +413,8 @@ class VectorStore:
                     self._trim_torn_tail()
                     vec_fd, keys_fd = self._append_fds()
                     # Vectors before keys: a whole key line always has its vector behind it.
-                    _write_all(vec_fd, block)
-                    _write_all(keys_fd, lines)
+                    write_all(vec_fd, block)
+                    write_all(keys_fd, lines)
                 except OSError as exc:
                     raise StorageError(f"could not append to the vector cache {self.directory}: {exc}") from exc
                 self._keys.extend(new_keys)
