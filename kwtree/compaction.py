@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -46,29 +47,37 @@ class CompactionReport:
 
 
 def _topological(items: Sequence[Hashable], sequences: Iterable[Sequence[Hashable]]) -> list[Hashable]:
-    """``items`` reordered so that each sequence's elements keep their relative order, and
-    otherwise the original order (the sequences must agree with some order of the items)."""
+    """``items`` reordered as little as needed so that each sequence keeps its relative
+    order (elements not in ``items`` are ignored), otherwise in the original order.
+
+    The sequences are lists the state keeps in arrival order, all built by one sequence of
+    operations, so one order satisfies them all; Kahn's algorithm, taking the earliest free
+    item, finds it. The common case needs no reordering and is detected first.
+    """
     position = {item: index for index, item in enumerate(items)}
-    after: dict[Hashable, list[Hashable]] = {}
-    waiting = dict.fromkeys(items, 0)
-    for sequence in sequences:
-        kept = [item for item in sequence if item in position]
-        for first, second in zip(kept, kept[1:], strict=False):
-            after.setdefault(first, []).append(second)
-            waiting[second] += 1
-    ready = [position[item] for item, count in waiting.items() if count == 0]
+    chains = [[position[item] for item in sequence if item in position] for sequence in sequences]
+    if all(a < b for chain in chains for a, b in pairwise(chain)):
+        return list(items)
+    after: dict[int, list[int]] = {}
+    waiting = [0] * len(items)
+    for chain in chains:
+        for a, b in pairwise(chain):
+            after.setdefault(a, []).append(b)
+            waiting[b] += 1
+    ready = [index for index, count in enumerate(waiting) if count == 0]
     heapq.heapify(ready)
-    ordered: list[Hashable] = []
+    ordered: list[int] = []
     while ready:
-        item = items[heapq.heappop(ready)]
-        ordered.append(item)
-        for follower in after.get(item, ()):
+        index = heapq.heappop(ready)
+        ordered.append(index)
+        for follower in after.get(index, ()):
             waiting[follower] -= 1
             if waiting[follower] == 0:
-                heapq.heappush(ready, position[follower])
-    if len(ordered) != len(items):
-        raise AssertionError("the orders replay derived do not agree (a bug: please report it)")
-    return ordered
+                heapq.heappush(ready, follower)
+    if len(ordered) < len(items):  # orders that disagree (replay never builds them): keep the rest as they were
+        placed = set(ordered)
+        ordered.extend(index for index in range(len(items)) if index not in placed)
+    return [items[index] for index in ordered]
 
 
 def live_entities(state: State) -> list[Entity]:

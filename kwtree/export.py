@@ -28,22 +28,21 @@ complete, so a reader never sees half an export.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
 from kwtree.commands import Stamp
+from kwtree.compaction import live_entities
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.state import State
@@ -83,91 +82,21 @@ _BUFFER = 1 << 20
 class ExportData:
     """The live tree in export order (entities are shared with the state: never changed)."""
 
-    keywords: list[Keyword]  # root first, then breadth first in children order
+    keywords: list[Keyword]  # root first, parents before children, siblings in their order
     infos: list[Info]
     links: list[Link]
     relations: list[Relation]
     last_op_id: str | None
 
 
-def _merge_chains(preferred: list[Hashable], chains: list[list[Hashable]]) -> list[Hashable]:
-    """``preferred`` reordered as little as needed so that each chain's keys keep their order.
-
-    Every chain is a list the state keeps in arrival order; all of them were built by one
-    sequence of operations, so one order satisfies them all. Kahn's algorithm, taking the
-    earliest ``preferred`` key that is free, finds it; the common case needs no reordering.
-    """
-    rank = {key: index for index, key in enumerate(preferred)}
-    chains = [chain if all(key in rank for key in chain) else [key for key in chain if key in rank] for chain in chains]
-    if all(rank[a] < rank[b] for chain in chains for a, b in pairwise(chain)):
-        return preferred
-    indegree = [0] * len(preferred)
-    after: dict[int, list[int]] = {}
-    for chain in chains:
-        for a, b in pairwise(chain):
-            after.setdefault(rank[a], []).append(rank[b])
-            indegree[rank[b]] += 1
-    ready = [index for index, count in enumerate(indegree) if count == 0]
-    order: list[Hashable] = []
-    while ready:
-        index = heapq.heappop(ready)
-        order.append(preferred[index])
-        for later in after.get(index, ()):
-            indegree[later] -= 1
-            if indegree[later] == 0:
-                heapq.heappush(ready, later)
-    if len(order) < len(preferred):  # chains that disagree: apply never builds them
-        placed = set(order)
-        order.extend(key for key in preferred if key not in placed)
-    return order
-
-
 def collect(state: State) -> ExportData:
-    """The live entities of ``state`` in export order. O(entities); call it under the state
-    lock, then write outside it (entities are never changed once stored)."""
-    keywords = [state.keywords[ROOT_ID]]
-    index = 0
-    while index < len(keywords):
-        keywords.extend(state.keywords[cid] for cid in state.children.get(keywords[index].id, ()))
-        index += 1
-    live_keywords = {k.id for k in keywords}
-    infos = [info for info in state.infos.values() if not info.deleted]
-    links = _links_in_order(state, keywords, infos, live_keywords)
-    # A relation of a keyword to itself cannot be made (relate refuses it), so none is exported.
-    outgoing = [[(k.id, to, kind) for to, kind in state.rel_out.get(k.id, ()) if to in live_keywords and to != k.id]
-                for k in keywords]
-    incoming = [[(frm, k.id, kind) for frm, kind in state.rel_in.get(k.id, ()) if frm in live_keywords and frm != k.id]
-                for k in keywords]
-    relation_keys = _merge_chains([key for chain in outgoing for key in chain], outgoing + incoming)
-    relations = [state.relations[key] for key in relation_keys]  # type: ignore[index]
-    return ExportData(keywords, infos, links, relations, state.last_op_id)
-
-
-def _links_in_order(state: State, keywords: list[Keyword], infos: list[Info], live_keywords: set[str]) -> list[Link]:
-    """Live links between live ends, info by info, unless that breaks a keyword's link order."""
-    info_position = {info.id: index for index, info in enumerate(infos)}
-    by_keyword = state.infos_by_keyword
-    # Info by info is right when every keyword meets its infos in info order (the usual case:
-    # links are made with their info); checked on positions, without building keys.
-    if all(_ascending(info_position, by_keyword.get(k.id, ())) for k in keywords):
-        return [by_keyword[kid][info.id] for info in infos
-                for kid in state.keywords_by_info.get(info.id, ()) if kid in live_keywords]
-    by_info = [[(info.id, kid) for kid in state.keywords_by_info.get(info.id, ()) if kid in live_keywords]
-               for info in infos]
-    by_keyword_chains = [[(iid, k.id) for iid in by_keyword.get(k.id, ()) if iid in info_position] for k in keywords]
-    order = _merge_chains([key for chain in by_info for key in chain], by_info + by_keyword_chains)
-    return [state.links[key] for key in order]  # type: ignore[index]
-
-
-def _ascending(position: dict[str, int], ids: Iterable[str]) -> bool:
-    last = -1
-    for item in ids:
-        found = position.get(item)
-        if found is not None:
-            if found < last:
-                return False
-            last = found
-    return True
+    """The live entities of ``state`` in export order (the order a compacted log holds them,
+    whose replay rebuilds every list order of the state). O(entities); call it under the
+    state lock, then write outside it (entities are never changed once stored)."""
+    found: dict[type, list[Any]] = {Keyword: [], Info: [], Link: [], Relation: []}
+    for entity in live_entities(state):
+        found[type(entity)].append(entity)
+    return ExportData(found[Keyword], found[Info], found[Link], found[Relation], state.last_op_id)
 
 
 # --- writing ------------------------------------------------------------------------------------
