@@ -35,7 +35,7 @@ from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
 from kwtree.stores.fulltext import FullTextIndex
-from kwtree.stores.vectors import VectorStore
+from kwtree.stores.vectors import META_FILE, VectorStore
 
 __all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
 
@@ -56,6 +56,7 @@ Reader = Callable[[Callable[[State], T]], T]
 EntityKey = tuple[str, str]  # (kind, id)
 #: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
 _DIGEST_CACHE_LIMIT = 200_000
+_REPAIR_CHUNK = 2_000  # entities hashed per hold of the state lock by the repair scan
 
 
 def entity_text(state: State, kind: str, entity_id: str) -> str | None:
@@ -109,7 +110,9 @@ class Indexes:
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME)
         self._lock = threading.Lock()
-        self._open_lock = threading.Lock()
+        # One lock per store: opening a large vector store must not hold up a text search.
+        self._fulltext_open_lock = threading.Lock()
+        self._vectors_open_lock = threading.Lock()
         self._pending: set[EntityKey] = set()
         self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
         self._expected_ops: int | None = None  # op count the pending set fully describes
@@ -127,14 +130,14 @@ class Indexes:
 
     @property
     def _fulltext(self) -> FullTextIndex:
-        with self._open_lock:
+        with self._fulltext_open_lock:
             if self._fulltext_index is None:
                 self._fulltext_index = FullTextIndex(self._cache / "fulltext", writable=self._write_locks is not None)
             return self._fulltext_index
 
     @property
     def _vectors(self) -> VectorStore:
-        with self._open_lock:
+        with self._vectors_open_lock:
             if self._vector_store is None:
                 self._vector_store = VectorStore(
                     self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim
@@ -145,7 +148,7 @@ class Indexes:
         """If the vector store's directory was deleted under this tree (``cache/`` is only a
         cache), open a new one and queue every text again (embedding them here when writes
         embed inline), so recall does not wait for the next open to see vectors again."""
-        with self._open_lock:
+        with self._vectors_open_lock:
             store = self._vector_store
             if store is None or store.directory.exists():
                 return
@@ -263,7 +266,7 @@ class Indexes:
 
     def _repair_and_warm(self) -> None:
         try:
-            if self._write_locks is not None:
+            if self._write_locks is not None and not (self._cache / "vectors" / _slug(self._model) / META_FILE).exists():
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
@@ -277,16 +280,24 @@ class Indexes:
         known = self._vectors.known()
         model = self._model
 
-        def missing(state: State) -> list[tuple[str, str, str, str]]:
+        def ids(state: State) -> list[EntityKey]:
+            return [("info", entity_id) for entity_id in state.infos] + [
+                ("keyword", entity_id) for entity_id in state.keywords]
+
+        def missing(state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
             found = []
-            for kind, table in (("info", state.infos), ("keyword", state.keywords)):
-                for entity_id in list(table):
-                    digest = self._digest(state, kind, entity_id)
-                    if digest is not None and (entity_id, digest) not in known:
-                        found.append((kind, entity_id, digest, model))
+            for kind, entity_id in keys:
+                digest = self._digest(state, kind, entity_id)
+                if digest is not None and (entity_id, digest) not in known:
+                    found.append((kind, entity_id, digest, model))
             return found
 
-        work = self._read(missing)
+        # The state lock is taken per chunk, so reads and writes need not wait for the whole
+        # scan (an entity written meanwhile is queued by its write).
+        keys = self._read(ids)
+        work = []
+        for start in range(0, len(keys), _REPAIR_CHUNK):
+            work += self._read(lambda state, chunk=keys[start : start + _REPAIR_CHUNK]: missing(state, chunk))
         if work:
             self._outbox.enqueue(work)
         return len(work)
@@ -357,7 +368,7 @@ class Indexes:
 
     def _reset_fulltext(self) -> None:
         """Drop the full-text index (files included) so the next use rebuilds it."""
-        with self._open_lock:
+        with self._fulltext_open_lock:
             index, self._fulltext_index = self._fulltext_index, None
         if index is not None:
             with contextlib.suppress(BaseException):  # a broken index may fail to close, too
