@@ -5,8 +5,10 @@ is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from th
 - **Full text** is kept in step lazily: writes note what they changed; a search first applies
   the changes (or, after operations this process did not see being written, every entity
   written after the index's watermark op id) and commits, so a search sees every write
-  before it. Only the process holding the directory's writer lock writes the index; other
-  processes search what was committed.
+  before it. Only the process holding the directory's writer lock writes the shared index.
+  A tree that may not write it (``read_only``, ``as_of``) searches it only while its watermark
+  is the tree's last op id; otherwise it keeps a private index in a temporary directory,
+  started from a copy of the shared one (or empty) and fed the same way from its own state.
 - **Vectors** are eventually consistent: every committed text enqueues its embedding in the
   outbox; a worker thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues
   every live entity whose current text has no vector, so a lost outbox row costs nothing.
@@ -21,8 +23,10 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +38,7 @@ from kwtree.errors import StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
-from kwtree.stores.fulltext import FullTextIndex
+from kwtree.stores.fulltext import FullTextIndex, copy_committed
 from kwtree.stores.vectors import META_FILE, VectorStore
 
 __all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
@@ -107,6 +111,11 @@ class Indexes:
         # Opened on first use: opening is not free, and several processes opening a new
         # directory at once would race to create them (a writer creates them under its lock).
         self._fulltext_index: FullTextIndex | None = None
+        # A tree that may not write the shared full-text index searches a private one, in this
+        # temporary directory, whenever the shared one does not reflect exactly its state.
+        self._private_dir: Path | None = None
+        self._private_cleanup: weakref.finalize | None = None  # removes it, at close or exit
+        self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME)
         self._lock = threading.Lock()
@@ -132,8 +141,14 @@ class Indexes:
     def _fulltext(self) -> FullTextIndex:
         with self._fulltext_open_lock:
             if self._fulltext_index is None:
-                self._fulltext_index = FullTextIndex(self._cache / "fulltext", writable=self._write_locks is not None)
+                writable = self._write_locks is not None or self._private_dir is not None
+                self._fulltext_index = FullTextIndex(self._fulltext_dir, writable=writable)
             return self._fulltext_index
+
+    @property
+    def _fulltext_dir(self) -> Path:
+        """Where the full-text index this tree searches lives: the shared cache, or its private copy."""
+        return self._cache / "fulltext" if self._private_dir is None else self._private_dir / "fulltext"
 
     @property
     def _vectors(self) -> VectorStore:
@@ -341,8 +356,12 @@ class Indexes:
     def _sync_fulltext(self, *, only_if_written: bool = False) -> None:
         """Bring the full-text index up to the current state. Takes the tree's write locks
         first and the state lock only to read (the order every write uses). An index that
-        fails (deleted or damaged under us) is rebuilt from the state, once."""
+        fails (deleted or damaged under us) is rebuilt from the state, once. A tree that may
+        not write the shared index syncs its private one instead (never ``only_if_written``:
+        it wrote nothing that others would search)."""
         if self._write_locks is None:
+            if not only_if_written:
+                self._sync_private()
             return
         if only_if_written:
             with self._lock:
@@ -356,24 +375,84 @@ class Indexes:
         holds the tree's write locks (the writer; a no-op for read-only trees)."""
         if self._write_locks is None:
             return
+        self._apply_or_rebuild()
+
+    def _apply_or_rebuild(self) -> None:
         try:
             self._apply_fulltext()
         except BaseException as exc:
             if not _index_failure(exc):
                 raise
             log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
-                        self._cache / "fulltext", type(exc).__name__, exc)
+                        self._fulltext_dir, type(exc).__name__, exc)
             self._reset_fulltext()
             self._apply_fulltext()
 
+    def _sync_private(self) -> None:
+        """For a tree that may not write the shared index (``read_only``, ``as_of``): search
+        the shared index while its watermark is this tree's last op id (the writer committed
+        exactly this state); else move to a private index and bring that up to the state,
+        from then on at every search (after a ``refresh()`` only the new operations are
+        applied). Searching the shared index at another watermark would miss writes (or see
+        later ones): deleting the caches would then change what a read-only tree finds."""
+        with self._private_lock:
+            if self._private_dir is None:
+                last = self._read(lambda state: state.last_op_id)
+                opened = self._fulltext_index is not None
+                shared = self._fulltext
+                if opened and shared.watermark != last:
+                    shared.refresh()  # the writer may have committed this state since
+                if shared.available and shared.watermark == last:
+                    return
+                self._go_private(shared, last)
+            self._apply_or_rebuild()
+
+    def _go_private(self, shared: FullTextIndex | None, last: str | None) -> None:
+        """Make a new temporary directory (outside the data directory, which a read-only tree
+        never writes) the home of this tree's full-text index. When the shared index is not
+        ahead of the state, it is copied there first, so only the tail after its watermark is
+        applied; a copy that fails (a writer may be committing meanwhile) or that turns out
+        ahead leaves it empty, for a full rebuild. Call under the private lock. Raises
+        StorageError if no temporary directory can be made."""
+        try:
+            directory = Path(tempfile.mkdtemp(prefix="kwtree-fulltext-"))
+        except OSError as exc:
+            raise StorageError(
+                f"cannot make a private full-text index for this read-only tree ({exc}): its "
+                f"shared index in {self._cache / 'fulltext'} does not reflect the tree's state; "
+                "set TMPDIR to a writable directory"
+            ) from exc
+        self._private_cleanup = weakref.finalize(self, shutil.rmtree, directory, True)
+        target = directory / "fulltext"
+        if shared is not None and shared.available and shared.watermark is not None \
+                and last is not None and shared.watermark <= last:
+            try:
+                copied = copy_committed(self._cache / "fulltext", target)
+            except StorageError as exc:
+                log.info("could not copy the shared full-text index (%s); rebuilding a private one", exc)
+            else:
+                if copied is None or copied > last:  # a writer cleared it or committed in between
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    log.debug("a private full-text index in %s starts from the shared one at %s", target, copied)
+        with self._fulltext_open_lock:
+            # The shared index is dropped, not closed: another thread may be searching it
+            # (a read-only index holds no writer and has nothing to commit).
+            self._fulltext_index = None
+            self._private_dir = directory
+        with self._lock:
+            self._expected_ops = None  # the private index is fed by a scan of the state
+
     def _reset_fulltext(self) -> None:
-        """Drop the full-text index (files included) so the next use rebuilds it."""
+        """Drop the full-text index (files included) so the next use rebuilds it. A tree
+        that may not write the shared index only ever drops its private one."""
         with self._fulltext_open_lock:
             index, self._fulltext_index = self._fulltext_index, None
         if index is not None:
             with contextlib.suppress(BaseException):  # a broken index may fail to close, too
                 index.close()
-        shutil.rmtree(self._cache / "fulltext", ignore_errors=True)
+        if self._write_locks is not None or self._private_dir is not None:
+            shutil.rmtree(self._fulltext_dir, ignore_errors=True)
         with self._lock:
             self._expected_ops = None  # a full scan feeds the new index
 
@@ -387,7 +466,7 @@ class Indexes:
             # older one): it holds writes the log does not, and its watermark would hide
             # every later write with a lower id. Rebuild it.
             log.warning("the full-text index in %s reflects operation %s, past the log's last %s; rebuilding it",
-                        self._cache / "fulltext", index.watermark, last)
+                        self._fulltext_dir, index.watermark, last)
             self._reset_fulltext()
             index = self._fulltext
 
@@ -413,8 +492,8 @@ class Indexes:
 
     def text_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
         """Full-text (BM25) hits of ``kind`` for the query, every committed write included;
-        equal scores in id order. A damaged index is rebuilt (a read-only tree, which may
-        not write it, finds nothing in it)."""
+        equal scores in id order. A damaged index is rebuilt (by a tree that may not write the
+        shared one, as its private index)."""
         self._sync_fulltext()
         try:
             hits = self._fulltext.search(query, kind, k)
@@ -422,11 +501,17 @@ class Indexes:
             if not _index_failure(exc):
                 raise
             if self._write_locks is None:
-                log.warning("the full-text index cannot be searched (%s: %s)", type(exc).__name__, exc)
-                return []
-            with self._write_locks():
-                self._reset_fulltext()
-                self._apply_fulltext()
+                log.warning("the full-text index in %s cannot be searched (%s: %s); rebuilding a private one",
+                            self._fulltext_dir, type(exc).__name__, exc)
+                with self._private_lock:
+                    if self._private_dir is None:
+                        self._go_private(None, None)  # the shared index is broken: nothing to copy
+                    self._reset_fulltext()
+                    self._apply_fulltext()
+            else:
+                with self._write_locks():
+                    self._reset_fulltext()
+                    self._apply_fulltext()
             hits = self._fulltext.search(query, kind, k)
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
@@ -457,7 +542,8 @@ class Indexes:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the worker, commit what the full-text index still lacks, persist the vectors."""
+        """Stop the worker, commit what the full-text index still lacks, persist the vectors;
+        remove a private full-text index."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -466,7 +552,7 @@ class Indexes:
         except Exception:  # noqa: BLE001 -- the repair scan of the next open finds them
             log.exception("could not queue the last writes' embeddings on close")
         try:
-            # Other processes (read-only ones among them) search what the writers committed.
+            # For the next open, and for read-only trees: they search it while it matches their state.
             self._sync_fulltext(only_if_written=True)
         except Exception:  # noqa: BLE001 -- a cache that cannot be flushed is rebuilt next time
             log.exception("could not bring the full-text index up to date on close")
@@ -474,6 +560,8 @@ class Indexes:
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()
+        if self._private_cleanup is not None:
+            self._private_cleanup()
 
 
 def _written_after(state: State, watermark: str | None) -> set[EntityKey]:

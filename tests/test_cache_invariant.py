@@ -14,6 +14,11 @@ is rebuilt, never a reason for an open (or a search) to fail.
   a strict xfail: it fails for the bugs shown one by one by the example tests below.
 * Example tests: a corrupt full-text index (bytes overwritten, files truncated or deleted),
   torn vector files, garbage in the outbox, caches deleted under an open tree.
+* Trees that may not write the shared full-text index (``read_only``, ``as_of``): with the
+  cache deleted, left behind by a writer SIGKILLed in a child process, ahead of an ``as_of``
+  view, or corrupt, they find what a writer without caches finds, follow other processes'
+  writes after ``refresh()``, leave the data directory byte for byte as it was, and remove
+  their private index on close; a third property plays random histories for them.
 
 Directories are real (``tempfile``); trees use durability="none".
 """
@@ -21,16 +26,21 @@ Directories are real (``tempfile``); trees use durability="none".
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import copy_tree_dir, snapshot
+from helpers import child_line, copy_tree_dir, snapshot
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
@@ -599,3 +609,310 @@ def test_a_fulltext_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:
     with KeywordTree(older, durability="none", worker=False) as tree:
         assert tree.recall("bravo", mode="bm25") == []
         assert [hit.info.id for hit in tree.recall("alpha", mode="bm25")] == [info.id]
+
+
+# --- trees that may not write the shared full-text index (read_only, as_of) -----------------------
+#
+# Such a tree searches cache/fulltext/ only while its watermark is the tree's last op id;
+# otherwise it searches a private index in a temporary directory, fed from its own state
+# (started from a copy of the shared index when that is not ahead of the state).
+
+HANG = 60  # seconds before a stuck child process is reported as a failure (never reached normally)
+
+WRITER = """
+import json, sys
+from kwtree import KeywordTree
+
+tree = KeywordTree(sys.argv[1], worker=False)  # durable: each write is on disk when it returns
+made = {}
+for verb, target, *text in json.loads(sys.argv[2]):
+    if verb == "create":
+        made[target] = tree.create_info(text[0]).id
+    elif verb == "update":
+        tree.update_info(target, {"content": text[0]})
+    else:
+        tree.delete_info(target)
+print(json.dumps({"ids": made, "last": tree.last_op_id}), flush=True)  # no search: the cache lags
+sys.stdin.readline()  # SIGKILLed here, or told to close (which commits the full-text index)
+tree.close()
+"""
+
+
+class Writer:
+    """A writer in a child process: it makes ``actions`` (``["create", label, text]``,
+    ``["update", id, text]``, ``["delete", id]``), reports the new infos' ids by label and its
+    last op id, and waits to be SIGKILLed (leaving the full-text cache behind its writes) or
+    closed."""
+
+    def __init__(self, directory: Path, actions: list[list[str]]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), str(directory),
+                                      json.dumps(actions)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reply = json.loads(child_line(self.proc, HANG))
+        self.ids: dict[str, str] = reply["ids"]
+        self.last: str = reply["last"]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(HANG) == -signal.SIGKILL
+
+    def close(self) -> None:
+        _, err = self.proc.communicate("\n", timeout=HANG)
+        assert self.proc.returncode == 0, err
+
+
+@pytest.fixture
+def writers() -> Iterator[Any]:
+    started: list[Writer] = []
+
+    def start(directory: Path, actions: list[list[str]]) -> Writer:
+        started.append(Writer(directory, actions))
+        return started[-1]
+
+    yield start
+    for writer in started:
+        if writer.proc.poll() is None:
+            writer.proc.kill()
+            writer.proc.communicate(timeout=HANG)
+
+
+@pytest.fixture
+def private_tmp(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tempfile's directory for this test: where read-only trees put their private index."""
+    path = base / "tmp"
+    path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    return path
+
+
+def bm25_ids(tree: KeywordTree, query: str) -> list[str]:
+    return [hit.info.id for hit in tree.recall(query, k=20, mode="bm25")]
+
+
+def fulltext_watermark(directory: Path) -> str | None:
+    return json.loads((directory / "cache" / "fulltext" / "meta.json").read_bytes())["watermark"]
+
+
+def dir_bytes(directory: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and directory (None) under ``directory``."""
+    return {str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
+            for path in sorted(directory.rglob("*"))}
+
+
+def leave_stale_cache(directory: Path) -> tuple[str, ...]:
+    """Write infos, put back the full-text cache committed before the last three writes (what
+    a writer killed before its next search leaves) and return the ids of the infos."""
+    with open_tree(directory) as tree:
+        mats = tree.create_info("cats purr on warm mats")
+        jazz = tree.create_info("coffee beans and jazz records")
+        tree.create_info("python cats, rust cats")
+        tree.recall("cats", mode="bm25")  # commits the cache
+        shutil.copytree(directory / "cache" / "fulltext", directory.parent / "old-fulltext")
+        laser = tree.create_info("cats chase laser dots")
+        tree.update_info(mats.id, {"content": "dogs doze on rugs"})
+        tree.delete_info(jazz.id)
+    shutil.rmtree(directory / "cache" / "fulltext")
+    shutil.copytree(directory.parent / "old-fulltext", directory / "cache" / "fulltext")
+    return mats.id, jazz.id, laser.id
+
+
+@pytest.mark.parametrize("view", ["read_only", "as_of"])
+def test_a_read_only_tree_without_caches_finds_what_a_writer_finds(base: Path, view: str) -> None:
+    with open_tree(base / "tree") as tree:
+        cats = tree.create_keyword("Cats", ROOT_ID)
+        made = [tree.create_info(text, keyword_ids=[cats.id] if "cats" in text else []) for text in TEXTS]
+        tree.update_info(made[0].id, {"content": "cats purr on warm rugs"})
+        tree.delete_info(made[4].id)
+        last = tree.last_op_id
+    drop(base / "tree", "cache")
+    options: dict[str, Any] = {"read_only": True} if view == "read_only" else {"as_of": last}
+    with open_tree(bare_copy(base / "tree", base / "writer")) as writer, \
+            KeywordTree(base / "tree", **options) as reader:
+        assert bm25_ids(reader, "cats")  # (it found nothing at all: no index to search)
+        for query in QUERIES:
+            exact, floats = recall_view(writer, query, "bm25")
+            assert recall_view(reader, query, "bm25") == (exact, pytest.approx(floats, abs=1e-6))
+            assert reader.search(query) == writer.search(query)
+    assert not (base / "tree" / "cache").exists()
+
+
+def test_a_read_only_tree_searches_what_a_killed_writer_left_out_of_the_cache(
+        base: Path, writers: Any, caplog: pytest.LogCaptureFixture) -> None:
+    directory = base / "tree"
+    with open_tree(directory) as tree:
+        mats = tree.create_info("cats purr on warm mats")
+        jazz = tree.create_info("coffee beans and jazz records")
+        tree.create_info("the Rust borrow checker")
+    committed = fulltext_watermark(directory)
+    writer = writers(directory, [["create", "laser", "cats chase laser dots"],
+                                 ["update", mats.id, "dogs doze on rugs"], ["delete", jazz.id]])
+    writer.kill()
+    assert committed is not None and fulltext_watermark(directory) == committed < writer.last  # stale
+    caplog.set_level(logging.DEBUG, logger="kwtree.cache")
+    with KeywordTree(directory, read_only=True) as reader, \
+            open_tree(bare_copy(directory, base / "writer")) as reference:
+        assert reader.last_op_id == writer.last
+        assert bm25_ids(reader, "laser") == [writer.ids["laser"]]
+        assert bm25_ids(reader, "rugs") == [mats.id]
+        assert bm25_ids(reader, "mats") == bm25_ids(reader, "jazz") == []
+        for query in QUERIES:
+            assert text_matches(reader, query) == text_matches(reference, query)
+    assert "starts from the shared one" in caplog.text  # the committed index, and only the tail
+    assert fulltext_watermark(directory) == committed
+
+
+def test_a_read_only_tree_follows_other_processes_writes_after_refresh(
+        base: Path, writers: Any, private_tmp: Path) -> None:
+    directory = base / "tree"
+    with open_tree(directory) as tree:
+        mats = tree.create_info("cats purr on warm mats")
+        jazz = tree.create_info("coffee beans and jazz records")
+    with KeywordTree(directory, read_only=True) as reader:
+        assert bm25_ids(reader, "cats") == [mats.id]
+        closed = writers(directory, [["create", "hats", "cats in hats"]])
+        closed.close()  # commits the shared index at its last write
+        assert bm25_ids(reader, "hats") == []  # until refresh(), the tree is where it was
+        assert reader.refresh() == 1
+        assert bm25_ids(reader, "hats") == [closed.ids["hats"]]
+        assert list(private_tmp.iterdir()) == []  # the shared index matched the state each time
+        killed = writers(directory, [["create", "laser", "cats chase laser dots"], ["delete", jazz.id]])
+        killed.kill()  # leaves the shared index behind
+        assert bm25_ids(reader, "laser") == [] and bm25_ids(reader, "jazz") == [jazz.id]
+        assert reader.refresh() == 2
+        assert bm25_ids(reader, "laser") == [killed.ids["laser"]]
+        assert bm25_ids(reader, "jazz") == []
+        assert len(list(private_tmp.iterdir())) == 1
+        more = writers(directory, [["update", mats.id, "dogs doze on rugs"], ["create", "box", "cats nap in a box"]])
+        more.close()
+        assert reader.refresh() == 2  # the private index takes these two operations next
+        assert set(bm25_ids(reader, "cats")) == {closed.ids["hats"], killed.ids["laser"], more.ids["box"]}
+        assert bm25_ids(reader, "mats") == []
+        assert bm25_ids(reader, "rugs") == [mats.id]
+    assert list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("cache", ["current", "stale", "none"])
+def test_an_as_of_view_searches_its_own_past(base: Path, cache: str) -> None:
+    directory = base / "tree"
+    with open_tree(directory) as tree:
+        early = tree.create_info("alpha early")
+        stale = tree.last_op_id
+        tree.recall("alpha", mode="bm25")  # the cache commits at the view's operation
+        shutil.copytree(directory / "cache" / "fulltext", base / "old-fulltext")
+        other = tree.create_info("cats purr")
+        then = tree.last_op_id
+        tree.update_info(early.id, {"content": "bravo later"})
+        tree.create_info("alpha again, later")
+        assert bm25_ids(tree, "bravo") == [early.id]
+    if cache != "current":
+        shutil.rmtree(directory / "cache" / "fulltext")
+    if cache == "stale":  # behind the view: copied, then the view's tail is applied
+        shutil.copytree(base / "old-fulltext", directory / "cache" / "fulltext")
+        assert fulltext_watermark(directory) == stale
+    with KeywordTree(directory, as_of=then) as view:
+        assert bm25_ids(view, "alpha") == [early.id]
+        assert bm25_ids(view, "cats") == [other.id]
+        assert bm25_ids(view, "bravo") == bm25_ids(view, "later") == []
+
+
+@pytest.mark.parametrize("cache", ["current", "stale", "none"])
+@pytest.mark.parametrize("view", ["read_only", "as_of"])
+def test_read_only_searches_leave_the_data_directory_untouched(base: Path, private_tmp: Path,
+                                                                cache: str, view: str) -> None:
+    directory = base / "tree"
+    mats, jazz, laser = leave_stale_cache(directory)
+    if cache == "current":
+        with open_tree(directory) as tree:
+            tree.recall("cats", mode="bm25")  # the writer commits the cache at the last op
+    elif cache == "none":
+        drop(directory, "everything")
+    before = dir_bytes(directory)
+    options: dict[str, Any] = {"read_only": True}
+    if view == "as_of":
+        with KeywordTree(directory, read_only=True) as tree:
+            options = {"as_of": tree.last_op_id}
+    with KeywordTree(directory, **options) as reader:
+        for query in QUERIES:
+            for mode in MODES:
+                check_hits(reader, query, reader.recall(query, k=20, mode=mode))
+            reader.context(query)
+            reader.search(query)
+        assert bm25_ids(reader, "laser") == [laser] and bm25_ids(reader, "rugs") == [mats]
+        assert bm25_ids(reader, "mats") == bm25_ids(reader, "jazz") == []
+        private = list(private_tmp.iterdir())
+        assert len(private) == (0 if cache == "current" else 1)
+    assert dir_bytes(directory) == before
+    assert list(private_tmp.iterdir()) == []  # the private index went with close()
+
+
+@pytest.mark.parametrize(("name", "damage"), [
+    *[pytest.param(name, damage, id=f"{name}-{damage}") for name, damage in _KNOWN_CORRUPTIONS],
+    pytest.param("meta.json", "garbage", id="meta.json-garbage"),
+    pytest.param("index/meta.json", "deleted", id="index-meta.json-deleted"),
+])
+def test_a_read_only_tree_searches_around_a_corrupt_fulltext_index(
+        clean_tree: Path, base: Path, private_tmp: Path, name: str, damage: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.CRITICAL, logger="kwtree.cache")
+    reference = copy_tree_dir(clean_tree, base / "reference")
+    drop(reference, "fulltext")
+    with open_tree(reference) as tree:
+        views, contexts = full_view(tree)
+        expected = [(exact, pytest.approx(floats, abs=1e-6)) for exact, floats in views], contexts
+    directory = copy_tree_dir(clean_tree, base / "tree")
+    path = _fulltext_file(directory, name)
+    if damage == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(DAMAGE[damage](path.read_bytes()))
+    before = dir_bytes(directory)
+    with KeywordTree(directory, read_only=True) as reader:
+        assert full_view(reader) == expected  # (a search that failed found nothing)
+    assert dir_bytes(directory) == before  # the damaged cache is left for a writer to rebuild
+    assert list(private_tmp.iterdir()) == []
+
+
+@settings(max_examples=15)
+@given(steps=HISTORY, mark=st.integers(0, 30), cache=st.sampled_from(["left", "older", "none"]),
+       view=st.sampled_from(["read_only", "as_of"]))
+def test_a_read_only_tree_finds_what_a_rebuilt_writer_finds_whatever_cache_it_meets(
+        steps: list[tuple], mark: int, cache: str, view: str) -> None:
+    """The caches a history left, an older full-text cache (one committed at step ``mark``,
+    as a writer killed later leaves it), or none: a read-only tree (or an ``as_of`` view of
+    the present) reads and matches like a fresh writer without caches."""
+    base = Path(tempfile.mkdtemp(prefix="kwtree-cache-"))
+    rebuilt = reader = None
+    try:
+        history = History(base / "tree")
+        older = base / "older"
+        for index, step in enumerate(steps):
+            note(repr(step))
+            history.play(step)
+            if index == mark and (history.dir / "cache" / "fulltext" / "meta.json").exists():
+                shutil.copytree(history.dir / "cache" / "fulltext", older)
+        history.tree.close()
+        rebuilt = open_tree(bare_copy(history.dir, base / "rebuilt"))
+        if cache == "none":
+            drop(history.dir, "everything")
+        elif cache == "older" and older.exists():
+            shutil.rmtree(history.dir / "cache" / "fulltext", ignore_errors=True)
+            shutil.copytree(older, history.dir / "cache" / "fulltext")
+        before = dir_bytes(history.dir)
+        options: dict[str, Any] = {"read_only": True} if view == "read_only" else {"as_of": rebuilt.last_op_id}
+        reader = KeywordTree(history.dir, **options)
+        assert snapshot(reader, history.keyword_ids, history.info_ids) == \
+            snapshot(rebuilt, history.keyword_ids, history.info_ids)
+        scopes = [ROOT_ID, *history._live(history.keyword_ids, rebuilt.get_keyword)]
+        for query in QUERIES:
+            assert reader.search(query) == rebuilt.search(query)
+            assert text_matches(reader, query) == text_matches(rebuilt, query)
+            check_hits(reader, query, reader.recall(query, k=20, mode="hybrid"))
+        for scope in scopes:
+            assert text_matches(reader, "cats 北京", scope) == text_matches(rebuilt, "cats 北京", scope)
+        reader.close()
+        assert dir_bytes(history.dir) == before
+    finally:
+        for tree in (rebuilt, reader):
+            if tree is not None:
+                tree.close()
+        shutil.rmtree(base, ignore_errors=True)

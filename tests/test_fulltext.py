@@ -1,17 +1,19 @@
 """FullTextIndex on a real tantivy index on disk: matching (English, Chinese, Japanese),
 BM25 order, kinds, replace and delete, read-your-writes, persistence, rebuild of a bad
-cache, read-only mode, and query text that would be tantivy syntax."""
+cache, read-only mode, copies of a committed index, and query text that would be tantivy
+syntax."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
-from kwtree.stores.fulltext import FullTextIndex
+from kwtree.stores.fulltext import FullTextIndex, copy_committed
 
 W1 = "0" * 31 + "1"
 W2 = "0" * 31 + "2"
@@ -260,3 +262,37 @@ def test_threads_write_and_search_concurrently(fts: FullTextIndex) -> None:
         thread.join()
     assert errors == []
     assert fts.count("info") == 16
+
+
+def test_a_committed_index_copies_into_an_independent_writable_index(tmp_path: Path) -> None:
+    writer = FullTextIndex(tmp_path / "fts")
+    writer.upsert("info", "i1", "astronomy notes")
+    writer.commit(W1)
+    writer.upsert("info", "i2", "astronomy telescopes")  # buffered, not committed: not copied
+    assert copy_committed(tmp_path / "fts", tmp_path / "copy") == W1
+    copy = FullTextIndex(tmp_path / "copy")
+    assert not copy.rebuilt and copy.watermark == W1
+    assert ids(copy, "astronomy") == ["i1"]
+    copy.upsert("info", "i3", "astronomy at home")  # the copy has its own tantivy writer lock
+    copy.delete("info", "i1")
+    copy.commit(W2)
+    assert ids(copy, "astronomy") == ["i3"]
+    writer.commit(W2)
+    assert sorted(ids(writer, "astronomy")) == ["i1", "i2"]  # the source is untouched by the copy
+    copy.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("damage", ["no index", "meta of another format", "meta garbage"])
+def test_a_failed_copy_raises_and_leaves_no_target(tmp_path: Path, damage: str) -> None:
+    writer = FullTextIndex(tmp_path / "fts")
+    writer.upsert("info", "i1", "astronomy notes")
+    writer.commit(W1)
+    writer.close()
+    if damage == "no index":
+        shutil.rmtree(tmp_path / "fts" / "index")
+    else:
+        (tmp_path / "fts" / "meta.json").write_bytes(b'{"format": 1}' if damage == "meta of another format" else b"{")
+    with pytest.raises(StorageError, match="cannot copy"):
+        copy_committed(tmp_path / "fts", tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()

@@ -12,7 +12,8 @@ queries, which tantivy answers with block-max WAND, and document frequencies are
 ``directory`` holds ``index/`` (tantivy's files) and ``meta.json`` (``{"format": 1,
 "watermark": <op id or null>}``), written and fsynced after each tantivy commit: a crash in
 between leaves an older watermark, and re-feeding idempotent upserts and deletes is
-harmless. The watermark never claims more than the index holds.
+harmless. The watermark never claims more than the index holds. ``copy_committed`` copies
+a committed index for a process that may not write it (a read-only tree's private index).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import tantivy
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
 from kwtree.normalize import terms
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
@@ -298,3 +299,31 @@ class FullTextIndex:
             finally:
                 self._closed = True
                 self._writer = self._searcher = self._index = None  # drops tantivy's lock
+
+
+def copy_committed(source: Path, target: Path) -> str | None:
+    """Copy the index committed in ``source`` to the new directory ``target`` and return the
+    copy's watermark, for a process that may not write ``source`` but wants a writable index
+    that needs only the operations after it. ``meta.json`` is copied before ``index/``, so the
+    watermark may lag what the copy holds, never lead it (as for a read-only open).
+
+    Raises :class:`StorageError` (and leaves no ``target``) if a file cannot be copied or the
+    meta is unusable: a writer may be merging segments meanwhile. A copy that was taken may
+    still fail to open; ``FullTextIndex`` then rebuilds it empty.
+    """
+    source, target = Path(source), Path(target)
+    try:
+        target.mkdir(parents=True)
+        shutil.copyfile(source / "meta.json", target / "meta.json")
+        meta = orjson.loads((target / "meta.json").read_bytes())
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ValueError(f"meta.json is not of format {FORMAT}")
+        watermark = meta.get("watermark")
+        if watermark is not None and not isinstance(watermark, str):
+            raise ValueError(f"watermark {watermark!r} is not a string")
+        # Tantivy's lock files guard the source's writer and readers, not the copy's.
+        shutil.copytree(source / "index", target / "index", ignore=shutil.ignore_patterns(".tantivy-*.lock"))
+    except (OSError, ValueError) as exc:  # shutil.Error is an OSError, JSONDecodeError a ValueError
+        shutil.rmtree(target, ignore_errors=True)
+        raise StorageError(f"cannot copy the full-text index in {source} to {target}: {exc}") from exc
+    return watermark
