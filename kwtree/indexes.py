@@ -12,7 +12,10 @@ is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from th
 - **Vectors** are eventually consistent: every committed text enqueues its embedding in the
   outbox; a worker thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues
   every live entity whose current text has no vector, so a lost outbox row costs nothing.
-  Recall uses what is embedded; a vector of an older text is never returned.
+  Recall uses what is embedded; a vector of an older text is never returned. A tree that
+  may not write (``read_only``, ``as_of``) embeds nothing and queues nothing: it opens the
+  vector store and the outbox read-only, searches what writers embedded (a graph it has to
+  build stays in memory) and, in ``wait_indexed``, waits for other processes' workers.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kwtree.embed import Embedder, content_hash, embed_queries
-from kwtree.errors import StorageError
+from kwtree.errors import ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
@@ -60,7 +63,7 @@ Reader = Callable[[Callable[[State], T]], T]
 EntityKey = tuple[str, str]  # (kind, id)
 #: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
 _DIGEST_CACHE_LIMIT = 200_000
-_REPAIR_CHUNK = 2_000  # entities hashed per hold of the state lock by the repair scan
+_REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair scan
 
 
 def entity_text(state: State, kind: str, entity_id: str) -> str | None:
@@ -101,11 +104,16 @@ class Indexes:
         write_locks: Callable[[], contextlib.AbstractContextManager[Any]] | None,
         worker: bool,
         embed_async: bool,
+        write_vectors: bool | None = None,
     ) -> None:
+        """``write_vectors``: whether this tree embeds, writes the vector store and queues
+        work in the outbox; by default, when it writes (``write_locks`` given). ``kwtree
+        worker`` reads the tree read-only but writes vectors."""
         self._read = read
         self._embedder = embedder
         self._model = embedder.model
         self._write_locks = write_locks  # None: this tree never writes the full-text index
+        self._write_vectors = write_locks is not None if write_vectors is None else write_vectors
         self._embed_async = embed_async
         self._cache = data_dir / CACHE_DIR
         # Opened on first use: opening is not free, and several processes opening a new
@@ -117,7 +125,7 @@ class Indexes:
         self._private_cleanup: weakref.finalize | None = None  # removes it, at close or exit
         self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
         self._vector_store: VectorStore | None = None
-        self._outbox = Outbox(data_dir / OUTBOX_NAME)
+        self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors)
         self._lock = threading.Lock()
         # One lock per store: opening a large vector store must not hold up a text search.
         self._fulltext_open_lock = threading.Lock()
@@ -155,21 +163,28 @@ class Indexes:
         with self._vectors_open_lock:
             if self._vector_store is None:
                 self._vector_store = VectorStore(
-                    self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim
+                    self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim,
+                    writable=self._write_vectors,
                 )
             return self._vector_store
 
     def _recover_vanished_vectors(self) -> None:
         """If the vector store's directory was deleted under this tree (``cache/`` is only a
         cache), open a new one and queue every text again (embedding them here when writes
-        embed inline), so recall does not wait for the next open to see vectors again."""
+        embed inline), so recall does not wait for the next open to see vectors again. A tree
+        that may not write only lets the store go: it finds vectors again once a writer made
+        them."""
         with self._vectors_open_lock:
             store = self._vector_store
             if store is None or store.directory.exists():
                 return
-            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
             store.discard()
             self._vector_store = None
+            if not self._write_vectors:
+                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer "
+                         "embeds again", store.directory)
+                return
+            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
         self.repair()
         if not self._embed_async and self._thread is None:
             self.wait_indexed()
@@ -291,7 +306,10 @@ class Indexes:
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
 
     def repair(self) -> int:
-        """Enqueue every live entity whose current text has no vector; returns how many."""
+        """Enqueue every live entity whose current text has no vector; returns how many.
+        Raises ReadOnlyError in a tree that does not write vectors."""
+        if not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
         known = self._vectors.known()
         model = self._model
 
@@ -313,25 +331,31 @@ class Indexes:
         work = []
         for start in range(0, len(keys), _REPAIR_CHUNK):
             work += self._read(lambda state, chunk=keys[start : start + _REPAIR_CHUNK]: missing(state, chunk))
+            time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
         if work:
             self._outbox.enqueue(work)
         return len(work)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
         """Wait until the outbox has no work left; True if it emptied within ``timeout``.
-        Without a worker thread, the repair scan runs first and the outbox is drained here."""
+        Without a worker thread, the repair scan runs first and the outbox is drained here. A
+        tree that does not write vectors only waits for other processes to drain it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._flush()
-        if self._thread is None:
+        # Nobody else in this process drains it. (A tree that does not write vectors has no
+        # worker thread and runs no repair scan: that would queue work.)
+        drain_here = self._thread is None and self._write_vectors
+        if drain_here:
             if not self._repaired.is_set():
                 self.repair()
                 self._repaired.set()
-        elif not self._repaired.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+        elif self._thread is not None and \
+                not self._repaired.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
             return False
         while self._outbox.backlog():
             if deadline is not None and time.monotonic() >= deadline:
                 return False
-            if self._thread is None:  # nobody else drains it here: drain inline
+            if drain_here:
                 items = self._outbox.claim(self._worker_id, 256)
                 if items:
                     result = self._embed([(item.kind, item.id, item.hash) for item in items])
@@ -598,8 +622,10 @@ def serve_outbox(
     stop = stop or threading.Event()
     processed = 0
     with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
-        indexes = tree._indexes
-        indexes.repair()  # a lost outbox row costs nothing: what has no vector is queued again
+        # The worker never writes the log, but it does write the vector store and the outbox,
+        # which the read-only tree's own caches never do.
+        indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
+                          embed_async=True, write_vectors=True)
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds)
         worker = f"worker-{os.getpid()}-{time.time_ns()}"
 
@@ -616,7 +642,9 @@ def serve_outbox(
                 stop.set()
 
         try:
+            indexes.repair()  # a lost outbox row costs nothing: what has no vector is queued again
             run_worker(outbox, worker, process, stop=stop, on_idle=idle)
         finally:
             outbox.close()
+            indexes.close()
     return processed

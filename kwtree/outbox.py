@@ -26,6 +26,11 @@ at most a re-embed, because the tree's repair scan re-enqueues any live entity w
 vector. For the same reason unreadable lines (a torn tail from a crash, garbage) are skipped
 with a warning on logger ``kwtree.outbox``, never raised. Every append and every decision
 holds ``filelock.FileLock(<path>.lock)`` after folding what other processes appended.
+
+``Outbox(path, writable=False)`` (the outbox of a tree that may not write) only reads: it
+creates no file, not even the lock file, so it folds without the lock, and takes only whole
+lines (an append may be under way); the methods that write (``enqueue``, ``claim``, ``done``,
+``failed``, ``retry_dead``, ``compact``) raise ReadOnlyError.
 """
 
 from __future__ import annotations
@@ -44,7 +49,13 @@ from typing import Any
 import filelock
 import orjson
 
-from kwtree.errors import ClosedError, InvalidInputError, LockTimeoutError, StorageError
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    LockTimeoutError,
+    ReadOnlyError,
+    StorageError,
+)
 
 __all__ = ["Item", "Outbox", "run_worker"]
 
@@ -143,15 +154,17 @@ class Outbox:
     Leases are exclusive: while ``until`` has not passed, no other worker is handed the item.
     Every method folds rows that other processes appended first, so answers are current.
     Raises :class:`ClosedError` after :meth:`close`, :class:`LockTimeoutError` when the lock
-    stayed taken for ``LOCK_TIMEOUT`` seconds, :class:`StorageError` when an append failed.
+    stayed taken for ``LOCK_TIMEOUT`` seconds, :class:`StorageError` when an append failed,
+    :class:`ReadOnlyError` from a method that writes, on an outbox opened with ``writable=False``.
     """
 
     compact_min_droppable = 10_000  # rows of done items (and junk) before auto-compaction
 
     def __init__(self, path: Path, *, lease_seconds: float = 60.0, max_attempts: int = 5,
                  backoff: float = 1.0, max_backoff: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, writable: bool = True) -> None:
         self.path = Path(path)
+        self.writable = writable
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.backoff, self.max_backoff, self.clock = backoff, max_backoff, clock
         self._mutex = threading.RLock()  # threads first; the file lock then excludes processes
@@ -174,6 +187,10 @@ class Outbox:
         with self._mutex:
             if self._closed:
                 raise ClosedError(f"outbox {self.path} is closed")
+            if not self.writable:  # no lock file: see the module docstring
+                self._refresh()
+                yield
+                return
             try:
                 self._file_lock.acquire(timeout=LOCK_TIMEOUT)
             except filelock.Timeout as exc:
@@ -204,6 +221,10 @@ class Outbox:
         for line in data[:end].split(b"\n")[:-1]:
             self._fold_line(line, at)
             at += len(line) + 1
+        if not self.writable:
+            # Without the lock, a partial last line may be an append under way: read it later.
+            self._offset += end
+            return
         if end < len(data):  # under the lock, so no append is in progress: a crash tore it
             log.warning("skipped a torn last line of %s (%d bytes at byte %d)", self.path, len(data) - end, at)
         self._offset += len(data)
@@ -243,6 +264,10 @@ class Outbox:
             raise StorageError(f"could not append to {self.path}: {exc}") from exc
         self._refresh()
 
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise ReadOnlyError(f"the outbox {self.path} was opened with writable=False: it only reads")
+
     def _claimable(self, entry: _Entry, now: float) -> bool:
         return (entry.status == "pending" or (entry.status == "leased" and entry.until <= now)
                 or (entry.status == "failed" and entry.retry_at <= now))
@@ -256,6 +281,7 @@ class Outbox:
         for kind, *_ in batch:
             if kind not in KINDS:
                 raise InvalidInputError(f"kind must be one of {sorted(KINDS)}, not {kind!r}")
+        self._check_writable()
         with self._locked():
             now, rows, seen = self.clock(), [], set()
             for kind, entity_id, content_hash, model in batch:
@@ -270,6 +296,7 @@ class Outbox:
     def claim(self, worker: str, limit: int) -> list[Item]:
         """Lease up to ``limit`` claimable items to ``worker``, oldest first, until now +
         ``lease_seconds``. An expired lease is claimable by anyone."""
+        self._check_writable()
         with self._locked():
             now = self.clock()
             picked = []
@@ -284,6 +311,7 @@ class Outbox:
 
     def done(self, worker: str, items: Iterable[Item]) -> None:
         """Record ``items`` as embedded. Done always wins, whoever holds the lease."""
+        self._check_writable()
         with self._locked():
             now = self.clock()
             self._append([{"r": "done", "item": it.key, "worker": worker, "ts": now} for it in items])
@@ -295,6 +323,7 @@ class Outbox:
         backoff, dead at ``max_attempts``) only if ``worker`` holds the item's latest claim
         and the item is neither done nor dead; otherwise it is only recorded."""
         error = str(error)
+        self._check_writable()
         with self._locked():
             now, rows = self.clock(), []
             for it in items:
@@ -310,6 +339,7 @@ class Outbox:
 
     def retry_dead(self) -> int:
         """Re-queue every dead item with its attempts reset; returns how many."""
+        self._check_writable()
         with self._locked():
             now = self.clock()
             rows = [{"r": "retry", "item": key, "ts": now}
@@ -348,6 +378,7 @@ class Outbox:
     def compact(self) -> None:
         """Rewrite the file with only the rows of items that are not done (temp file, fsync,
         atomic replace). Other processes notice the new inode and re-read it."""
+        self._check_writable()
         with self._locked():
             self._compact()
 

@@ -39,6 +39,9 @@ class RetrievalMethods:
     def _check_open(self) -> None:  # provided by KeywordTree
         raise NotImplementedError
 
+    def _check_writable(self) -> None:  # provided by KeywordTree
+        raise NotImplementedError
+
     def _read(self, read: Callable[[State], T]) -> T:  # provided by KeywordTree
         raise NotImplementedError
 
@@ -93,7 +96,9 @@ class RetrievalMethods:
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
         """Block until every queued embedding is done; True if that happened within
-        ``timeout`` seconds (None: wait as long as it takes)."""
+        ``timeout`` seconds (None: wait as long as it takes). A tree that may not write
+        (``read_only``, ``as_of``) embeds nothing itself: it waits for other processes
+        (a writer's worker thread, ``kwtree worker``) to empty the outbox."""
         self._check_open()
         return self._indexes.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
 
@@ -104,6 +109,7 @@ class RetrievalMethods:
         return self._indexes.outbox_status()
 
     def retry_dead(self) -> int:
-        """Queue every dead embedding item again; returns how many."""
-        self._check_open()
+        """Queue every dead embedding item again; returns how many. ReadOnlyError on a tree
+        that may not write."""
+        self._check_writable()
         return self._indexes.retry_dead()

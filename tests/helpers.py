@@ -72,6 +72,13 @@ def copy_tree_dir(source: Path, target: Path) -> Path:
     return target
 
 
+def dir_bytes(directory: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and directory (None) under ``directory``: equal before and
+    after something means it created, changed and removed nothing there."""
+    return {str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
+            for path in sorted(directory.rglob("*"))}
+
+
 def log_bytes(data_dir: Path) -> bytes:
     """The concatenated log segments of a directory, padding included."""
     return b"".join(p.read_bytes() for p in sorted((data_dir / "log").glob("*.jsonl")))

@@ -29,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import child_line, copy_tree_dir, snapshot
+from helpers import child_line, copy_tree_dir, dir_bytes, snapshot
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
@@ -51,11 +52,13 @@ from kwtree import (
     KeywordTree,
     KwtreeError,
     NotFoundError,
+    ReadOnlyError,
     RelationType,
 )
 from kwtree.embed import HashEmbedder, embed_queries
 from kwtree.indexes import serve_outbox
 from kwtree.models import Hit
+from kwtree.stores.vectors import DEFAULT_EXACT_BELOW
 
 LIMIT = 30.0  # seconds a wait_indexed may take before the test fails
 MODES = ("bm25", "vector", "hybrid")
@@ -693,12 +696,6 @@ def fulltext_watermark(directory: Path) -> str | None:
     return json.loads((directory / "cache" / "fulltext" / "meta.json").read_bytes())["watermark"]
 
 
-def dir_bytes(directory: Path) -> dict[str, bytes | None]:
-    """Every file (its bytes) and directory (None) under ``directory``."""
-    return {str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
-            for path in sorted(directory.rglob("*"))}
-
-
 def leave_stale_cache(directory: Path) -> tuple[str, ...]:
     """Write infos, put back the full-text cache committed before the last three writes (what
     a writer killed before its next search leaves) and return the ids of the infos."""
@@ -916,3 +913,128 @@ def test_a_read_only_tree_finds_what_a_rebuilt_writer_finds_whatever_cache_it_me
             if tree is not None:
                 tree.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+# --- trees that may not write the vector cache (read_only, as_of) ---------------------------------
+#
+# They open the vector store and the outbox read-only: they search what writers embedded (a
+# graph they have to build stays in memory), search a missing or damaged store as empty, and
+# neither embed nor queue anything; the data directory is left byte for byte as it was, lock
+# files included.
+
+#: Infos enough for the vector store to search a graph rather than every row.
+GRAPH_INFOS = DEFAULT_EXACT_BELOW + 100
+WORDS = ["cats", "purr", "mats", "python", "packaging", "tips", "coffee", "beans", "jazz", "records",
+         "rust", "borrow", "checker", "laser", "dots", "rugs", "北京", "大学", "東京", "タワー"]
+
+
+def no_lock_files(directory: Path) -> None:
+    """Remove the lock files the writers left (the tree's, the vector store's, the outbox's),
+    so that a reader that makes one shows. (Not tantivy's own ``.tantivy-meta.lock``: tantivy
+    makes it whenever it opens an index, for reading too.)"""
+    for path in [*directory.rglob("lock"), *directory.glob("*.lock")]:
+        path.unlink()
+
+
+def view_options(view: str, last: str | None) -> dict[str, Any]:
+    return {"read_only": True} if view == "read_only" else {"as_of": last}
+
+
+@pytest.fixture(scope="module")
+def vector_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Closed trees whose texts are all embedded and whose vector store has no saved graph
+    (the writer never searched vectors): "small" is searched row by row, "graph" through an
+    hnswlib graph."""
+    trees = {}
+    for size, count in (("small", len(TEXTS)), ("graph", GRAPH_INFOS)):
+        directory = tmp_path_factory.mktemp(size) / "tree"
+        rng = random.Random(size)
+        with open_tree(directory) as tree:
+            cats = tree.create_keyword("Cats", ROOT_ID)
+            for i in range(count):
+                text = TEXTS[i] if size == "small" else f"{' '.join(rng.sample(WORDS, 4))} {i}"
+                tree.create_info(text, keyword_ids=[cats.id] if "cats" in text else [])
+        assert not list((directory / "cache" / "vectors").rglob("hnsw.*"))
+        trees[size] = directory
+    return trees
+
+
+def vector_views(tree: KeywordTree) -> dict[tuple[str, str], tuple[list, list[float]]]:
+    return {(query, mode): recall_view(tree, query, mode) for query in QUERIES for mode in ("vector", "hybrid")}
+
+
+def assert_same_views(tree: KeywordTree, expected: dict[tuple[str, str], tuple[list, list[float]]]) -> None:
+    for (query, mode), (exact, floats) in expected.items():
+        assert recall_view(tree, query, mode) == (exact, pytest.approx(floats, abs=1e-6)), (query, mode)
+
+
+@pytest.mark.parametrize("size", ["small", "graph"])
+@pytest.mark.parametrize("view", ["read_only", "as_of"])
+def test_read_only_vector_recall_finds_what_a_writer_finds_and_writes_nothing(
+        vector_trees: dict[str, Path], base: Path, size: str, view: str) -> None:
+    directory = shutil.copytree(vector_trees[size], base / "tree")
+    no_lock_files(directory)
+    with open_tree(copy_tree_dir(directory, base / "writer")) as writer:
+        expected = vector_views(writer)
+        last = writer.last_op_id
+    assert any(vector_rank is not None for exact, _ in expected.values() for _, _, vector_rank, _ in exact)
+    before = dir_bytes(directory)
+    with KeywordTree(directory, **view_options(view, last)) as reader:
+        assert_same_views(reader, expected)
+        stats = reader._indexes._vector_store.stats()  # (private: nothing public tells how it searched)
+        assert stats.rows > 0 and stats.persisted_rows == 0
+        assert stats.indexed_rows == (stats.rows if size == "graph" else 0)  # the graph, in memory only
+        assert reader.wait_indexed(LIMIT)  # nothing queued, and nothing it would queue or embed
+    assert dir_bytes(directory) == before
+
+
+@pytest.mark.parametrize("damage", ["no vector cache", "meta.json garbage", "meta.json deleted"])
+@pytest.mark.parametrize("view", ["read_only", "as_of"])
+def test_a_read_only_tree_searches_a_missing_or_damaged_vector_cache_as_empty_and_leaves_it(
+        vector_trees: dict[str, Path], base: Path, damage: str, view: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    directory = shutil.copytree(vector_trees["small"], base / "tree")
+    no_lock_files(directory)
+    if damage == "no vector cache":
+        drop(directory, "vectors")
+    elif damage == "meta.json garbage":
+        (_vector_store(directory) / "meta.json").write_bytes(b"{nope")
+    else:
+        (_vector_store(directory) / "meta.json").unlink()
+    reference = copy_tree_dir(directory, base / "writer")
+    drop(reference, "vectors")  # a writer with no vectors (worker=False: it embeds none at open)
+    with open_tree(reference) as writer:
+        expected = vector_views(writer)
+        last = writer.last_op_id
+    before = dir_bytes(directory)
+    caplog.set_level(logging.WARNING, logger="kwtree.cache")
+    with KeywordTree(directory, **view_options(view, last)) as reader:
+        assert_same_views(reader, expected)  # hybrid: the full text (and keywords) alone
+        for query in QUERIES:
+            assert all(hit.vector is None for hit in reader.recall(query, k=20, mode="vector"))
+        assert reader.wait_indexed(LIMIT)
+    assert dir_bytes(directory) == before
+    if damage != "no vector cache":
+        assert "searching the store as empty" in caplog.text
+
+
+@pytest.mark.parametrize("view", ["read_only", "as_of"])
+def test_a_read_only_tree_queues_and_embeds_nothing_but_sees_what_a_worker_embeds(base: Path, view: str) -> None:
+    directory = base / "tree"
+    with KeywordTree(directory, durability="none", worker=False) as tree:  # close() queues the work
+        infos = [tree.create_info(text) for text in DISTINCT]
+        last = tree.last_op_id
+    no_lock_files(directory)
+    before = dir_bytes(directory)
+    with KeywordTree(directory, **view_options(view, last)) as reader:
+        assert reader.outbox_status()["pending"] == len(DISTINCT)
+        assert not reader.wait_indexed(0)  # it drains nothing itself
+        with pytest.raises(ReadOnlyError):
+            reader.retry_dead()
+        assert embedded_ids(reader) == set()
+        assert dir_bytes(directory) == before  # no repair scan, no embedding, no lock file
+        serve_outbox(directory, HashEmbedder(), once=True)  # as `kwtree worker` in another process
+        assert reader.wait_indexed(LIMIT)
+        assert embedded_ids(reader) == {info.id for info in infos}
+        for info in infos:
+            check_hits(reader, info.content, reader.recall(info.content, k=20, mode="hybrid"))

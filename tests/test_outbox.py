@@ -1,7 +1,7 @@
 """The embedding outbox (DESIGN.md §6): enqueue/claim/done, dedupe, exclusive leases between
 objects, threads and processes, a SIGKILLed worker's work taken over, backoff and dead
 letters, the late-report rules, torn and garbage lines, compaction under a reader in another
-process, and the worker loop.
+process, read-only outboxes (``writable=False``), and the worker loop.
 
 No sleeps: leases and backoff move with an injected clock; child processes are driven line
 by line over pipes. Timeouts only bound a hang; nothing asserts on elapsed time.
@@ -25,7 +25,7 @@ import pytest
 from helpers import child_line
 
 import kwtree.outbox
-from kwtree.errors import ClosedError, InvalidInputError
+from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError
 from kwtree.outbox import Item, Outbox, run_worker
 
 HANG = 60  # seconds before a stuck child or thread is reported as a failure
@@ -405,6 +405,31 @@ def test_compaction_runs_by_itself_when_done_rows_dominate(open_box, path: Path)
     box.done("w", box.claim("w", 10))  # 10 * 3 done rows of 32: compacted
     assert [r["r"] for r in rows(path)] == ["enqueue", "enqueue"]
     assert box.backlog() == 2 and box.status()["done"] == 0
+
+
+def test_a_read_only_outbox_reads_without_the_lock_and_writes_nothing(open_box, path: Path, caplog) -> None:
+    reader = open_box(writable=False)
+    assert reader.backlog() == 0 and reader.status()["pending"] == 0
+    assert list(path.parent.iterdir()) == []  # no outbox, no lock file
+    writer = open_box()
+    writer.enqueue(work(2))
+    writer.done("w", writer.claim("w", 1))
+    (path.parent / "outbox.lock").unlink()  # a reader that took the lock would make it again
+    with open(path, "ab") as f:
+        f.write(b'{"r": "enqueue", "item": "m1/e9/h9", "kind": "in')  # an append under way
+    caplog.set_level(logging.WARNING, logger="kwtree.outbox")
+    assert reader.backlog() == 1 and reader.status()["done"] == 1
+    with open(path, "ab") as f:
+        f.write(b'fo", "id": "e9", "hash": "h9", "model": "m1", "ts": 1}\n')
+    assert reader.backlog() == 2  # the partial line was not skipped as torn: read once whole
+    assert not caplog.records
+    data = path.read_bytes()
+    dead = Item("m1/e000/h0", "keyword", "e000", "h0", "m1")
+    for write in (lambda: reader.enqueue(work(4)), lambda: reader.claim("w", 1), lambda: reader.done("w", [dead]),
+                  lambda: reader.failed("w", [dead], "boom"), reader.retry_dead, reader.compact):
+        with pytest.raises(ReadOnlyError):
+            write()
+    assert list(path.parent.iterdir()) == [path] and path.read_bytes() == data
 
 
 # --- workers ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The vector cache (kwtree.stores.vectors): add / search / has, the accept filter and its
 widening, one hit per entity, dimension checks, the persisted hnswlib index (reused, or
-rebuilt when missing or corrupt), torn tails, several appending processes, growth past the
+rebuilt when missing or corrupt), torn tails, several appending processes, read-only stores
+(``writable=False``: they find what a writer finds and write nothing), growth past the
 index's capacity, threads, and recall against exact search.
 
 Real files, real hnswlib, real subprocesses; no mocks, no sleeps, no timing assertions.
@@ -9,6 +10,7 @@ Real files, real hnswlib, real subprocesses; no mocks, no sleeps, no timing asse
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,8 +22,14 @@ import filelock
 import numpy as np
 import orjson
 import pytest
+from helpers import dir_bytes
 
-from kwtree.errors import ClosedError, InvalidInputError, LockTimeoutError
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    LockTimeoutError,
+    ReadOnlyError,
+)
 from kwtree.stores.vectors import VectorStore
 
 DIM = 16
@@ -532,6 +540,103 @@ def test_threads_share_one_store(store_dir):
     store.close()
 
 
+# --- read-only stores (writable=False) -----------------------------------------------------------
+
+
+def _store_with_graph(store_dir: Path, graph: str) -> np.ndarray:
+    """2,400 rows (returned); hnsw.bin covering none of them, the first 2,000 ("stale") or all; no lock
+    file (so a reader that made one would show)."""
+    x = random_rows(2400, seed=11)
+    keys = [(f"e{i}", "h") for i in range(2400)]
+    with VectorStore(store_dir, "m", DIM, exact_below=0) as store:
+        store.add(keys[:2000], x[:2000])
+        if graph != "none":
+            store.warm_up()  # builds and saves the graph of the first 2,000
+    with VectorStore(store_dir, "m", DIM, exact_below=10**9) as store:  # builds no graph
+        store.add(keys[2000:], x[2000:])
+    if graph == "current":
+        with VectorStore(store_dir, "m", DIM, exact_below=0) as store:
+            store.warm_up()  # loads the stale one, adds the tail and saves it on close
+    (store_dir / "lock").unlink()
+    return x
+
+
+@pytest.mark.parametrize("graph", ["none", "stale", "current"])
+@pytest.mark.parametrize("exact_below", [0, 10**9], ids=["graph", "exact"])
+def test_a_read_only_store_finds_what_a_writer_finds_and_writes_nothing(tmp_path, graph, exact_below):
+    store_dir = tmp_path / "store"
+    x = _store_with_graph(store_dir, graph)
+    persisted = {"none": 0, "stale": 2000, "current": 2400}[graph]
+    queries = [*random_rows(5, seed=12), x[5], x[2300]]
+
+    def accept(entity_id: str, _: str) -> bool:
+        return not entity_id.endswith("7")  # a tenth rejected: the search widens
+
+    shutil.copytree(store_dir, tmp_path / "copy")
+    with VectorStore(tmp_path / "copy", "m", DIM, exact_below=exact_below) as writer:
+        expected = [writer.search(q, 10, accept) for q in queries]
+    before = dir_bytes(store_dir)
+    with VectorStore(store_dir, "m", DIM, exact_below=exact_below, writable=False) as reader:
+        reader.warm_up()
+        for q, hits in zip(queries, expected, strict=True):
+            assert_same_hits(reader.search(q, 10, accept), hits)
+        stats = reader.stats()
+        if exact_below == 0:  # the graph: loaded as far as the saved one goes, the rest built in memory
+            assert (stats.indexed_rows, stats.loaded_rows, stats.persisted_rows) == (2400, persisted, persisted)
+        else:
+            assert stats.indexed_rows == 0
+        with pytest.raises(ReadOnlyError):
+            reader.add([("new", "h")], np.array([vector_of("new")]))
+        with pytest.raises(ReadOnlyError):
+            reader.save()
+        assert len(reader) == 2400 and not reader.has("new", "h")
+    assert dir_bytes(store_dir) == before  # no graph saved, no lock file, nothing trimmed
+
+
+def test_a_read_only_store_of_a_missing_directory_is_empty_until_a_writer_makes_it(tmp_path):
+    store_dir = tmp_path / "cache" / "vectors" / "m"
+    with VectorStore(store_dir, "m", DIM, exact_below=0, writable=False) as reader:
+        assert len(reader) == 0 and reader.refresh() == 0
+        assert reader.search(vector_of("a"), 3) == []
+        assert list(tmp_path.iterdir()) == []  # not even the directory
+        with VectorStore(store_dir, "m", DIM) as writer:
+            writer.add([(e, "h") for e in "abc"], np.array([vector_of(e) for e in "abc"]))
+            assert reader.refresh() == 3
+            assert reader.search(vector_of("b"), 1)[0][0] == "b"  # from a graph built in memory
+            writer.add([("d", "h")], np.array([vector_of("d")]))
+            assert not reader.has("d", "h")
+            assert reader.refresh() == 1 and reader.search(vector_of("d"), 1)[0][0] == "d"
+        assert reader.stats().indexed_rows == 4
+    assert sorted(p.name for p in store_dir.iterdir()) == ["keys.jsonl", "lock", "meta.json", "vectors.f32"]
+
+
+@pytest.mark.parametrize("meta", ["garbage", "deleted", "format 99", "truncated"])
+def test_a_read_only_store_searches_a_bad_meta_as_empty_and_leaves_it_to_a_writer(store_dir, meta, caplog):
+    x = random_rows(30, seed=13)
+    keys = [(f"e{i}", "h") for i in range(30)]
+    with VectorStore(store_dir, "m", DIM, exact_below=0) as store:
+        store.add(keys, x)
+        store.warm_up()  # and a saved graph
+    path = store_dir / "meta.json"
+    if meta == "deleted":
+        path.unlink()
+    else:
+        damaged = {"garbage": b"{not json", "truncated": path.read_bytes()[:10],
+                   "format 99": orjson.dumps({"format": 99, "model": "m", "dim": DIM})}
+        path.write_bytes(damaged[meta])
+    before = dir_bytes(store_dir)
+    with caplog.at_level(logging.WARNING, logger="kwtree.cache"), \
+            VectorStore(store_dir, "m", DIM, exact_below=0, writable=False) as reader:
+        assert len(reader) == 0 and not reader.has("e1", "h")
+        assert reader.search(x[1], 5) == [] and reader.refresh() == 0
+        assert dir_bytes(store_dir) == before  # not emptied: that is a writer's job
+        with VectorStore(store_dir, "m", DIM) as writer:  # empties the store, then adds to it
+            writer.add([("new", "h")], np.array([vector_of("new")]))
+        assert reader.refresh() == 1
+        assert reader.search(vector_of("new"), 5) == [("new", pytest.approx(1.0, abs=1e-5))]
+    assert "searching the store as empty" in caplog.text
+
+
 # --- growth and quality ------------------------------------------------------------------------
 
 
@@ -567,3 +672,15 @@ def test_recall_at_10_against_brute_force(store_dir):
             hits = store.search(q, k)
             found += len({f"e{i}" for i in exact} & {e for e, _ in hits})
     assert found / (len(queries) * k) >= 0.95
+
+
+def test_key_lines_parse_up_to_the_first_bad_one_across_chunks(caplog):
+    from kwtree.stores.vectors import _PARSE_CHUNK, _parse_keys
+
+    good = [orjson.dumps([f"e{i}", "h"]) for i in range(_PARSE_CHUNK + 10)]
+    assert _parse_keys(good) == [(f"e{i}", "h") for i in range(_PARSE_CHUNK + 10)]
+    for bad in (b'{"x": 1}', b'["a","b"]["c","d"]', b'["cut'):
+        with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
+            keys = _parse_keys([*good[: _PARSE_CHUNK + 3], bad, *good[_PARSE_CHUNK + 3 :]])
+        assert keys == [(f"e{i}", "h") for i in range(_PARSE_CHUNK + 3)]
+        assert "unreadable key line" in caplog.text

@@ -24,6 +24,13 @@ persisted index that is missing, of another format, for other rows, or whose byt
 CRC in hnsw.json is rebuilt with a warning on ``kwtree.cache``: a flipped byte inside an
 hnswlib graph is not detected by hnswlib itself and would crash the process at search time,
 so the CRC is checked before hnswlib reads the file. Smaller stores are searched exactly.
+
+A store opened with ``writable=False`` (what trees that may not write use: ``read_only``,
+``as_of``) never creates, changes or removes a file, the lock file included: a missing
+directory or meta.json is an empty store, an unreadable or foreign-format meta.json is
+searched as empty with a warning (left for a writer to empty), and a graph it has to build
+stays in memory. It still takes the rows other processes append, on ``refresh()``, and once a
+writer has (re)made meta.json, the rows behind it.
 """
 
 from __future__ import annotations
@@ -43,7 +50,13 @@ import hnswlib
 import numpy as np
 import orjson
 
-from kwtree.errors import ClosedError, InvalidInputError, LockTimeoutError, StorageError
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    LockTimeoutError,
+    ReadOnlyError,
+    StorageError,
+)
 from kwtree.stores.files import write_all, write_atomically
 
 __all__ = ["VectorStore", "VectorStoreStats"]
@@ -126,17 +139,27 @@ def _is_key(value: object) -> bool:
     return type(value) is list and len(value) == 2 and type(value[0]) is str and type(value[1]) is str
 
 
+_PARSE_CHUNK = 4_096  # key lines per orjson call
+
+
 def _parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
     """Parse whole key lines, stopping at the first unreadable one (with a warning)."""
-    try:
-        # One orjson call for all lines: several times faster than one call per line. The
-        # count check catches a corrupt line that happens to hold two JSON values.
-        parsed = orjson.loads(b"[" + b",".join(lines) + b"]")
-        if len(parsed) == len(lines) and all(map(_is_key, parsed)):
-            return [(p[0], p[1]) for p in parsed]
-    except orjson.JSONDecodeError:
-        pass
     keys: list[tuple[str, str]] = []
+    for start in range(0, len(lines), _PARSE_CHUNK):
+        chunk = lines[start : start + _PARSE_CHUNK]
+        try:
+            # One orjson call per chunk: several times faster than one call per line, while
+            # other threads (a search right after open) get the interpreter between chunks.
+            # The count check catches a corrupt line that happens to hold two JSON values.
+            parsed = orjson.loads(b"[" + b",".join(chunk) + b"]")
+        except orjson.JSONDecodeError:
+            break
+        if len(parsed) != len(chunk) or not all(map(_is_key, parsed)):
+            break
+        keys.extend((p[0], p[1]) for p in parsed)
+    else:
+        return keys
+    lines = lines[len(keys):]  # the chunk with a bad line: one line at a time
     for line in lines:
         try:
             p = orjson.loads(line)
@@ -189,7 +212,10 @@ class VectorStore:
     Opening never fails because of the cache's state (a missing or corrupt meta.json with
     data present empties the store, with a warning); it raises InvalidInputError only when
     meta.json names another model or dimension. ``add`` returns once its rows are written
-    to the OS (not fsynced) and visible to this process's searches. Thread-safe.
+    to the OS (not fsynced) and visible to this process's searches. ``writable=False``
+    writes nothing, ever (see the module docstring): ``add`` and ``save`` raise
+    ReadOnlyError, and damage a writer would repair is searched as an empty store.
+    Thread-safe.
     """
 
     def __init__(
@@ -201,6 +227,7 @@ class VectorStore:
         exact_below: int = DEFAULT_EXACT_BELOW,
         ef: int = DEFAULT_EF,
         lock_timeout: float = 30.0,
+        writable: bool = True,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise InvalidInputError("model must be a non-empty string naming the embedder model")
@@ -211,6 +238,7 @@ class VectorStore:
         self.dim = dim
         self.exact_below = exact_below
         self.ef = ef
+        self.writable = writable
         self._row_bytes = 4 * dim
         self._vectors_path = self.directory / VECTORS_FILE
         self._keys_path = self.directory / KEYS_FILE
@@ -228,7 +256,12 @@ class VectorStore:
         self._index: hnswlib.Index | None = None
         self._loaded_rows = 0
         self._persisted_rows = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # False while a store that may not write finds no valid meta.json: it holds no rows
+        # then, and looks again at each refresh (a writer may be creating or emptying it).
+        self._meta_ok = True
+        if writable:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        # (Only acquiring creates the lock file; a read-only store never does.)
         self._lock = filelock.FileLock(str(self.directory / LOCK_FILE), timeout=lock_timeout)
         self._open_meta()
         self._read_new_rows()
@@ -252,13 +285,23 @@ class VectorStore:
 
     def _open_meta(self) -> None:
         meta_path = self.directory / META_FILE
-        if self._check_meta(_read_json(meta_path)):
+        found = _read_json(meta_path)
+        if self._check_meta(found):
+            return
+        if not self.writable:
+            # Emptying the store is the writer's job: until one does, search nothing (its rows
+            # may belong to another model or format) and write nothing.
+            self._meta_ok = False
+            if any(_file_size(p) for p in self._data_files()):
+                state = "missing or unreadable" if found is None else f"of format {found.get('format')!r}"
+                log.warning("vector cache %s: meta.json is %s; searching the store as empty (a tree "
+                            "that may write it empties it and embeds everything again)", self.directory, state)
             return
         with self._locked():
             found = _read_json(meta_path)
             if self._check_meta(found):
                 return  # another process created it meanwhile
-            data_files = (self._vectors_path, self._keys_path, self._index_path, self._index_meta_path)
+            data_files = self._data_files()
             if any(_file_size(p) for p in data_files):
                 state = "missing or unreadable" if found is None else f"of format {found.get('format')!r}"
                 log.warning("vector cache %s: meta.json is %s; emptying the store (its vectors "
@@ -269,8 +312,16 @@ class VectorStore:
             body = orjson.dumps({"format": FORMAT, "model": self.model, "dim": self.dim})
             write_atomically(meta_path, body)
 
+    def _data_files(self) -> tuple[Path, ...]:
+        """The files meta.json describes (emptied with it)."""
+        return self._vectors_path, self._keys_path, self._index_path, self._index_meta_path
+
     def _read_new_rows(self) -> int:
         """Take the whole rows appended since the last look; the caller holds the mutex."""
+        if not self._meta_ok:
+            if not self._check_meta(_read_json(self.directory / META_FILE)):
+                return 0
+            self._meta_ok = True  # a writer made (or remade) the store: its rows are ours now
         keys_id, keys_size = _file_id_and_size(self._keys_path)  # keys first: their vectors came before
         vec_id, vec_size = _file_id_and_size(self._vectors_path)
         vec_rows = vec_size // self._row_bytes
@@ -317,6 +368,11 @@ class VectorStore:
         return self._matrix
 
     # --- writing ----------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if not self.writable:
+            raise ReadOnlyError(f"the vector store {self.directory} was opened with writable=False")
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -390,12 +446,13 @@ class VectorStore:
         and the text is not embedded again, but no search ever returns it.
 
         Raises InvalidInputError for a wrong shape, dtype, key or norm (nothing written),
-        LockTimeoutError when another appender holds the lock past ``lock_timeout``, and
-        StorageError when the disk refuses the write (the torn tail is trimmed later).
+        ReadOnlyError for a store opened with ``writable=False``, LockTimeoutError when
+        another appender holds the lock past ``lock_timeout``, and StorageError when the
+        disk refuses the write (the torn tail is trimmed later).
         """
         checked = self._validate_batch(keys, vectors)
         with self._mutex:
-            self._check_open()
+            self._check_writable()
             with self._locked():
                 self._read_new_rows()
                 chosen: list[int] = []
@@ -460,9 +517,9 @@ class VectorStore:
         self._index = index
         self._loaded_rows = 0
         self._index_tail()
-        if rows >= self.exact_below:
+        if rows >= self.exact_below and self.writable:
             # A build costs about 100x a save (bench/vectors.py): keep it even if close() is
-            # never reached.
+            # never reached. (A read-only store keeps it in memory only.)
             try:
                 self.save()
             except StorageError as exc:
@@ -547,7 +604,8 @@ class VectorStore:
             return new
 
     def warm_up(self) -> None:
-        """Load or build the index now rather than on the first search (no-op for small stores)."""
+        """Load or build the index now rather than on the first search (no-op for small stores).
+        A store that may write saves a graph it had to build."""
         with self._mutex:
             self._check_open()
             if len(self._keys) >= self.exact_below:
@@ -629,9 +687,10 @@ class VectorStore:
 
     def save(self) -> None:
         """Persist the in-memory index as hnsw.bin + hnsw.json, unless hnsw.bin already covers
-        as many rows. Raises StorageError if the disk refuses (the old files stay usable)."""
+        as many rows. Raises StorageError if the disk refuses (the old files stay usable),
+        ReadOnlyError for a store opened with ``writable=False``."""
         with self._mutex:
-            self._check_open()
+            self._check_writable()
             index = self._index
             if index is None or index.element_count <= self._persisted_rows:
                 return
@@ -653,14 +712,16 @@ class VectorStore:
             self._persisted_rows = rows
 
     def close(self) -> None:
-        """Save the index (a failure is logged, not raised: it is a cache) and release files."""
+        """Save the index (a failure is logged, not raised: it is a cache; a read-only store
+        saves nothing) and release files."""
         with self._mutex:
             if self._closed:
                 return
-            try:
-                self.save()
-            except StorageError as exc:
-                log.warning("%s", exc)
+            if self.writable:
+                try:
+                    self.save()
+                except StorageError as exc:
+                    log.warning("%s", exc)
             self.discard()
 
     def discard(self) -> None:
