@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from core import summary  # noqa: E402
+from stats import growth, summary  # noqa: E402
 
 from kwtree import KeywordTree, normalize_name  # noqa: E402
 
@@ -111,16 +111,6 @@ def run(sizes: tuple[int, ...], calls: int, work: Path | None = None) -> dict:
     return {"sizes": results}
 
 
-def growth(first: float, last: float, factor: float) -> str:
-    """How a median grew when N grew by ``factor``, in words, from the numbers."""
-    ratio = last / first
-    if ratio < 1.5:
-        return f"flat ({ratio:.2f}x for {factor:.0f}x the keywords)"
-    if ratio < factor ** 0.5:
-        return f"sublinear ({ratio:.2f}x for {factor:.0f}x the keywords)"
-    return f"grows with N ({ratio:.2f}x for {factor:.0f}x the keywords)"
-
-
 def markdown(result: dict) -> str:
     sizes = result["sizes"]
     out = [
@@ -146,8 +136,8 @@ def markdown(result: dict) -> str:
                     f"{first['mean_path_length']:.1f} -> {last['mean_path_length']:.1f}):", ""]
         for name in CALLS:
             out.append(f"- `{name}`: kwtree "
-                       f"{growth(first['kwtree_us'][name]['median'], last['kwtree_us'][name]['median'], factor)}; "
-                       f"SQLite {growth(first['sqlite_us'][name]['median'], last['sqlite_us'][name]['median'], factor)}.")
+                       f"{growth(first['kwtree_us'][name]['median'], last['kwtree_us'][name]['median'], factor, 'the keywords')}; "
+                       f"SQLite {growth(first['sqlite_us'][name]['median'], last['sqlite_us'][name]['median'], factor, 'the keywords')}.")
     return "\n".join(out)
 
 

@@ -28,6 +28,7 @@ import compaction  # noqa: E402
 import core  # noqa: E402
 import export  # noqa: E402
 import locomo  # noqa: E402
+import peers  # noqa: E402
 import placement  # noqa: E402
 import reads  # noqa: E402
 import retrieval  # noqa: E402
@@ -117,13 +118,17 @@ def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
 
 
 def _run_snapshot(quick: bool, work: Path | None) -> tuple[dict, dict]:
-    megabytes, runs = (20, 2) if quick else (100, 3)
+    megabytes, runs = (20, 3) if quick else (100, 3)
     return {"mb": megabytes, "runs": runs}, snapshot.run(megabytes, runs, work=work)
 
 
 def _run_export(quick: bool, work: Path | None) -> tuple[dict, dict]:
     keywords, infos = (2_000, 20_000) if quick else (10_000, 100_000)
     return {"keywords": keywords, "infos": infos}, export.run(keywords, infos, work)
+
+
+def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
 
 #: Each suite: how to run it, and how to print its results as markdown.
@@ -136,6 +141,7 @@ SUITES = {
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
+    "peers": (_run_peers, peers.markdown),
 }
 
 

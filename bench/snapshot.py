@@ -1,9 +1,9 @@
-"""Snapshot and restore of a ~100 MB log, next to tar + sha256sum of the same files.
+"""Snapshot and restore of ~10 MB and ~100 MB logs, next to tar + sha256sum of the same files.
 
 The tree: infos of ~200 characters, each linked to one of 1,000 keywords, written with
-``batch_create_infos`` of 1,000 (durability none) until the log holds ``--mb`` megabytes; it is built
-once and reused from a cache directory (``--cache``, default under /tmp). Measured, ``--runs``
-times each, interleaved, on warm page cache:
+``batch_create_infos`` of 1,000 (durability none) until the log holds ``--mb`` megabytes (and
+another of a tenth of that); each is built once and reused from a cache directory (``--cache``,
+default under /tmp). Measured on each, ``--runs`` times each, interleaved, on warm page cache:
 
 - ``tree.snapshot(path)`` on an open tree: cut, copy, SHA-256 of every member, fsync;
 - ``kwtree.restore(archive, new_dir)``: stream + check every member into a staging
@@ -12,7 +12,9 @@ times each, interleaved, on warm page cache:
 - baselines on the same files: ``tar -cf`` + ``sha256sum`` + ``sync`` of the archive, and
   ``tar -xf`` + ``sha256sum -c`` + ``sync`` of the extracted files.
 
-MB/s = log bytes archived ÷ seconds. Writes bench/results/snapshot.json.
+MB/s = log bytes archived ÷ seconds. Every time is kept raw (s); the markdown gives median /
+p90 / p99 / max, the ratio of medians to the baseline and how each grows with the log.
+``bench/run.py --only snapshot`` records the results in bench/results/snapshot.json.
 
     .venv/bin/python bench/snapshot.py [--mb 100] [--runs 3] [--cache DIR] [--work DIR]
 """
@@ -33,6 +35,9 @@ sys.path.insert(0, str(ROOT))
 import kwtree  # noqa: E402
 from kwtree import KeywordTree  # noqa: E402
 from kwtree.stores import snapshot as snapshots  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stats import cell, growth, summary  # noqa: E402
 
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "kwtree-bench-snapshot"
 FILLER = "The agent noted that the billing service retries failed charges with exponential backoff; "
@@ -93,7 +98,14 @@ def one_round(tree: KeywordTree, tree_dir: Path, members: list[str], scratch: Pa
     return times
 
 
-def run(megabytes: int = 100, runs: int = 3, cache: Path = DEFAULT_CACHE, work: Path | None = None) -> dict:
+def run(megabytes: int = 100, runs: int = 3, cache: Path = DEFAULT_CACHE, work: Path | None = None,
+        sizes: tuple[int, ...] | None = None) -> dict:
+    """Each log size of ``sizes`` in MB (default: a tenth of ``megabytes``, then ``megabytes``)."""
+    sizes = sizes or tuple(sorted({max(1, megabytes // 10), megabytes}))
+    return {"sizes": [measure(size, runs, cache, work) for size in sizes]}
+
+
+def measure(megabytes: int, runs: int = 3, cache: Path = DEFAULT_CACHE, work: Path | None = None) -> dict:
     cache.mkdir(parents=True, exist_ok=True)
     tree_dir = cache / f"tree-{megabytes}mb"
     if not (tree_dir / "manifest.json").exists():
@@ -111,41 +123,60 @@ def run(megabytes: int = 100, runs: int = 3, cache: Path = DEFAULT_CACHE, work: 
     finally:
         tree.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    medians = {key: sorted(values)[len(values) // 2] for key, values in samples.items()}
+    stats = {key: summary(values) for key, values in samples.items()}
     return {
-        "bytes": size, "segments": len(members) - 1, "operations": operations, "runs": runs,
-        "seconds": medians, "mb_per_s": {key: size / 1e6 / s for key, s in medians.items()}, "raw_s": samples,
+        "bytes": size, "segments": len(members) - 1, "operations": operations, "runs": runs, "s": stats,
+        "mb_per_s": {key: size / 1e6 / stat["median"] for key, stat in stats.items()}, "raw_s": samples,
     }
 
 
+ROWS = (
+    ("`tree.snapshot()`: cut, copy + SHA-256 per member, fsync", "snapshot",
+     "`tar -cf` + `sha256sum` + `sync` of the same files", "tar_create"),
+    ("`kwtree.restore()` into a new directory: extract + check, fsync, replay check, rename", "restore",
+     "`tar -xf` + `sha256sum -c` + `sync`", "tar_extract"),
+    ("… of which extract + check every member (`stage`)", "stage",
+     "`tar -xf` + `sha256sum -c` + `sync`", "tar_extract"),
+)
+
+
 def markdown(result: dict) -> str:
-    r, s, mbs = result, result["seconds"], result["mb_per_s"]
-    rows = [
-        ("`tree.snapshot()`: cut, copy + SHA-256 per member, fsync", "snapshot",
-         "`tar -cf` + `sha256sum` + `sync` of the same files", "tar_create"),
-        ("`kwtree.restore()` into a new directory: extract + check, fsync, replay check, rename", "restore",
-         "`tar -xf` + `sha256sum -c` + `sync`", "tar_extract"),
-        ("… of which extract + check every member (`stage`)", "stage",
-         "`tar -xf` + `sha256sum -c` + `sync`", "tar_extract"),
-    ]
+    sizes = result["sizes"]
+    names = " and ".join(f"{size['bytes'] / 1e6:.0f} MB" for size in sizes)
     out = [
-        f"### Snapshot and restore of a {r['bytes'] / 1e6:.0f} MB log ({r['segments']} segments, "
-        f"{r['operations']:,} operations)",
+        f"### Snapshot and restore of logs of {names}",
         "",
-        f"Median of {r['runs']} runs, warm page cache (`bench/snapshot.py`). MB/s = log bytes ÷ time.",
+        "Logs of infos of ~200 characters written in batches of 1,000: "
+        + "; ".join(f"{size['bytes'] / 1e6:.0f} MB in {size['segments']} segment{'s' if size['segments'] > 1 else ''}, "
+                    f"{size['operations']:,} operations" for size in sizes)
+        + f". Warm page cache (`bench/snapshot.py`), n = {sizes[-1]['runs']} runs a size, interleaved. Seconds, "
+        "median / p90 / p99 / max; MB/s = log bytes ÷ median time.",
         "",
-        "| kwtree | time | MB/s | baseline in the same run | time | MB/s | kwtree ÷ baseline time |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| log | kwtree | kwtree, s | MB/s | baseline in the same run | baseline, s | MB/s | "
+        "kwtree ÷ baseline (medians) |",
+        "|---|---|---|---:|---|---|---:|---:|",
     ]
-    for label, key, base_label, base in rows:
-        out.append(f"| {label} | {s[key]:.2f} s | {mbs[key]:,.0f} | {base_label} | {s[base]:.2f} s | "
-                   f"{mbs[base]:,.0f} | {s[key] / s[base]:.2f}× |")
+    for size in sizes:
+        s, mbs = size["s"], size["mb_per_s"]
+        log = f"{size['bytes'] / 1e6:.0f} MB"
+        for label, key, base_label, base in ROWS:
+            out.append(f"| {log} | {label} | {cell(s[key], 2)} | {mbs[key]:,.0f} | {base_label} | {cell(s[base], 2)} | "
+                       f"{mbs[base]:,.0f} | **{s[key]['median'] / s[base]['median']:.2f}×** |")
+    if len(sizes) > 1:
+        first, last = sizes[0], sizes[-1]
+        factor = last["bytes"] / first["bytes"]
+        out += ["", f"Scaling from {first['bytes'] / 1e6:.0f} MB to {last['bytes'] / 1e6:.0f} MB (medians):", ""]
+        labels = {"snapshot": "`tree.snapshot()`", "restore": "`kwtree.restore()`", "stage": "`stage`",
+                  "tar_create": "`tar -cf` + `sha256sum` + `sync`",
+                  "tar_extract": "`tar -xf` + `sha256sum -c` + `sync`"}
+        out += [f"- {label}: {growth(first['s'][key]['median'], last['s'][key]['median'], factor, 'the bytes')}."
+                for key, label in labels.items()]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=int, default=100, help="log size to build, in MB (default 100)")
+    parser.add_argument("--mb", type=int, default=100, help="largest log size, in MB (default 100; also a tenth)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where the built tree is kept")
     parser.add_argument("--work", type=Path, default=None, help="directory for the archives (default: /tmp)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -15,18 +17,29 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
         import core
     finally:
         sys.path.remove(str(BENCH))
-    plan = core.Plan(replay_rows=(2_000,), replay_repeats=1, write_n=5, write_rounds=1, batch_rounds=1,
-                     memory_n=2_000, batch_size=500)
+    plan = core.Plan(sizes=(1_000, 2_000), replay_repeats=1, sized_writes=10, write_n=5, write_rounds=1,
+                     batch_rounds=1, memory_repeats=1, batch_size=500)
     results = core.run(plan, tmp_path)
-    (replay,) = results["replay"]
-    assert replay["rows"] >= 2_000 and replay["raw"][0]["rows"] == replay["rows"]
+    assert [r["rows"] >= n for r, n in zip(results["replay"], plan.sizes, strict=True)] == [True, True]
+    for replay in results["replay"]:
+        for caches in ("none", "warm"):
+            (run,) = replay["raw"][caches]
+            assert run["rows"] == replay["rows"] and run["open_s"] > 0 and run["first_search_s"] > 0
+    assert [len(r["raw_us"]["kwtree_create_info"]) for r in results["writes_at_size"]] == [10, 10]
     assert set(results["durable_write"]["raw_us"]) == {
         "kwtree_create_keyword", "kwtree_create_info", "sqlite_wal_full", "append_fsync"}
     assert all(len(v) == 5 for v in results["durable_write"]["raw_us"].values())
     assert results["batch"]["batch_size"] == 500 and len(results["batch"]["raw_rows_per_s"]["kwtree"]) == 3
-    assert results["memory"]["kwtree"]["n"] == 3
+    for memory, n in zip(results["memory"], plan.sizes, strict=True):
+        for kind in ("keyword", "info"):
+            (ours,) = memory[kind]["raw"]["kwtree"]
+            assert ours["count"] == n and 0 < ours["string_bytes"] < ours["bytes"]
+            assert memory[kind]["raw"]["sqlite"][0]["count"] == n and memory[kind]["sqlite_file_bytes"] > 0
     table = core.markdown(results)
-    assert "### Replay" in table and "### Durable single writes" in table and "### Memory per keyword" in table
+    for heading in ("### Open (replay)", "### Durable single writes into trees", "### Durable single writes (µs",
+                    "### Memory per keyword and per info"):
+        assert heading in table
+    assert table.count("Scaling, from the medians") == 3
     assert list(tmp_path.iterdir()) == []  # its scratch data is removed
 
 
@@ -70,10 +83,95 @@ def test_compaction_benchmark_runs_on_a_tiny_log(tmp_path):
         import compaction
     finally:
         sys.path.remove(str(BENCH))
-    result = compaction.run(200, 800, tmp_path)
-    assert (result["rows_before"], result["rows_after"], result["rows"]) == (1_001, 201, 1_001)
-    assert result["bytes_after"] < result["bytes_before"]
-    assert "Compaction of a 1,001-row log (80% superseded rows)" in compaction.markdown(result)
+    result = compaction.run(200, 800, tmp_path, runs=2)
+    small, large = result["sizes"]
+    assert (small["rows_before"], small["rows_after"], small["rows"]) == (101, 21, 101)
+    assert (large["rows_before"], large["rows_after"], large["rows"]) == (1_001, 201, 1_001)
+    for size in result["sizes"]:
+        assert size["bytes_after"] < size["bytes_before"]
+        assert set(size["raw_s"]) == set(size["s"]) == set(compaction.TIMES)
+        assert all(len(samples) == 2 for samples in size["raw_s"].values())
+        assert size["s"]["compact"]["n"] == 2
+    table = compaction.markdown(result)
+    assert "Compaction of logs of 101 and 1,001 rows (80% superseded rows)" in table
+    assert "Scaling from 101 to 1,001 rows" in table and table.count("| `compact()` |") == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def _bench_module(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_export_benchmark_runs_on_tiny_trees(tmp_path):
+    export = _bench_module("export")
+    result = export.run(20, 200, tmp_path, runs=2)
+    assert result["same_counts"] and [size["infos"] for size in result["sizes"]] == [20, 200]
+    for size in result["sizes"]:
+        assert set(size["raw_s"]) == set(size["s"]) == {key for key, *_ in export.STEPS}
+        assert all(len(samples) == 2 for samples in size["raw_s"].values())
+    table = export.markdown(result)
+    assert "Scaling from 20 to 200 infos" in table and table.count("| export, JSON |") == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_snapshot_benchmark_runs_on_tiny_logs(tmp_path):
+    snapshot = _bench_module("snapshot")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = snapshot.run(2, 2, cache=tmp_path / "cache", work=work)
+    assert [size["runs"] for size in result["sizes"]] == [2, 2] and len(result["sizes"]) == 2
+    for size in result["sizes"]:
+        assert set(size["raw_s"]) == set(size["s"]) == {"snapshot", "restore", "stage", "tar_create", "tar_extract"}
+        assert all(len(samples) == 2 for samples in size["raw_s"].values())
+    table = snapshot.markdown(result)
+    assert "Scaling from 1 MB to 2 MB" in table and table.count("`tree.snapshot()`") == 3
+    assert list(work.iterdir()) == []
+
+
+def test_fulltext_benchmark_runs_on_a_tiny_corpus(tmp_path):
+    fulltext = _bench_module("fulltext")
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    docs = [" ".join(words[(n + i) % 6] for i in range(n % 4 + 1)) for n in range(60)]
+    result = fulltext.run(docs, [("alpha", "beta"), ("gamma", "omega")], 2, tmp_path)
+    for engine in ("kwtree", "fts5"):
+        assert [len(run["raw_ms"]["query"]) for run in result[engine]] == [2, 2]
+        assert set(result[engine][0]["query"]) == {"median", "p90", "p99", "max", "n"}
+    assert len(result["kwtree"][0]["raw_ms"]["ryw"]) == fulltext.RYW_ROUNDS
+    assert "kwtree ÷ FTS5, medians of the query times" in fulltext.markdown(result, len(docs), 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_retrieval_benchmark_runs_on_tiny_corpora(tmp_path):
+    retrieval = _bench_module("retrieval")
+    if not retrieval.CORPUS.exists():
+        pytest.skip(f"{retrieval.CORPUS} not found")
+    result = retrieval.run(600, 60, tmp_path, sizes=(300, 600))
+    assert [size["docs"] for size in result["sizes"]] == [300, 600] and result["queries"] == 60
+    for size in result["sizes"]:
+        assert set(size["ms"]) == set(size["raw_ms"]) == {
+            "bm25", "fts5", "hnsw", "brute", "recall_vector", "hybrid", "fts5_brute"}
+        assert len(size["raw_ms"]["bm25"]) == 60 and len(size["raw_ms"]["hybrid"]) == 10
+    assert "skipped" in result["real_vector"]  # no cached real vectors for 600 docs
+    table = retrieval.markdown(result)
+    assert "Scaling from 300 to 600 infos" in table and table.count("| 600 |") == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_locomo_benchmark_times_recall_and_its_baselines(tmp_path):
+    locomo = _bench_module("locomo")
+    if not locomo.DATA.exists():
+        pytest.skip(f"{locomo.DATA} not found")
+    result = locomo.run("hash", work=tmp_path, conversations=1)
+    questions = result["questions"]
+    for kind in ("kwtree", "baseline"):
+        assert {mode: len(samples) for mode, samples in result["raw_ms"][kind].items()} == dict.fromkeys(
+            locomo.MODES, questions)
+    assert result["latency_ms"]["hybrid"]["n"] == result["baseline_ms"]["hybrid"]["n"] == questions
+    assert "kwtree ÷ baseline (medians)" in locomo.markdown([result])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -92,3 +190,48 @@ def test_reads_benchmark_runs_on_tiny_trees(tmp_path):
     table = reads.markdown(result)
     assert "Scaling from 200 to 2,000 keywords" in table and table.count("| `get_path` |") == 2
     assert list(tmp_path.iterdir()) == []
+
+
+# --- peers adapter ---
+
+
+def test_peer_kwtree_adapter_maps_vector_hits_back_to_doc_ids(tmp_path):
+    """bench/peer_kwtree.py, the Store the peers' driver uses for kwtree: a 50-doc store built
+    through it answers with the workload's doc ids, in this process and after a reopen."""
+    import json
+
+    import numpy as np
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import peer_kwtree
+    finally:
+        sys.path.remove(str(BENCH))
+    rng = np.random.default_rng(7)
+    doc_vecs = rng.standard_normal((50, peer_kwtree.DIM)).astype(np.float32)
+    doc_vecs /= np.linalg.norm(doc_vecs, axis=1, keepdims=True)
+    texts = [f"doc{i} word{i % 7} shared" for i in range(50)]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "docs.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    (data / "queries.jsonl").write_text(json.dumps({"id": 0, "text": "word3 query"}) + "\n")
+    np.save(data / "doc_vecs.npy", doc_vecs)
+    np.save(data / "query_vecs.npy", doc_vecs[[17]])
+    ids = [1_000 + i for i in range(50)]  # not row numbers: the adapter must map hits to these
+
+    store = peer_kwtree.Store(tmp_path / "store", create=True, n=50, data=data)
+    store.bulk_insert(ids, texts, doc_vecs)
+    assert store.count() == 50
+    assert store.vquery(doc_vecs[5])[0] == 1_005
+    assert store.vquery(doc_vecs[17], "word3 query", mode="recall")[0] == 1_017
+    assert set(store.fts("word3 nothing")) == {1_000 + i for i in range(50) if i % 7 == 3}
+    store.close()
+
+    reopened = peer_kwtree.Store(tmp_path / "store", create=False, n=50, data=data)
+    assert reopened.vquery(doc_vecs[42])[0] == 1_042
+    assert reopened.vquery(doc_vecs[17], "word3 query", mode="recall")[0] == 1_017
+    reopened.close()
+    # Texts no caller handed a vector for are looked up in the workload files.
+    embedder = peer_kwtree.WorkloadEmbedder(data)
+    assert np.array_equal(embedder.embed([texts[3]]), doc_vecs[[3]])
+    assert np.array_equal(embedder.embed_query(["word3 query"]), doc_vecs[[17]])
