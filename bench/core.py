@@ -398,8 +398,8 @@ class Plan:
     batch_size: int = 10_000
 
 
-QUICK = Plan(sizes=(10_000, 100_000), replay_repeats=3, sized_writes=100, write_n=500, write_rounds=2,
-             batch_rounds=2, memory_repeats=3)
+QUICK = Plan(sizes=(10_000, 50_000), replay_repeats=3, sized_writes=100, write_n=300, write_rounds=2,
+             batch_rounds=2, memory_repeats=2)
 FULL = Plan(sizes=(10_000, 100_000, 1_000_000), replay_repeats=3, sized_writes=300, write_n=2000, write_rounds=3,
             batch_rounds=5, memory_repeats=3)
 
