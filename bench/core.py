@@ -105,7 +105,8 @@ def replay_dir(rows: int, work: Path) -> Path:
     return data_dir
 
 
-COLD_ONCE_FROM = 1_000_000
+#: From this size, the slowest measurements (a no-cache open, the memory probes) run once.
+ONCE_FROM = 1_000_000
 
 
 def bench_replay(rows: int, repeats: int, work: Path) -> dict:
@@ -116,7 +117,7 @@ def bench_replay(rows: int, repeats: int, work: Path) -> dict:
     runs: dict[str, list[dict]] = {"none": [], "warm": []}
     # From 1M rows a no-cache open's rebuild of the full-text index takes most of a minute:
     # it runs once there, and the table says n.
-    cold_repeats = 1 if rows >= COLD_ONCE_FROM else repeats
+    cold_repeats = 1 if rows >= ONCE_FROM else repeats
     for repeat in range(repeats):  # alternate, so that machine noise hits both alike
         for caches in ("none", "warm") if repeat < cold_repeats else ("warm",):
             runs[caches].append(_probe(_OPEN_PROBE, data_dir, caches))
@@ -376,6 +377,7 @@ def bench_memory(n: int, repeats: int, work: Path) -> dict:
     SQLite: bytes per row of its file, and RSS delta after reading every row into a cache
     large enough to keep them."""
     out: dict = {"n": n}
+    repeats = 1 if n >= ONCE_FROM else repeats
     for kind in ("keyword", "info"):
         data_dir, db = _memory_data(kind, n, work)
         ours = [_probe(_MEMORY_PROBE, "kwtree", kind, data_dir) for _ in range(repeats)]
@@ -503,7 +505,7 @@ def markdown(results: dict) -> str:
             "rest: objects, dicts and indexes. SQLite holds the same rows (primary keys, a parent index, a link "
             "table); its cache figure is the RSS delta after reading every row with a cache large enough to keep "
             "them.", "",
-            "| N | entity | kwtree bytes (median / max) | strings | structure | SQLite file bytes | SQLite cache bytes "
+            "| N | entity | kwtree bytes (median / max of the processes) | strings | structure | SQLite file bytes | SQLite cache bytes "
             "(median) | kwtree ÷ SQLite file |",
             "|---:|---|---|---:|---:|---:|---:|---:|"]
     for m in memory:
