@@ -138,12 +138,7 @@ def bench_replay(rows: int, repeats: int, work: Path) -> dict:
 
 
 def _sqlite_single(path: Path, n: int) -> list[float]:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
-    con.execute("CREATE TABLE kw(id TEXT PRIMARY KEY, name TEXT, parent TEXT, created REAL, version INTEGER)")
+    con = _sqlite_with_rows(path, 0)
     samples = []
     for i in range(n):
         row = (os.urandom(16).hex(), f"keyword {i}", "root", time.time(), 1)
