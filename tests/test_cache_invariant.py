@@ -509,12 +509,11 @@ def clean_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.mark.parametrize(("name", "damage"), list(_corruption_cases()))
-def test_a_corrupt_fulltext_index_is_rebuilt(clean_tree: Path, base: Path, name: str, damage: str,
-                                             caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.CRITICAL, logger="kwtree.cache")
+def _rebuilt_view_and_damaged_copy(clean_tree: Path, base: Path, name: str, damage: str) -> tuple:
+    """The full view of a copy whose full-text index is rebuilt from the log (the same
+    vectors), and another copy with ``damage`` done to its full-text file ``name``."""
     reference = copy_tree_dir(clean_tree, base / "reference")
-    drop(reference, "fulltext")  # the same vectors; the full-text index rebuilt from the log
+    drop(reference, "fulltext")
     with open_tree(reference) as tree:
         views, contexts = full_view(tree)
         expected = [(exact, pytest.approx(floats, abs=1e-6)) for exact, floats in views], contexts
@@ -524,6 +523,14 @@ def test_a_corrupt_fulltext_index_is_rebuilt(clean_tree: Path, base: Path, name:
         path.unlink()
     else:
         path.write_bytes(DAMAGE[damage](path.read_bytes()))
+    return expected, directory
+
+
+@pytest.mark.parametrize(("name", "damage"), list(_corruption_cases()))
+def test_a_corrupt_fulltext_index_is_rebuilt(clean_tree: Path, base: Path, name: str, damage: str,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.CRITICAL, logger="kwtree.cache")
+    expected, directory = _rebuilt_view_and_damaged_copy(clean_tree, base, name, damage)
     with open_tree(directory) as tree:
         assert full_view(tree) == expected
         new = tree.create_info("cats chase laser dots")  # and the index takes writes again
@@ -851,17 +858,7 @@ def test_a_read_only_tree_searches_around_a_corrupt_fulltext_index(
         clean_tree: Path, base: Path, private_tmp: Path, name: str, damage: str,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.CRITICAL, logger="kwtree.cache")
-    reference = copy_tree_dir(clean_tree, base / "reference")
-    drop(reference, "fulltext")
-    with open_tree(reference) as tree:
-        views, contexts = full_view(tree)
-        expected = [(exact, pytest.approx(floats, abs=1e-6)) for exact, floats in views], contexts
-    directory = copy_tree_dir(clean_tree, base / "tree")
-    path = _fulltext_file(directory, name)
-    if damage == "deleted":
-        path.unlink()
-    else:
-        path.write_bytes(DAMAGE[damage](path.read_bytes()))
+    expected, directory = _rebuilt_view_and_damaged_copy(clean_tree, base, name, damage)
     before = dir_bytes(directory)
     with KeywordTree(directory, read_only=True) as reader:
         assert full_view(reader) == expected  # (a search that failed found nothing)
