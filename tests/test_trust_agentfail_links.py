@@ -9,10 +9,15 @@ operation, keeping every other byte of the log where it was.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import snapshot
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kwtree import InvalidInputError, KeywordTree, NotFoundError, repair_directory, verify_directory
 from kwtree.cli import main
@@ -22,9 +27,10 @@ def segments(directory: Path) -> list[Path]:
     return sorted((directory / "log").glob("*.jsonl"))
 
 
-def flip(directory: Path, entity: str, field: str, value: str) -> tuple[str, int]:
-    """Change the last digit of ``value`` in the ``field`` of the first ``entity`` row holding
-    it (the row stays valid JSON, as after a bit flip). Returns (the new id, the 1-based line)."""
+def flip(directory: Path, entity: str, field: str, value: str, occurrence: int = 0) -> tuple[str, int]:
+    """Change the last digit of ``value`` in the ``field`` of the ``occurrence``-th ``entity``
+    row holding it (the row stays valid JSON, as after a bit flip). Returns (the new id, the
+    1-based line)."""
     changed = value[:-1] + ("1" if value[-1] != "1" else "2")
     for path in segments(directory):
         lines = path.read_bytes().rstrip(b"\0").split(b"\n")
@@ -32,7 +38,9 @@ def flip(directory: Path, entity: str, field: str, value: str) -> tuple[str, int
             if not line:
                 continue
             row = orjson.loads(line)
-            if row["entity"] == entity and row.get(field) == value:
+            if row["entity"] == entity and row.get(field) == value and occurrence:
+                occurrence -= 1
+            elif row["entity"] == entity and row.get(field) == value:
                 lines[index] = line.replace(f'"{field}":"{value}"'.encode(), f'"{field}":"{changed}"'.encode(), 1)
                 assert orjson.loads(lines[index])[field] == changed
                 path.write_bytes(b"\n".join(lines))
@@ -191,3 +199,66 @@ def test_a_dangling_link_in_a_merged_log_out_of_op_id_order_is_reported_and_reti
     with KeywordTree(directory, durability="none", worker=False) as tree:
         assert [i.id for i in tree.get_infos_of_keyword(python.id)] == [other.id]
     assert repair_directory(directory).ok
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], list[str]]:
+    """A log in two segments with links and relations written by every kind of operation:
+    create, link, relink, unlink, relate, unrelate, merge, delete, undo."""
+    directory = tmp_path_factory.mktemp("dangling") / "tree"
+    with KeywordTree(directory, durability="none", worker=False, segment_bytes=4096) as tree:
+        kids = [tree.create_keyword(f"kw {n}", parent_id="root").id for n in range(6)]
+        iids = [tree.create_info(f"note {n} " + "y" * 60, keyword_ids=kids[n % 3:n % 3 + 2]).id for n in range(8)]
+        tree.link_info(iids[0], kids[5], "example")
+        tree.link_info(iids[0], kids[5], "source")
+        tree.unlink_info(iids[1], kids[1])
+        for n in range(5):
+            tree.relate(kids[n], kids[n + 1], "see_also")
+        tree.unrelate(kids[0], kids[1])
+        tree.merge_keywords(kids[3], kids[4])
+        tree.delete_info(iids[2])
+        op = tree.delete_keyword(kids[2], info_policy="reattach")
+        tree.undo(op.op_id)
+        tree.batch_create_infos([{"content": "batched", "keyword_ids": [kids[0], kids[4]]}])
+    assert len(segments(directory)) >= 2
+    return directory, kids, iids
+
+
+REFERENCE_FIELDS = {"link": ("info_id", "keyword_id"), "relation": ("from_id", "to_id")}
+
+
+@given(pick=st.integers(0, 10_000), end=st.integers(0, 1))
+def test_a_flipped_id_in_any_reference_row_never_breaks_a_read_and_repair_changes_no_read(
+    history: tuple[Path, list[str], list[str]], pick: int, end: int
+) -> None:
+    """Any link or relation row, either end: every public read answers (no KeyError), verify
+    reports the damage as an error, repair leaves no error, and no read changes by repairing."""
+    template, kids, iids = history
+    work = Path(tempfile.mkdtemp(prefix="kwtree-dangling-"))
+    try:
+        directory = work / "tree"
+        shutil.copytree(template, directory)
+        rows = [(orjson.loads(line)) for path in segments(directory)
+                for line in path.read_bytes().rstrip(b"\0").split(b"\n") if line]
+        references = [row for row in rows if row["entity"] in REFERENCE_FIELDS]
+        index = pick % len(references)
+        row = references[index]
+        field = REFERENCE_FIELDS[row["entity"]][end]
+        earlier = sum(1 for other in references[:index] if other["entity"] == row["entity"] and other[field] == row[field])
+        flip(directory, row["entity"], field, row[field], earlier)
+
+        def reads() -> dict:
+            with KeywordTree(directory, durability="none", worker=False) as tree:
+                seen = snapshot(tree, kids, iids)
+                seen["recall"] = [(h.info.id, [k.keyword.id for k in h.keywords]) for h in tree.recall("note", k=20)]
+            del seen["last_op_id"], seen["metrics"]["operations"]
+            return seen
+
+        damaged = reads()
+        report = verify_directory(directory)
+        assert {f.code for f in report.errors} <= {"dangling-link", "dangling-relation"} and report.errors
+        assert repair_directory(directory).ok
+        assert verify_directory(directory).ok
+        assert reads() == damaged
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
