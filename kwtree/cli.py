@@ -651,7 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "Each command mirrors one KeywordTree method; `kwtree COMMAND --help` shows an example.",
         epilog="The examples in each command's help run, in the order listed, after this setup:\n\n"
                + "\n".join("  " + setup for setup in EXAMPLE_SETUP.splitlines())
-               + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error",
+               + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error"
+               + "\n\nenvironment:\n"
+                 "  KWTREE_LLM=anthropic|offline     the agent's LLM (default: the offline navigator)\n"
+                 "  KWTREE_LLM_TIMEOUT=SECONDS       per attempt of an LLM call (default: 30)\n"
+                 "  KWTREE_LLM_MAX_RETRIES=N         retries of a failing LLM call (default: 4)\n"
+                 "  KWTREE_ON_AGENT_FAILURE=fallback|raise\n"
+                 "                                   when the agent fails: write by the fallback with a\n"
+                 "                                   warning on stderr (default), or exit 1 writing nothing",
     )
     parser.add_argument("--version", action="version", version=f"kwtree {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
