@@ -35,7 +35,7 @@ __all__ = ["REPAIR_KIND", "DanglingReference", "find_dangling", "reference_findi
 #: The kind (and actor) of the operation repair writes to retire dangling references.
 REPAIR_KIND = "repair"
 #: (severity, code, file, line, message), as ``verify`` collects findings.
-FindingTuple = tuple[str, str, "str | None", "int | None", str]
+FindingTuple = tuple[str, str, str | None, int | None, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +91,13 @@ def reference_findings(state: State, operations: Sequence[RawOperation]) -> Iter
     """Verify's findings about references: an error for each that names nothing (an info
     finding once repair retired it), a warning for each live one with a deleted end."""
     dangling = find_dangling(state)
-    for ref, raw in _last_rows(dangling, operations):
-        path, line = (raw[0].path, raw[0].first_line + raw[1]) if raw is not None else (None, None)
-        if _retired(ref, raw):
+    for ref, located in _last_rows(dangling, operations):
+        raw, row = located if located is not None else (None, 0)
+        path, line = (raw.path, raw.first_line + row) if raw is not None else (None, None)
+        if raw is not None and _retired(ref, located):
             yield ("info", f"retired-{ref.kind}", path, line,
                    f"{ref.kind} {ref.key} names {ref.missing}, which the log never wrote; `kwtree repair` "
-                   f"retired it (operation {raw[0].op_id})")  # type: ignore[index]
+                   f"retired it (operation {raw.op_id})")
         else:
             yield ("error", f"dangling-{ref.kind}", path, line,
                    f"{ref.kind} {ref.key} names {ref.missing}, which the log never wrote (a damaged id or a lost "
