@@ -6,6 +6,7 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 
 from kwtree.compaction import CompactionReport
 from kwtree.errors import (
+    AgentError,
     ClosedError,
     CorruptLogError,
     CycleError,
@@ -30,6 +31,7 @@ from kwtree.errors import (
 )
 from kwtree.models import (
     ROOT_ID,
+    AgentOutcome,
     Change,
     Info,
     Keyword,
@@ -50,6 +52,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ROOT_ID",
+    "AgentError",
+    "AgentOutcome",
     "Change",
     "ClosedError",
     "CorruptLogError",

@@ -17,9 +17,10 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
 from kwtree.commands import Stamp
 from kwtree.commands import reorganize as reorganize_commands
-from kwtree.errors import DuplicateKeywordError
+from kwtree.errors import AgentError, DuplicateKeywordError
 from kwtree.models import (
     ROOT_ID,
+    AgentOutcome,
     Change,
     Keyword,
     Operation,
@@ -31,12 +32,22 @@ from kwtree.normalize import normalize_name
 from kwtree.state import State
 from kwtree.validate import clean_flag, clean_text
 
-__all__ = ["MAX_AGENT_LINKS", "AgentMethods"]
+__all__ = ["MAX_AGENT_LINKS", "ON_AGENT_FAILURE", "AgentMethods"]
 
 T = TypeVar("T")
 Decide = Callable[[State, Stamp], list[Change]]
 #: ``create_info(auto_link=True)`` links an info to at most this many keywords.
 MAX_AGENT_LINKS = 5
+#: What a tree does when the agent fails (``KeywordTree(on_agent_failure=...)``): use the
+#: fallback and say so on the result, or raise AgentError and write nothing.
+ON_AGENT_FAILURE = ("fallback", "raise")
+
+
+_PLACED = {
+    DescentStatus.MATCHED: "the keyword the agent matched",
+    DescentStatus.MISSING: "where the agent suggests it belongs",
+    DescentStatus.AMBIGUOUS: "as the agent found several possible parents",
+}
 
 
 class AgentMethods:
@@ -45,6 +56,7 @@ class AgentMethods:
     _agent: DescendLoop
     _llm_client: LLMClient | None
     _actor: str
+    _on_agent_failure: str
 
     def _check_open(self) -> None:  # provided by KeywordTree
         raise NotImplementedError
@@ -85,6 +97,7 @@ class AgentMethods:
         if not expand:
             return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
         descent = self._agent.descend(self._read, text, "search")
+        self._refuse_fallback(descent, f"searching for {text!r}", "search with llm_expand_query=False for an exact lookup")
         return self._read(lambda state: results.from_descent(state, descent))
 
     def agent_stats(self) -> dict[str, Any]:
@@ -94,16 +107,52 @@ class AgentMethods:
         self._check_open()
         return self._agent.stats()
 
-    def _place(self, name: str, description: str) -> tuple[str, dict[str, Any]]:
-        """The parent the agent chooses for a new keyword, and the audit of that choice."""
+    def _place(self, name: str, description: str) -> tuple[str, Descent]:
+        """The parent the agent chooses for a new keyword, and the walk that chose it.
+        AgentError if the walk fell back and this tree refuses fallbacks."""
         descent = self._agent.descend(self._read, name.strip(), "suggest_parent", description)
+        self._refuse_fallback(descent, f"placing {name.strip()!r}", "retry, or pass parent_id")
         if descent.status is DescentStatus.MATCHED:
             parent = descent.keyword_ids[0]
         elif descent.status is DescentStatus.MISSING and descent.suggested_parent_id is not None:
             parent = descent.suggested_parent_id
         else:
             parent = ROOT_ID
-        return parent, {"agent": descent.audit()}
+        return parent, descent
+
+    def _refuse_fallback(self, descent: Descent, doing: str, next_step: str) -> None:
+        """Raise AgentError (before anything is written) if the walk fell back and this tree
+        was opened with ``on_agent_failure="raise"``."""
+        if descent.fallback is not None and self._on_agent_failure == "raise":
+            raise AgentError(
+                f"the agent failed while {doing} ({descent.fallback}: {descent.error}); nothing was written. "
+                f"{next_step[0].upper()}{next_step[1:]}, or open the tree with on_agent_failure=\"fallback\" to "
+                "accept the fallback",
+                descent.fallback, descent.error,
+            )
+
+    def _outcome(self, descent: Descent, keyword_ids: tuple[str, ...], chosen_parent: str | None = None) -> AgentOutcome:
+        """What ``create_keyword`` (``keyword_ids``: the parent it went under, ``chosen_parent``:
+        the one the agent chose) or ``create_info`` (the keywords it linked) tells its caller
+        (the result is the channel: the CLI prints it, and a log line would repeat it)."""
+        names = self._read(lambda state: [state.keywords[kid].name for kid in keyword_ids])
+        failed = f"the agent failed ({descent.fallback}: {descent.error})" if descent.fallback else ""
+        if descent.intent == "suggest_parent":
+            where = f"placed under {names[0]!r}"
+            if keyword_ids[0] != chosen_parent:
+                summary = f"{where}: the parent the agent chose was deleted before the write"
+            elif failed:
+                summary = f"{where} because {failed}"
+            else:
+                summary = f"{where}, " + _PLACED[descent.status]
+        elif keyword_ids:
+            listed = ", ".join(repr(name) for name in names)
+            summary = (f"linked only to the {len(names)} keyword(s) the text names ({listed}): {failed}" if failed
+                       else f"linked to {len(names)} keyword(s) the agent found: {listed}")
+        else:
+            summary = f"linked to no keyword: {failed or 'the agent found none for the text'}"
+        return AgentOutcome(descent.intent, descent.navigator, descent.status.value, keyword_ids,
+                            descent.fallback, descent.error, summary)
 
     def _check_before_agent(self, decide: Decide) -> None:
         """Run a command's checks on the current state without writing, so that bad input
@@ -116,8 +165,10 @@ class AgentMethods:
             pass
 
     def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
-        """The keywords an info's text is about (see ``search.links_for_text``)."""
+        """The keywords an info's text is about (see ``search.links_for_text``). AgentError if
+        the walk fell back and this tree refuses fallbacks."""
         descent = self._agent.descend(self._read, text, "search")
+        self._refuse_fallback(descent, "linking a new info", "retry, or pass keyword_ids and auto_link=False")
         named = self._read(lambda state: results.names_in_text(state, text))
         return results.links_for_text(descent, named, MAX_AGENT_LINKS), descent
 
@@ -127,16 +178,22 @@ class AgentMethods:
         """A plan, written nowhere, to tidy the subtree under ``scope_id`` (the whole tree
         when None): merges of duplicates, moves of misplaced keywords and new groups under
         crowded parents, each step with a reason. The LLM client drafts it when there is one
-        (falling back to the offline planner if it fails), the offline planner otherwise.
-        Pass it, edited or not, to ``apply_reorganize_plan``."""
+        (falling back to the offline planner if it fails, with ``llm_error`` saying why; on a
+        tree opened with ``on_agent_failure="raise"``, AgentError instead), the offline planner
+        otherwise. Pass it, edited or not, to ``apply_reorganize_plan``."""
         self._check_open()
         scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
-        return planner.draft_plan(
+        plan = planner.draft_plan(
             self._llm_client,
             lambda: self._read(lambda state: planner.outline(state, scope)),
             lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
             {"scope_id": scope, "based_on": self.last_op_id},
         )
+        if plan.get("llm_error") and self._on_agent_failure == "raise":
+            raise AgentError(f"the LLM could not draft the plan ({plan['llm_error']}); retry, or open the tree with "
+                             "on_agent_failure=\"fallback\" to accept the offline planner's", "agent_failure",
+                             plan["llm_error"])
+        return plan
 
     def apply_reorganize_plan(self, plan: Mapping[str, Any]) -> Operation | None:
         """Apply every step of ``plan`` (as ``reorganize`` returns it) as ONE operation that

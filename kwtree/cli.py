@@ -25,6 +25,7 @@ from typing import Any
 from kwtree import __version__
 from kwtree import git as kwgit
 from kwtree.cli_output import (
+    agent_warning,
     line,
     show_detail,
     show_hits,
@@ -35,6 +36,7 @@ from kwtree.cli_output import (
     subtree,
     to_json,
 )
+from kwtree.agent_methods import ON_AGENT_FAILURE
 from kwtree.commands.keywords import INFO_POLICIES
 from kwtree.errors import (
     HasChildrenError,
@@ -649,7 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "Each command mirrors one KeywordTree method; `kwtree COMMAND --help` shows an example.",
         epilog="The examples in each command's help run, in the order listed, after this setup:\n\n"
                + "\n".join("  " + setup for setup in EXAMPLE_SETUP.splitlines())
-               + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error",
+               + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error"
+               + "\n\nenvironment:\n"
+                 "  KWTREE_LLM=anthropic|offline     the agent's LLM (default: the offline navigator)\n"
+                 "  KWTREE_LLM_TIMEOUT=SECONDS       per attempt of an LLM call (default: 30)\n"
+                 "  KWTREE_LLM_MAX_RETRIES=N         retries of a failing LLM call (default: 4)\n"
+                 "  KWTREE_ON_AGENT_FAILURE=fallback|raise\n"
+                 "                                   when the agent fails: write by the fallback with a\n"
+                 "                                   warning on stderr (default), or exit 1 writing nothing",
     )
     parser.add_argument("--version", action="version", version=f"kwtree {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
@@ -668,24 +677,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _llm_client() -> Any:
-    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none."""
+    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none. For
+    Anthropic, KWTREE_LLM_TIMEOUT (seconds per attempt) and KWTREE_LLM_MAX_RETRIES bound how
+    long a failing API is waited for before the agent falls back."""
     choice = os.environ.get("KWTREE_LLM", "offline").strip().lower()
     if choice in ("", "offline"):
         return None
     if choice == "anthropic":
         from kwtree.agent.anthropic_client import AnthropicLLMClient
 
-        return AnthropicLLMClient()
+        limits: dict[str, Any] = {}
+        for variable, setting, kind in (("KWTREE_LLM_TIMEOUT", "timeout", float),
+                                        ("KWTREE_LLM_MAX_RETRIES", "max_retries", int)):
+            text = os.environ.get(variable, "").strip()
+            if text:
+                try:
+                    limits[setting] = kind(text)
+                except ValueError:
+                    raise InvalidInputError(f"{variable} must be a {kind.__name__}, got {text!r}") from None
+        return AnthropicLLMClient(**limits)
     raise InvalidInputError(f"KWTREE_LLM must be 'anthropic' or 'offline', got {choice!r}")
 
 
+def _on_agent_failure() -> str:
+    """KWTREE_ON_AGENT_FAILURE: "fallback" (default: warn and go on) or "raise" (exit 1)."""
+    choice = os.environ.get("KWTREE_ON_AGENT_FAILURE", "").strip().lower() or "fallback"
+    if choice not in ON_AGENT_FAILURE:
+        raise InvalidInputError(f"KWTREE_ON_AGENT_FAILURE must be 'fallback' or 'raise', got {choice!r}")
+    return choice
+
+
 def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
+    agent = {"llm_client": _llm_client(), "on_agent_failure": _on_agent_failure()}
     if command.opens == "read":
-        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, llm_client=_llm_client())
+        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
         # A mistyped DIR must not silently become a new, empty tree.
         raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
-    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, llm_client=_llm_client())
+    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
 
 
 def run(command: Command, args: argparse.Namespace) -> None:
@@ -701,6 +730,9 @@ def run(command: Command, args: argparse.Namespace) -> None:
             command.show(result, tree, args)
         else:
             show_text(result)
+        warning = agent_warning(result)
+        if warning is not None:  # the write is done (exit 0); say how the agent fell short
+            print(warning, file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

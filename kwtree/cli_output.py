@@ -23,7 +23,7 @@ from kwtree.models import (
 )
 from kwtree.tree import KeywordTree
 
-__all__ = ["line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree", "subtree", "to_json"]
+__all__ = ["agent_warning", "line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree", "subtree", "to_json"]
 
 
 # --- printing: JSON documents and tab-separated text -------------------------------------------
@@ -52,6 +52,15 @@ def to_json(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def agent_warning(result: Any) -> str | None:
+    """The warning line for a keyword or info the agent placed or linked by a fallback (the
+    LLM failed), or linked to nothing; None when there is nothing to warn about."""
+    outcome = getattr(result, "agent", None) if isinstance(result, (Keyword, Info)) else None
+    if outcome is None or not (outcome.fell_back or not outcome.keyword_ids):
+        return None
+    return f"warning: {outcome.summary}"
 
 
 def _time(timestamp: float) -> str:

@@ -20,6 +20,7 @@ before it, whichever of these it raises::
     ├── DamagedDirectoryError                   verify or repair left errors (``.report``)
     ├── GitError                                git is missing or a git command failed
     ├── MergeConflictError                      two log versions cannot be merged losslessly
+    ├── AgentError                              the agent failed and the tree refuses fallbacks
     └── LLMError                                an LLM client call failed (the agent falls back)
         ├── LLMResponseError                    the answer was not JSON of the requested shape
         ├── LLMTimeoutError                     no answer within the client's timeout
@@ -31,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AgentError",
     "ClosedError",
     "CorruptLogError",
     "CycleError",
@@ -170,6 +172,21 @@ class LLMUnavailableError(LLMError):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class AgentError(KwtreeError):
+    """Raised, on a tree opened with ``on_agent_failure="raise"``, when the agent could not
+    decide a placement, the links of an info, a search or a reorganisation plan (the LLM
+    failed, answered something unusable, or gave no decision within the rounds) instead of
+    falling back. Nothing is written. ``reason`` is the fallback it refused
+    (``agent_failure``, ``agent_timeout`` or ``invalid_jump``) and ``detail`` what went
+    wrong (e.g. ``"LLMUnavailableError: ..."``).
+    """
+
+    def __init__(self, message: str, reason: str, detail: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.detail = detail
 
 
 class DamagedDirectoryError(KwtreeError):

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 __all__ = [
     "EMPTY_METADATA",
     "ROOT_ID",
+    "AgentOutcome",
     "Change",
     "Entity",
     "Hit",
@@ -45,11 +46,40 @@ class RelationType(str, enum.Enum):
     SOURCE = "source"
 
 
+@dataclass(frozen=True, slots=True)
+class AgentOutcome:
+    """What the agent did for the write that returned it: ``create_keyword`` placing a keyword
+    (``intent`` "suggest_parent") or ``create_info(auto_link=True)`` linking an info
+    (``intent`` "search").
+
+    ``keyword_ids`` are the parent the keyword went under, or the keywords the agent linked
+    the info to (empty: none). ``fallback`` is None when the navigator decided, else why the
+    walk was cut short: ``agent_failure`` (the LLM client raised or answered something that
+    is not a decision), ``invalid_jump`` or ``agent_timeout``, with ``error`` saying what
+    went wrong. ``status`` is how the walk ended and ``summary`` says it all in one sentence.
+    """
+
+    intent: str
+    navigator: str
+    status: str
+    keyword_ids: tuple[str, ...]
+    fallback: str | None
+    error: str
+    summary: str
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the result is a fallback, not the navigator's decision."""
+        return self.fallback is not None
+
+
 @dataclass(slots=True, eq=True)
 class Keyword:
     """One node of the tree. ``level`` (root = 0) is derived at replay, never stored.
 
     ``op_id`` is the operation that wrote this version; ``version`` counts the writes.
+    ``agent`` is set only on the keyword ``create_keyword`` returns when the agent placed it
+    (None everywhere else; never stored, never compared).
     """
 
     id: str
@@ -64,11 +94,14 @@ class Keyword:
     deleted: bool
     op_id: str
     level: int = 0
+    agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True, eq=True)
 class Info:
-    """A text memory, linked to any number of keywords."""
+    """A text memory, linked to any number of keywords. ``agent`` is set only on the info
+    ``create_info(auto_link=True)`` returns (None everywhere else; never stored, never
+    compared)."""
 
     id: str
     content: str
@@ -79,6 +112,7 @@ class Info:
     updated_at: float
     deleted: bool
     op_id: str
+    agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True, eq=True)

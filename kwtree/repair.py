@@ -8,7 +8,9 @@ hard-linked there), synced, and swapped in with one atomic step by kwtree.stores
 compaction does — so a crash leaves the old log or the new one, and processes that have the
 tree open notice the new log and replay it. Whole operations move: the rows of an operation
 that lost a row go with it. If no operation creates the root first, it writes a new root
-operation in a segment of its own, ordered before every other. Every cache that follows the
+operation in a segment of its own, ordered before every other. Links and relations that name
+an entity the log never wrote are retired by one appended operation (kwtree.references), so
+the intact rows around them stay where they are. Every cache that follows the
 log by a watermark (the full-text index) is deleted, to be rebuilt from the log (DESIGN §5);
 content-addressed vector stores are kept: a vector of an (entity, text hash) is right whatever
 the log says. Afterwards it verifies again; the report lists what it did, then what remains.
@@ -24,10 +26,12 @@ from pathlib import Path
 import orjson
 
 from kwtree.errors import FormatError, StorageError
-from kwtree.events import encode_operation
+from kwtree.commands import Stamp
+from kwtree.events import OpClock, encode_operation
 from kwtree.models import Change, Operation
 from kwtree.stores import logswap
-from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
+from kwtree.references import REPAIR_KIND, retire_dangling, to_retire
+from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX, EventLog
 from kwtree.stores.files import fsync_directory, write_new_file
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
@@ -48,7 +52,8 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     """Repair the data directory at ``path`` under its writer lock (waiting ``lock_timeout``
     seconds at most, else LockTimeoutError): damaged lines, with the rest of their
     operations, and torn tails go to ``quarantine/`` (nothing is deleted), a missing root
-    operation is written, and the caches that follow the log by a watermark (the full-text
+    operation is written, links and relations naming an entity the log never wrote are
+    retired by one appended ``repair`` operation, and the caches that follow the log by a watermark (the full-text
     index) and unreadable ones are deleted, to be rebuilt from the log. Returns a report of what was done (info
     findings) followed by what a verify then finds; ``ok`` is True when no error remains.
     Raises FormatError for a directory of a newer format (it changes nothing then).
@@ -91,6 +96,8 @@ def _repair(directory: Path) -> Report:
     root = _root_operation(exam, done) if exam.needs_root else None
     if bodies or root is not None:
         _swap_log(directory, bodies, root)
+        exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
+    _retire_dangling(directory, exam, done)
     # Every cache that follows the log by a watermark is rebuilt, not only those whose
     # watermark is visibly wrong: an index that trusted a watermark ahead of the log commits
     # a valid-looking one afterwards while it still lacks what it skipped.
@@ -182,6 +189,34 @@ def _swap_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes]
         logswap.write_segment(target, *root)
     logswap.seal(target)
     logswap.swap_in(directory)
+
+
+def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> None:
+    """Append one operation that retires every link and relation naming an entity the log
+    never wrote (kwtree.references): the rows stay in the log, and nothing else changes."""
+    if exam.state is None or not exam.operations:
+        return
+    references = to_retire(exam.state, exam.operations)
+    if not references:
+        return
+    clock = OpClock()
+    for raw in exam.operations:
+        clock.observe(raw.op_id, float(raw.rows[-1]["end"]["ts"]))
+    op_id, timestamp = clock.next()
+    keys = [ref.key for ref in references]
+    op = Operation(op_id, REPAIR_KIND, REPAIR_KIND, timestamp,
+                   tuple(retire_dangling(references, Stamp(op_id, timestamp, REPAIR_KIND))),
+                   {"repair": "retired links and relations naming an entity the log never wrote", "retired": keys})
+    events = EventLog(directory, Manifest.load(directory).segment_bytes, writable=True, preallocate=False)
+    try:
+        events.seek_end()
+        events.append(encode_operation(op), op_id, sync=True)
+    finally:
+        events.close()
+    for ref in references:
+        done.add("info", "retired", None, None,
+                 f"{ref.kind} {ref.key} names {ref.missing}, which the log never wrote: retired it by operation "
+                 f"{op_id} (its rows stay in the log; once what it names is back, undo({op_id}) revives it)")
 
 
 def _replace_manifest(directory: Path, done: _Findings) -> None:

@@ -37,7 +37,9 @@ def name_keys(keyword: Keyword) -> set[str]:
 
 class State:
     """Entities by key plus the derived indexes. Tombstones stay in the entity maps (their
-    version count continues if written again); the indexes hold live entities only."""
+    version count continues if written again); the indexes hold live entities only, and only
+    links and relations whose ends were written before them (one naming an id never written
+    is damage, kept in ``links`` / ``relations`` for verify: see kwtree.references)."""
 
     __slots__ = (
         "children",
@@ -305,20 +307,25 @@ class State:
         if old is not None:
             link.version = old.version + 1
         self.links[key] = link
-        was_live = old is not None and not old.deleted
-        if link.deleted:
-            if was_live:
-                by_keyword = self.infos_by_keyword[link.keyword_id]
-                del by_keyword[link.info_id]
+        by_keyword = self.infos_by_keyword.get(link.keyword_id)
+        indexed = by_keyword is not None and link.info_id in by_keyword
+        if link.deleted or link.info_id not in self.infos or link.keyword_id not in self.keywords:
+            # A tombstone leaves the indexes; so does a link naming an info or keyword that
+            # was never written (a damaged id, a lost segment): it is kept, inert, for verify.
+            if indexed:
+                del by_keyword[link.info_id]  # type: ignore[union-attr]
                 if not by_keyword:
                     del self.infos_by_keyword[link.keyword_id]
                 by_info = self.keywords_by_info[link.info_id]
                 by_info.remove(link.keyword_id)
                 if not by_info:
                     del self.keywords_by_info[link.info_id]
+        elif by_keyword is None:
+            self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
+            self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
         else:
-            self.infos_by_keyword.setdefault(link.keyword_id, {})[link.info_id] = link
-            if not was_live:
+            by_keyword[link.info_id] = link
+            if not indexed:
                 self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
 
     def put_relation(self, rel: Relation) -> None:
@@ -328,18 +335,19 @@ class State:
             rel.version = old.version + 1
         self.relations[key] = rel
         out_key, in_key = (rel.to_id, rel.type), (rel.from_id, rel.type)
-        if rel.deleted:
-            if old is not None and not old.deleted:
-                _drop(self.rel_out, rel.from_id, out_key)
-                _drop(self.rel_in, rel.to_id, in_key)
+        if rel.deleted or rel.from_id not in self.keywords or rel.to_id not in self.keywords:
+            # (a relation naming a keyword that was never written stays out, as links do)
+            _drop(self.rel_out, rel.from_id, out_key)
+            _drop(self.rel_in, rel.to_id, in_key)
         else:
             self.rel_out.setdefault(rel.from_id, {})[out_key] = rel
             self.rel_in.setdefault(rel.to_id, {})[in_key] = rel
 
 
 def _drop(index: dict[str, dict[tuple[str, str], Relation]], node: str, key: tuple[str, str]) -> None:
-    bucket = index[node]
-    del bucket[key]
+    bucket = index.get(node)
+    if bucket is None or bucket.pop(key, None) is None:
+        return  # it was not indexed (not live, or naming nothing)
     if not bucket:
         del index[node]
 

@@ -10,6 +10,7 @@ the state as they were.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import math
@@ -25,7 +26,7 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
-from kwtree.agent_methods import AgentMethods
+from kwtree.agent_methods import ON_AGENT_FAILURE, AgentMethods
 from kwtree.commands import Stamp, require_info, require_keyword
 from kwtree.commands import infos as info_commands
 from kwtree.commands import keywords as keyword_commands
@@ -112,7 +113,10 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
     The agent (``search``, auto-placement, ``create_info(auto_link=True)``, ``reorganize``)
     asks ``llm_client`` when one is given and the offline navigator otherwise; it shows the
     navigator at most ``max_candidates`` keywords a round, for at most ``descend_max_rounds``
-    rounds, and remembers ``mru_capacity`` recent matches.
+    rounds, and remembers ``mru_capacity`` recent matches. When the LLM fails (it raises, times
+    out, answers nonsense), ``on_agent_failure="fallback"`` (the default) uses the fallback and
+    says so on the result (``Keyword.agent`` / ``Info.agent``; ``agent_stats`` counts them);
+    ``"raise"`` raises AgentError instead and writes nothing.
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         worker: bool = True,
         embed_async: bool = True,
         recall_weights: RecallWeights | None = None,
+        on_agent_failure: str = "fallback",
     ) -> None:
         self._closed = True  # until the open below succeeds
         self._indexes: Indexes | None = None  # type: ignore[assignment]
@@ -152,6 +157,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             max_rounds=clean_int(descend_max_rounds, "descend_max_rounds", 1, 100),
         )
         self._llm_client = llm_client
+        self._on_agent_failure = clean_choice(on_agent_failure, "on_agent_failure", ON_AGENT_FAILURE)
         if embedder is not None and not (isinstance(getattr(embedder, "model", None), str)
                                          and type(getattr(embedder, "dim", None)) is int
                                          and callable(getattr(embedder, "embed", None))):
@@ -476,15 +482,17 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         """Create a keyword under ``parent_id``. Without a parent, the agent places it
         (``llm_auto_place=True``: the keyword it matches as the parent, or the parent it
         suggests, or the root when it is ambiguous; the decision is recorded with the
-        operation) or it goes under the root. Raises DuplicateKeywordError if a live
-        sibling has the same normalised name."""
-        audit: dict[str, Any] | None = None
+        operation, and the returned keyword's ``agent`` says where it went and why — a
+        ``fallback`` when the LLM failed, or AgentError with nothing written on a tree opened
+        with ``on_agent_failure="raise"``) or it goes under the root. Raises
+        DuplicateKeywordError if a live sibling has the same normalised name."""
         if clean_flag(llm_auto_place, "llm_auto_place") and parent_id is None:
             self._check_writable()
             self._check_before_agent(
                 lambda s, st: keyword_commands.create_keyword(s, st, name, None, aliases, description, metadata)
             )
-            chosen, audit = self._place(name, description)  # type: ignore[arg-type]
+            chosen, descent = self._place(name, description)  # type: ignore[arg-type]
+            audit: dict[str, Any] = {"agent": descent.audit()}
 
             def decide(state: State, stamp: Stamp) -> list[Change]:
                 parent = chosen
@@ -493,12 +501,16 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                     parent = ROOT_ID
                 return keyword_commands.create_keyword(state, stamp, name, parent, aliases, description, metadata)
 
-        else:
+            op = self._commit("create_keyword", decide, audit)
+            assert op is not None
+            keyword: Keyword = op.changes[0].after  # type: ignore[assignment]
+            outcome = self._outcome(descent, (keyword.parent_id,), chosen)  # type: ignore[arg-type]
+            return dataclasses.replace(keyword, agent=outcome)
 
-            def decide(state: State, stamp: Stamp) -> list[Change]:
-                return keyword_commands.create_keyword(state, stamp, name, parent_id, aliases, description, metadata)
+        def decide_here(state: State, stamp: Stamp) -> list[Change]:
+            return keyword_commands.create_keyword(state, stamp, name, parent_id, aliases, description, metadata)
 
-        op = self._commit("create_keyword", decide, audit)
+        op = self._commit("create_keyword", decide_here)
         assert op is not None
         return op.changes[0].after  # type: ignore[return-value]
 
@@ -570,24 +582,31 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``. With
         ``auto_link=True`` it is also linked to the keywords the agent finds for its content
         (the best PRIMARY, the others RELATED, created by "agent"; recorded with the
-        operation)."""
-        audit: dict[str, Any] | None = None
-        agent_links: list[tuple[str, RelationType]] = []
-        if clean_flag(auto_link, "auto_link"):
-            self._check_writable()
-            self._check_before_agent(
-                lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
+        operation), and the returned info's ``agent`` says which, or that it linked none and
+        why (a ``fallback`` when the LLM failed; on a tree opened with
+        ``on_agent_failure="raise"``, AgentError and nothing written instead)."""
+        if not clean_flag(auto_link, "auto_link"):
+            op = self._commit(
+                "create_info",
+                lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata),
             )
-            agent_links, descent = self._find_links(content)
-            audit = {"agent": descent.audit()}
-            audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
+            assert op is not None
+            return op.changes[0].after  # type: ignore[return-value]
+        self._check_writable()
+        self._check_before_agent(
+            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
+        )
+        agent_links, descent = self._find_links(content)
+        audit = {"agent": descent.audit()}
+        audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
         op = self._commit(
             "create_info",
             lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata, agent_links),
             audit,
         )
         assert op is not None
-        return op.changes[0].after  # type: ignore[return-value]
+        info: Info = op.changes[0].after  # type: ignore[assignment]
+        return dataclasses.replace(info, agent=self._outcome(descent, tuple(kid for kid, _ in agent_links)))
 
     def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
         """Change some of content, source, metadata; checks ``version`` when given."""

@@ -8,7 +8,8 @@ and never takes the writer lock (diskcache's ``Cache.check`` is the model). Seve
 - **error** — damage, or something that stops the directory from opening or gives wrong
   answers: an unreadable line, an operation missing rows in the middle of the log or at the
   end of a sealed segment, an invalid op id, data hidden after a NUL byte, an operation before
-  the root, an unreadable manifest, a cache whose watermark names an operation the log lacks.
+  the root, an unreadable manifest, a cache whose watermark names an operation the log lacks,
+  a link or relation naming an entity the log never wrote (kwtree.references).
   ``repair`` fixes each of these (a manifest of a newer format excepted).
 - **warning** — what merged histories and crashes legitimately leave (DESIGN §3): a torn
   tail of the newest segment, copies of one operation, two rows with one stored version, moves
@@ -43,6 +44,7 @@ from kwtree.errors import (
 from kwtree.events import DECODERS, is_op_id
 from kwtree.indexes import CACHE_DIR
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
+from kwtree.references import reference_findings
 from kwtree.replay import RawOperation, replay_sorted
 from kwtree.state import State
 from kwtree.stores import logswap
@@ -416,6 +418,7 @@ class _Examination:
     needs_root: bool = False
     in_order: bool = True  # operations in the files in op-id order, no copies
     caches: list[_Cache] = field(default_factory=list)
+    state: State | None = None  # the state replay gives (None if it could not be built)
 
     def report(self, before: Iterable[Finding] = ()) -> Report:
         return Report(str(self.directory), (*before, *self.findings.result()), len(self.segments),
@@ -702,27 +705,8 @@ def _check_names(exam: _Examination, state: State) -> None:
 
 
 def _check_references(exam: _Examination, state: State) -> None:
-    def status(kind: str, entity_id: str) -> str | None:
-        table = state.infos if kind == "info" else state.keywords
-        entity = table.get(entity_id)
-        if entity is None:
-            return f"{kind} {entity_id} was never written"
-        return f"{kind} {entity_id} is deleted" if entity.deleted else None
-
-    for link in state.links.values():
-        if link.deleted:
-            continue
-        why = status("info", link.info_id) or status("keyword", link.keyword_id)
-        if why is not None:
-            exam.findings.add("warning", "inert-link", None, None,
-                              f"link {link.info_id}/{link.keyword_id} is live but {why}: it is inert (never returned)")
-    for rel in state.relations.values():
-        if rel.deleted:
-            continue
-        why = status("keyword", rel.from_id) or status("keyword", rel.to_id)
-        if why is not None:
-            exam.findings.add("warning", "inert-relation", None, None,
-                              f"relation {rel.from_id}/{rel.to_id}/{rel.type} is live but {why}: it is inert")
+    for severity, code, path, line, message in reference_findings(state, exam.operations):
+        exam.findings.add(severity, code, path, line, message)
 
 
 def _check_caches(exam: _Examination) -> None:
@@ -774,7 +758,7 @@ def _examine(directory: Path) -> _Examination:
     found = _read_log(exam, validator)
     _check_operations(exam, found)
     stored = _check_versions(exam)
-    state = _replay(exam, validator)
+    state = exam.state = _replay(exam, validator)
     if state is not None:
         _check_tree(exam, state, stored)
     _check_caches(exam)

@@ -552,6 +552,11 @@ def test_repair_after_random_damage_opens_verifies_and_keeps_every_byte(
         for name, old in before.items():
             pieces = sorted((n["offset"], n) for n in notes if n["segment"] == f"log/{name}")
             remaining = (directory / "log" / name).read_bytes().rstrip(b"\0")
+            if name == max(before) and "retired" in codes(report):
+                # the operation repair appends to retire links the damage left naming nothing
+                last = operations(remaining)[-1]
+                assert orjson.loads(remaining.splitlines()[-1])["end"]["kind"] == "repair"
+                remaining = remaining[:last[3]]
             rebuilt, taken, position = bytearray(), 0, 0
             for offset, note in pieces:
                 rebuilt += remaining[taken:taken + offset - position]

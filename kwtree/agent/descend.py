@@ -41,11 +41,13 @@ from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
 from kwtree.models import ROOT_ID
 from kwtree.state import State
 
-__all__ = ["DescendLoop", "Descent", "DescentStatus", "Reader"]
+__all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader"]
 
 T = TypeVar("T")
 #: Runs a function on the current state under the state's lock and returns its result.
 Reader = Callable[[Callable[[State], T]], T]
+#: Why a walk can end in a fallback instead of the navigator's decision.
+FALLBACKS = ("agent_failure", "invalid_jump", "agent_timeout")
 
 
 class DescentStatus(str, enum.Enum):
@@ -58,7 +60,8 @@ class DescentStatus(str, enum.Enum):
 class Descent:
     """How a walk ended. ``keyword_ids`` holds the match (one) or the ambiguous candidates;
     ``suggested_parent_id`` and ``suggested_name`` are set when missing. ``trace`` holds
-    every round's request document, answer and outcome."""
+    every round's request document, answer and outcome. ``fallback`` (one of FALLBACKS) and
+    ``error`` say why a walk that did not end on the navigator's decision ended."""
 
     intent: str
     query: str
@@ -69,6 +72,8 @@ class Descent:
     reason: str = ""
     navigator: str = ""
     trace: list[dict[str, Any]] = field(default_factory=list)
+    fallback: str | None = None
+    error: str = ""
 
     @property
     def rounds(self) -> int:
@@ -186,6 +191,7 @@ class DescendLoop:
         except _Fallback as fallback:
             self._count(failures=1, fallback=fallback.reason)
             descent.trace.append({"fallback": fallback.reason, "detail": str(fallback)})
+            descent.fallback, descent.error = fallback.reason, str(fallback)
             return self._finish(descent, DescentStatus.MISSING, parent=current, name=query, reason=fallback.reason)
 
     def _finish(
