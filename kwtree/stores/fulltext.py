@@ -29,6 +29,7 @@ import tantivy
 
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
 from kwtree.normalize import terms
+from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file
 
 __all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed"]
 
@@ -63,8 +64,12 @@ class FullTextIndex:
     writer lock. All methods are thread-safe.
     """
 
-    def __init__(self, directory: Path, writable: bool = True) -> None:
+    def __init__(self, directory: Path, writable: bool = True, file_mode: int = PRIVATE_FILE_MODE) -> None:
+        """``file_mode``: of the files it writes itself; its directories get the matching
+        directory mode, which keeps the files tantivy writes (with the umask's mode) from
+        other users."""
         self._dir = Path(directory)
+        self._file_mode = file_mode
         self._writable = writable
         self._lock = threading.RLock()
         self._schema = _schema()
@@ -131,7 +136,7 @@ class FullTextIndex:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             path.unlink(missing_ok=True)  # a file or a link in its place
-            path.mkdir(parents=True)
+            make_dir(path, self._file_mode, parents=True)
             self._write_meta(None)
             self._open_index(tantivy.Index(self._schema, path=str(path)))
         except (OSError, ValueError) as exc:
@@ -140,7 +145,7 @@ class FullTextIndex:
 
     def _write_meta(self, watermark: str | None) -> None:
         tmp = self._dir / "meta.json.tmp"
-        with open(tmp, "wb") as file:
+        with open(open_file(tmp, os.O_WRONLY | os.O_TRUNC, self._file_mode), "wb") as file:
             file.write(orjson.dumps({"format": FORMAT, "watermark": watermark}))
             file.flush()
             os.fsync(file.fileno())
@@ -313,7 +318,7 @@ def copy_committed(source: Path, target: Path) -> str | None:
     """
     source, target = Path(source), Path(target)
     try:
-        target.mkdir(parents=True)
+        make_dir(target, PRIVATE_FILE_MODE, parents=True)  # a private copy, in a private temporary directory
         shutil.copyfile(source / "meta.json", target / "meta.json")
         meta = orjson.loads((target / "meta.json").read_bytes())
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
