@@ -42,7 +42,7 @@ from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
 from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.fulltext import FullTextIndex, copy_committed
+from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
 from kwtree.stores.vectors import META_FILE, VectorStore
 
 __all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
@@ -55,7 +55,7 @@ _INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OS
 def _index_failure(exc: BaseException) -> bool:
     """True for an error a damaged index causes: one of _INDEX_FAILURES, or a Rust panic
     inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
-    return isinstance(exc, _INDEX_FAILURES) or type(exc).__name__ == "PanicException"
+    return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
 
 CACHE_DIR = "cache"
 OUTBOX_NAME = "outbox.jsonl"
@@ -79,7 +79,7 @@ def entity_text(state: State, kind: str, entity_id: str) -> str | None:
     return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
 
 
-def _search_text(state: State, kind: str, entity_id: str) -> str | None:
+def search_text(state: State, kind: str, entity_id: str) -> str | None:
     """What the full-text index holds for an entity: for a keyword, its text and path."""
     text = entity_text(state, kind, entity_id)
     if text is None or kind == "info":
@@ -505,7 +505,7 @@ class Indexes:
                     changed = _written_after(state, index.watermark)
                 self._pending.clear()
                 self._expected_ops = state.op_count
-            return state.last_op_id, {key: _search_text(state, *key) for key in changed}
+            return state.last_op_id, {key: search_text(state, *key) for key in changed}
 
         watermark, texts = self._read(plan)
         if watermark == index.watermark:

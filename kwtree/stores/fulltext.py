@@ -31,13 +31,19 @@ from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, Storage
 from kwtree.normalize import terms
 from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
 KINDS = {"info": "i:", "keyword": "k:"}
 _HEAP_BYTES = 64_000_000  # a budget tantivy allocates as it goes, not up front
 _log = logging.getLogger("kwtree.cache")
+
+
+def is_panic(exc: BaseException) -> bool:
+    """True for a Rust panic inside tantivy (pyo3's PanicException, a BaseException that no
+    module exports): what some damaged index files cause instead of an error."""
+    return type(exc).__name__ == "PanicException"
 
 
 def _schema() -> tantivy.Schema:
@@ -89,6 +95,10 @@ class FullTextIndex:
         return self._rebuilt
 
     @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
     def available(self) -> bool:
         """False only in read-only mode when no readable index was found."""
         return self._index is not None
@@ -116,7 +126,9 @@ class FullTextIndex:
             if watermark is not None and not isinstance(watermark, str):
                 raise ValueError(f"watermark {watermark!r} is not a string")
             self._open_index(tantivy.Index.open(str(self._dir / "index")))
-        except (OSError, ValueError, AttributeError) as exc:
+        except BaseException as exc:
+            if not (isinstance(exc, (OSError, ValueError, AttributeError)) or is_panic(exc)):
+                raise
             action = "rebuilding it empty" if self._writable else "searching it as empty"
             _log.warning("full-text index in %s is unusable (%s); %s", self._dir, exc, action)
             self._index = self._searcher = self._watermark = None
@@ -292,6 +304,32 @@ class FullTextIndex:
             return 0
         query = tantivy.Query.term_query(self._schema, "kind", kind)
         return int(searcher.search(query, 1, count=True).count)
+
+    def all_keys(self, kind: str) -> list[str]:
+        """The stored key of every live document of ``kind``."""
+        self._prefix(kind)
+        searcher = self._current_searcher()
+        if searcher is None:
+            return []
+        query = tantivy.Query.term_query(self._schema, "kind", kind)
+        found = searcher.search(query, 1, count=True).count
+        if not found:
+            return []
+        hits = searcher.search(query, found).hits
+        return [searcher.doc(address).get_first("key") for _, address in hits]
+
+    def matching(self, kind: str, words: list[str], entity_id: str | None = None) -> int:
+        """How many live documents of ``kind`` (only ``entity_id``'s, if given) hold every
+        term of ``words`` (already-normalised terms, as ``normalize.terms`` gives them)."""
+        prefix = self._prefix(kind)
+        searcher = self._current_searcher()
+        if searcher is None:
+            return 0
+        clauses = [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "kind", kind))]
+        if entity_id is not None:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "key", self._key(kind, entity_id))))
+        clauses += [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "text", prefix + word)) for word in words]
+        return int(searcher.search(tantivy.Query.boolean_query(clauses), 1, count=True).count)
 
     def close(self) -> None:
         """Commit pending changes (keeping the watermark) and release everything."""
