@@ -779,8 +779,8 @@ def _examine(directory: Path) -> _Examination:
     if state is not None:
         _check_tree(exam, state, stored)
     _check_caches(exam)
-    if state is not None:
-        check_fulltext(exam.directory, state, exam.findings)
+    if state is not None and not any(f.severity == "error" for f in exam.findings.items):
+        check_fulltext(exam.directory, state, exam.findings)  # against a log read without damage
     _note_quarantine(exam)
     return exam
 
