@@ -63,7 +63,8 @@ def archive_tmp_name(target: Path) -> Path:
 def lock_open_file(fd: int) -> None:
     """Lock the open file ``fd`` (a new temporary archive) for as long as it stays open."""
     if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new and ours: never blocks
+        # Blocking: a cleaner may hold it for a moment, to find it empty and leave it.
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def hold(directory: Path) -> None:
@@ -71,7 +72,7 @@ def hold(directory: Path) -> None:
     if fcntl is None:
         return
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as for lock_open_file: a cleaner holds it only to look
     with _held_mutex:
         old = _held.pop(str(directory), None)
         _held[str(directory)] = fd
