@@ -46,7 +46,11 @@ from kwtree.compaction import live_entities
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.state import State
-from kwtree.stores.files import fsync_directory
+from kwtree.stores.eventlog import LOG_DIR
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory
+from kwtree.stores.lock import LOCK_NAME
+from kwtree.stores.manifest import MANIFEST_NAME
+from kwtree.stores.snapshot import KWTREE_ENTRIES
 from kwtree.validate import (
     clean_label,
     clean_metadata,
@@ -102,8 +106,10 @@ def collect(state: State) -> ExportData:
 # --- writing ------------------------------------------------------------------------------------
 
 
-def write_export(data: ExportData, path: str | os.PathLike[str], format: str, source: str) -> dict[str, Any]:
-    """Write ``data`` to ``path`` as ``format``, atomically; returns what was written.
+def write_export(data: ExportData, path: str | os.PathLike[str], format: str, source: str,
+                 file_mode: int = PRIVATE_FILE_MODE) -> dict[str, Any]:
+    """Write ``data`` to ``path`` as ``format``, atomically, as a file of mode ``file_mode``
+    (the tree's: an export holds every memory); returns what was written.
 
     ``path`` is replaced only when the export is complete and synced (StorageError if the disk
     refuses it; ``path`` is then unchanged)."""
@@ -114,7 +120,7 @@ def write_export(data: ExportData, path: str | os.PathLike[str], format: str, so
     def body(out: IO[bytes]) -> None:
         write(data, out, exported_at, source)
 
-    _write_atomically(target, body)
+    _write_atomically(target, body, file_mode)
     return {
         "path": str(target),
         "format": format,
@@ -137,14 +143,14 @@ def _export_target(path: object) -> Path:
     return target
 
 
-def _write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def _write_atomically(path: Path, write: Callable[[IO[bytes]], None], file_mode: int) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb", buffering=_BUFFER) as out:
             write(out)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is an ordinary file
+        os.chmod(tmp, file_mode)  # mkstemp made it 0o600: the tree's mode, never looser
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -651,8 +657,16 @@ def _updated(spec: Mapping[str, Any], created: float) -> float:
 # --- the target directory -------------------------------------------------------------------------
 
 
+def _only_kwtree_entries(target: Path) -> bool:
+    """Whether everything in ``target`` is what creating or opening a tree makes (what an
+    import killed before its own operation leaves)."""
+    return all(name in KWTREE_ENTRIES or name in (LOCK_NAME, LOG_DIR) or name.startswith(f".{MANIFEST_NAME}.")
+               for name in os.listdir(target))
+
+
 def prepare_import_target(data_dir: object) -> bool:
-    """Check that ``data_dir`` is a new or empty directory; True if it does not exist yet."""
+    """Check that ``data_dir`` is a new or empty directory, or a tree an interrupted import
+    left (the caller checks that it holds nothing but its ``init``); True if it does not exist yet."""
     if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir):
         raise InvalidInputError(f"data_dir must be a directory path (str or os.PathLike), got {data_dir!r}")
     target = Path(data_dir)
@@ -660,7 +674,7 @@ def prepare_import_target(data_dir: object) -> bool:
         return True
     if not target.is_dir():
         raise InvalidInputError(f"data_dir {target} is a file; import into a new or empty directory")
-    if any(target.iterdir()):
+    if any(target.iterdir()) and not _only_kwtree_entries(target):
         raise InvalidInputError(f"data_dir {target} is not empty; import into a new or empty directory")
     return False
 

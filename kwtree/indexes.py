@@ -41,7 +41,8 @@ from kwtree.errors import ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
 from kwtree.state import State
-from kwtree.stores.fulltext import FullTextIndex, copy_committed
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
 from kwtree.stores.vectors import META_FILE, VectorStore
 
 __all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
@@ -54,7 +55,7 @@ _INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OS
 def _index_failure(exc: BaseException) -> bool:
     """True for an error a damaged index causes: one of _INDEX_FAILURES, or a Rust panic
     inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
-    return isinstance(exc, _INDEX_FAILURES) or type(exc).__name__ == "PanicException"
+    return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
 
 CACHE_DIR = "cache"
 OUTBOX_NAME = "outbox.jsonl"
@@ -78,7 +79,7 @@ def entity_text(state: State, kind: str, entity_id: str) -> str | None:
     return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
 
 
-def _search_text(state: State, kind: str, entity_id: str) -> str | None:
+def search_text(state: State, kind: str, entity_id: str) -> str | None:
     """What the full-text index holds for an entity: for a keyword, its text and path."""
     text = entity_text(state, kind, entity_id)
     if text is None or kind == "info":
@@ -105,6 +106,7 @@ class Indexes:
         worker: bool,
         embed_async: bool,
         write_vectors: bool | None = None,
+        file_mode: int = PRIVATE_FILE_MODE,
     ) -> None:
         """``write_vectors``: whether this tree embeds, writes the vector store and queues
         work in the outbox; by default, when it writes (``write_locks`` given). ``kwtree
@@ -116,6 +118,7 @@ class Indexes:
         self._write_vectors = write_locks is not None if write_vectors is None else write_vectors
         self._embed_async = embed_async
         self._cache = data_dir / CACHE_DIR
+        self._file_mode = file_mode  # of the files the caches create (cache/ gets the directory mode)
         # Opened on first use: opening is not free, and several processes opening a new
         # directory at once would race to create them (a writer creates them under its lock).
         self._fulltext_index: FullTextIndex | None = None
@@ -125,7 +128,7 @@ class Indexes:
         self._private_cleanup: weakref.finalize | None = None  # removes it, at close or exit
         self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
         self._vector_store: VectorStore | None = None
-        self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors)
+        self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
         # One lock per store: opening a large vector store must not hold up a text search.
         self._fulltext_open_lock = threading.Lock()
@@ -150,7 +153,7 @@ class Indexes:
         with self._fulltext_open_lock:
             if self._fulltext_index is None:
                 writable = self._write_locks is not None or self._private_dir is not None
-                self._fulltext_index = FullTextIndex(self._fulltext_dir, writable=writable)
+                self._fulltext_index = FullTextIndex(self._fulltext_dir, writable=writable, file_mode=self._file_mode)
             return self._fulltext_index
 
     @property
@@ -164,7 +167,7 @@ class Indexes:
             if self._vector_store is None:
                 self._vector_store = VectorStore(
                     self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim,
-                    writable=self._write_vectors,
+                    writable=self._write_vectors, file_mode=self._file_mode,
                 )
             return self._vector_store
 
@@ -502,7 +505,7 @@ class Indexes:
                     changed = _written_after(state, index.watermark)
                 self._pending.clear()
                 self._expected_ops = state.op_count
-            return state.last_op_id, {key: _search_text(state, *key) for key in changed}
+            return state.last_op_id, {key: search_text(state, *key) for key in changed}
 
         watermark, texts = self._read(plan)
         if watermark == index.watermark:
@@ -625,8 +628,8 @@ def serve_outbox(
         # The worker never writes the log, but it does write the vector store and the outbox,
         # which the read-only tree's own caches never do.
         indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
-                          embed_async=True, write_vectors=True)
-        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds)
+                          embed_async=True, write_vectors=True, file_mode=tree.file_mode)
+        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=tree.file_mode)
         worker = f"worker-{os.getpid()}-{time.time_ns()}"
 
         def process(items: list[Item]) -> dict[str, str | None]:

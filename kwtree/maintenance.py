@@ -27,7 +27,7 @@ from kwtree.compaction import (
     history_operations,
 )
 from kwtree.embed import Embedder
-from kwtree.errors import StorageError
+from kwtree.errors import InvalidInputError, StorageError
 from kwtree.follower import follow
 from kwtree.indexes import Indexes
 from kwtree.repair import repair_under_lock
@@ -167,7 +167,7 @@ class MaintenanceMethods:
                 cut.close()
                 raise
         with cut:
-            return str(cut.write(target, facts))
+            return str(cut.write(target, facts, self.file_mode))
 
     def restore(self, snapshot: str | os.PathLike[str]) -> dict[str, Any]:
         """Replace this tree's directory with a snapshot's contents and go on with it.
@@ -202,7 +202,8 @@ class MaintenanceMethods:
                 snapshots.discard(staging)
                 if not self._closed:  # the directory is as it was; only its caches were closed
                     self._indexes = Indexes(self._dir, settings[1], self._read, write_locks=self._write_locks,
-                                            worker=settings[2], embed_async=settings[3])
+                                            worker=settings[2], embed_async=settings[3],
+                                            file_mode=self.file_mode)
                 raise
             self._closed = True
             self._finalizer.detach()
@@ -226,10 +227,11 @@ class MaintenanceMethods:
     def _reopen(self, settings: tuple[float, Embedder, bool, bool]) -> None:
         """Open the directory again (after a restore swapped it) with this tree's options."""
         lock_timeout, embedder, worker, embed_async = settings
+        self._file_mode = None  # the restored manifest's
         try:
             self._open(None, lock_timeout)
             self._indexes = Indexes(self._dir, embedder, self._read, write_locks=self._write_locks,
-                                    worker=worker, embed_async=embed_async)
+                                    worker=worker, embed_async=embed_async, file_mode=self.file_mode)
         except BaseException:
             release(self._log, self._lock)
             raise
@@ -295,7 +297,7 @@ class MaintenanceMethods:
         clean_choice(format, "format", exporting.EXPORT_FORMATS)
         with self._state_lock:  # O(entities) to list them; they are written after the lock is released
             data = exporting.collect(self._state)
-        return exporting.write_export(data, path, format, str(self._dir))
+        return exporting.write_export(data, path, format, str(self._dir), self.file_mode)
 
     @classmethod
     def import_json(cls: type[Tree], path: str | os.PathLike[str], data_dir: str | os.PathLike[str],
@@ -306,10 +308,16 @@ class MaintenanceMethods:
         (e.g. ``durability="none"`` for a bulk load). Returns the open tree. The whole file is
         checked first: InvalidInputError names the JSON path of the first problem, a missing
         file raises NotFoundError, a ``data_dir`` that is not new or empty InvalidInputError;
-        then nothing is written. If the write fails, what the import created is removed."""
+        then nothing is written. If the write fails, what the import created is removed.
+        An import that was killed leaves a tree holding only its ``init`` (or less): importing
+        into it again resumes (any other tree is refused as not empty)."""
         plan = exporting.read_export(path)
         was_new = exporting.prepare_import_target(data_dir)
         tree = cls(data_dir, **options)
+        if tree._state.op_count > 1:  # a tree that was there before, not one an import left
+            tree.close()
+            raise InvalidInputError(f"data_dir {data_dir} holds a tree that is not empty; "
+                                    f"import into a new or empty directory")
         try:
             tree._commit("import", lambda state, stamp: exporting.import_changes(plan, state, stamp), plan.audit)
         except BaseException:

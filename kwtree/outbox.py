@@ -56,6 +56,7 @@ from kwtree.errors import (
     ReadOnlyError,
     StorageError,
 )
+from kwtree.stores.files import PRIVATE_FILE_MODE, open_file
 
 __all__ = ["Item", "Outbox", "run_worker"]
 
@@ -162,14 +163,16 @@ class Outbox:
 
     def __init__(self, path: Path, *, lease_seconds: float = 60.0, max_attempts: int = 5,
                  backoff: float = 1.0, max_backoff: float = 300.0,
-                 clock: Callable[[], float] = time.time, writable: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, writable: bool = True,
+                 file_mode: int = PRIVATE_FILE_MODE) -> None:
         self.path = Path(path)
+        self._file_mode = file_mode  # of the outbox and its lock file, if this creates them
         self.writable = writable
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.backoff, self.max_backoff, self.clock = backoff, max_backoff, clock
         self._mutex = threading.RLock()  # threads first; the file lock then excludes processes
         self._file_lock = filelock.FileLock(self.path.with_suffix(".lock"), thread_local=False,
-                                            poll_interval=0.002)
+                                            poll_interval=0.002, mode=file_mode)
         self._reader: Any = None  # kept open so the inode number cannot be reused under us
         self._closed = False
         self._reset()
@@ -250,7 +253,7 @@ class Outbox:
             return
         data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = open_file(self.path, os.O_RDWR | os.O_APPEND, self._file_mode)
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -386,7 +389,7 @@ class Outbox:
         tmp = self.path.with_suffix(".compact.tmp")
         keep = [row for entry in self._entries.values() if entry.status != "done" for row in entry.rows]
         try:
-            with open(tmp, "wb") as f:
+            with open(open_file(tmp, os.O_WRONLY | os.O_TRUNC, self._file_mode), "wb") as f:
                 f.write(b"".join(row + b"\n" for row in keep))
                 f.flush()
                 os.fsync(f.fileno())

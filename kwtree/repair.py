@@ -32,7 +32,7 @@ from kwtree.models import Change, Operation
 from kwtree.stores import logswap
 from kwtree.references import REPAIR_KIND, retire_dangling, to_retire
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX, EventLog
-from kwtree.stores.files import fsync_directory, write_new_file
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, write_new_file
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.validate import clean_seconds
@@ -223,7 +223,7 @@ def _replace_manifest(directory: Path, done: _Findings) -> None:
     path = directory / MANIFEST_NAME
     if path.exists():
         quarantine = directory / QUARANTINE_DIR
-        quarantine.mkdir(exist_ok=True)
+        make_dir(quarantine, PRIVATE_FILE_MODE, exist_ok=True)
         target = quarantine / f"{MANIFEST_NAME}.{time.time_ns()}.bad"
         os.replace(path, target)
         fsync_directory(quarantine)

@@ -60,11 +60,12 @@ from kwtree.recall import RecallWeights
 from kwtree.replay import Bound
 from kwtree.retrieval import RetrievalMethods
 from kwtree.state import State, apply
-from kwtree.stores import logswap
+from kwtree.stores import leftovers, logswap
 from kwtree.stores.eventlog import LOG_DIR, EventLog
-from kwtree.stores.files import fsync_directory
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
-from kwtree.stores.manifest import MANIFEST_NAME, Manifest
+from kwtree.stores.manifest import MANIFEST_NAME, Manifest, is_file_mode
+from kwtree.stores.modes import apply_file_mode
 from kwtree.validate import (
     clean_choice,
     clean_flag,
@@ -117,6 +118,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
     out, answers nonsense), ``on_agent_failure="fallback"`` (the default) uses the fallback and
     says so on the result (``Keyword.agent`` / ``Info.agent``; ``agent_stats`` counts them);
     ``"raise"`` raises AgentError instead and writes nothing.
+
+    Files are private: every file the tree creates is readable and writable by its owner
+    only (mode ``0o600``, directories ``0o700``), whatever the umask. ``file_mode`` (e.g.
+    ``0o640`` to share a tree with a group) is recorded in the manifest, so every process
+    that writes the tree creates files with it; passed to a writable open of an existing
+    tree with another mode, it re-modes the tree's own files and records the new mode.
     """
 
     def __init__(
@@ -138,6 +145,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         embed_async: bool = True,
         recall_weights: RecallWeights | None = None,
         on_agent_failure: str = "fallback",
+        file_mode: int | None = None,
     ) -> None:
         self._closed = True  # until the open below succeeds
         self._indexes: Indexes | None = None  # type: ignore[assignment]
@@ -170,6 +178,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         lock_timeout = clean_seconds(lock_timeout, "lock_timeout")
         if segment_bytes is not None:
             clean_int(segment_bytes, "segment_bytes", 4096)
+        if file_mode is not None and not is_file_mode(file_mode):
+            raise InvalidInputError(
+                f"file_mode must be an int between 0o600 and 0o666 that lets the owner read and write "
+                f"(e.g. 0o600, 0o640 or 0o660), got {file_mode!r}"
+            )
+        self._file_mode = file_mode  # the manifest's, once open
         self._dir = Path(data_dir)
         self._writable = not read_only and self._bound is None
         self._durable = durability == "full"
@@ -184,7 +198,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             self._indexes = Indexes(
                 self._dir, self._index_options[0], self._read,
                 write_locks=self._write_locks if self._writable else None,
-                worker=self._index_options[1], embed_async=embed_async,
+                worker=self._index_options[1], embed_async=embed_async, file_mode=self.file_mode,
             )
             self._closed = False
             if self._writable and ROOT_ID not in self._state.keywords:
@@ -211,10 +225,15 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             self._create_directory(segment_bytes, lock_timeout)
         manifest = Manifest.load(directory)
         if self._writable:
-            self._lock = WriterLock(directory / LOCK_NAME, lock_timeout)
+            self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
             if logswap.interrupted(directory):
                 with self._lock:
                     logswap.recover(directory)
+            leftovers.remove_leftovers(directory)
+            if self._file_mode is not None and self._file_mode != manifest.file_mode:
+                with self._lock:
+                    manifest = apply_file_mode(directory, Manifest.load(directory), self._file_mode)
+        self._file_mode = manifest.file_mode
         self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable)
         self._state = State()
         collecting = gc.isenabled()
@@ -239,17 +258,24 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                 f"{directory} is not empty and has no {MANIFEST_NAME}: kwtree creates its data only "
                 f"in a new or empty directory; pass another data_dir"
             )
-        directory.mkdir(parents=True, exist_ok=True)
+        file_mode = self.file_mode
+        directory.parent.mkdir(parents=True, exist_ok=True)  # the user's path: the umask's modes
+        make_dir(directory, file_mode, exist_ok=True)  # an existing (empty) one keeps its mode
         # Several processes may create one directory at once: the lock makes one of them do it.
-        with WriterLock(directory / LOCK_NAME, lock_timeout) as creation_lock:
+        with WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=file_mode) as creation_lock:
             if not (directory / MANIFEST_NAME).exists():
                 if _holds_foreign_files(directory):
                     raise FormatError(f"{directory} gained files that are not kwtree's while it was being created")
-                (directory / LOG_DIR).mkdir(exist_ok=True)
-                Manifest.new(segment_bytes).save(directory)
+                make_dir(directory / LOG_DIR, file_mode, exist_ok=True)
+                Manifest.new(segment_bytes, file_mode).save(directory)
                 if self._durable:
                     fsync_directory(directory.resolve().parent)
         creation_lock.close()
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the files this tree creates (its manifest's; ``0o600`` by default)."""
+        return PRIVATE_FILE_MODE if self._file_mode is None else self._file_mode
 
     def _check_view_exists(self) -> None:
         bound = self._bound

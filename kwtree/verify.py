@@ -50,6 +50,7 @@ from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.verify_fulltext import check_fulltext
 
 __all__ = [
     "SEVERITIES",
@@ -762,6 +763,8 @@ def _examine(directory: Path) -> _Examination:
     if state is not None:
         _check_tree(exam, state, stored)
     _check_caches(exam)
+    if state is not None and not any(f.severity == "error" for f in exam.findings.items):
+        check_fulltext(exam.directory, state, exam.findings)  # against a log read without damage
     _note_quarantine(exam)
     return exam
 

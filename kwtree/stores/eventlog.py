@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kwtree.errors import FormatError, StorageError
 from kwtree.events import is_op_id
-from kwtree.stores.files import fsync_directory, read_until_nul
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, mode_in, open_file, read_until_nul
 
 __all__ = ["LOG_DIR", "QUARANTINE_DIR", "EventLog", "Pending"]
 
@@ -94,7 +94,7 @@ class EventLog:
 
     def _attach(self) -> None:
         if self.writable:
-            self.log_dir.mkdir(exist_ok=True)
+            make_dir(self.log_dir, PRIVATE_FILE_MODE, exist_ok=True)  # the tree makes it first, with its mode
         try:
             fd = os.open(self.log_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except FileNotFoundError:
@@ -271,7 +271,7 @@ class EventLog:
     def _start_segment(self, name: str, *, sync: bool) -> None:
         if self._segments:
             self._trim(self._descriptor(), self._offset)
-        fd = os.open(name + SEGMENT_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self._dir_fd)
+        fd = open_file(name + SEGMENT_SUFFIX, os.O_RDWR | os.O_EXCL, mode_in(self._dir_fd), dir_fd=self._dir_fd)
         os.close(fd)
         if sync:
             os.fsync(self._dir_fd)
@@ -287,9 +287,9 @@ class EventLog:
         size = os.fstat(fd).st_size
         tail = os.pread(fd, size - self._offset, self._offset).rstrip(b"\0")
         if tail:
-            self.quarantine_dir.mkdir(exist_ok=True)
+            make_dir(self.quarantine_dir, mode_in(self._dir_fd), exist_ok=True)
             target = self.quarantine_dir / f"{self._segments[self._index]}.{self._offset}.torn"
-            with open(target, "wb") as out:
+            with open(open_file(target, os.O_WRONLY | os.O_TRUNC, mode_in(self._dir_fd)), "wb") as out:
                 out.write(tail)
                 out.flush()
                 os.fsync(out.fileno())

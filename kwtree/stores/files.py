@@ -1,11 +1,83 @@
-"""Small durable-file primitives shared by the stores."""
+"""Small durable-file primitives shared by the stores, and the permissions of what they create.
+
+Privacy: every file kwtree creates gets the tree's *file mode* (``0o600`` unless the tree's
+manifest records a looser one) and every directory the matching *directory mode* (``0o700``),
+set exactly (``fchmod`` after creation), whatever the process's umask. The umask is never
+changed: it is process-wide, and changing it from a library would race with the caller's
+other threads. Files other libraries write (tantivy, hnswlib) live in directories kwtree
+made with the directory mode, so other users cannot reach them whatever their own mode is.
+Inside its own directories kwtree gives a new file the mode of the directory that holds it
+(its permission bits without the execute bits, see :func:`mode_in`), so a store needs to know
+the tree's mode only to make the directories at its top.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["fsync_directory", "read_until_nul", "write_all", "write_atomically", "write_new_file"]
+__all__ = [
+    "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "make_dir", "mode_in", "open_file", "read_until_nul",
+    "write_all", "write_atomically", "write_new_file",
+]
+
+#: The mode of every file kwtree creates unless the tree records a looser one: the owner's only.
+PRIVATE_FILE_MODE = 0o600
+
+
+def dir_mode(file_mode: int) -> int:
+    """The directory mode that goes with ``file_mode``: search permission wherever it grants read."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def mode_in(directory: Path | int) -> int:
+    """The file mode for a new file in ``directory`` (a path or an open descriptor), one of
+    kwtree's own directories: the directory's permission bits without the execute bits.
+    A directory that is not kwtree's (its mode has no owner write bit) gives the private mode."""
+    found = os.stat(directory).st_mode & 0o777
+    mode = found & 0o666
+    return mode if mode & PRIVATE_FILE_MODE == PRIVATE_FILE_MODE else PRIVATE_FILE_MODE
+
+
+def _exact(fd: int, mode: int) -> None:
+    """Give the open file ``fd`` exactly ``mode`` (os.open and mkdir let the umask cut bits)."""
+    if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+def open_file(path: Path | str, flags: int, mode: int, *, dir_fd: int | None = None) -> int:
+    """``os.open`` with ``O_CREAT`` in ``flags``; a file it creates gets exactly ``mode``.
+
+    A file that already existed keeps its mode unless it is ours and looser than ``mode``
+    allows (a tree created before files were private): then it is tightened to ``mode``.
+    """
+    fd = os.open(path, flags | os.O_CREAT, mode, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if stat.S_IMODE(info.st_mode) != mode and (info.st_size == 0 or info.st_mode & ~mode & 0o077):
+            if info.st_uid == os.geteuid():
+                os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_dir(path: Path, file_mode: int, *, parents: bool = False, exist_ok: bool = False) -> None:
+    """``mkdir`` giving ``path`` (and, with ``parents``, each missing parent) exactly the
+    directory mode of ``file_mode``; an existing directory keeps its mode."""
+    if parents and not path.parent.exists():
+        make_dir(path.parent, file_mode, parents=True, exist_ok=True)
+    mode = dir_mode(file_mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if not exist_ok or not path.is_dir():
+            raise
+        return
+    if stat.S_IMODE(os.stat(path).st_mode) != mode:
+        os.chmod(path, mode)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -17,14 +89,16 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, body: bytes) -> None:
-    """Replace ``path`` with ``body``: readers see the old file or the new one, never a mix.
+def write_atomically(path: Path, body: bytes, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Replace ``path`` with ``body`` (a file of mode ``mode``): readers see the old file or
+    the new one, never a mix.
 
     The caller fsyncs the directory when the rename itself must be durable.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        _exact(fd, mode)
         os.write(fd, body)
         os.fsync(fd)
     finally:
@@ -40,10 +114,11 @@ def write_all(fd: int, data: bytes | memoryview) -> int:
     return len(data)
 
 
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` (it must not exist) holding ``data``, synced to disk."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def write_new_file(path: Path, data: bytes, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Create ``path`` (it must not exist, it gets mode ``mode``) holding ``data``, synced to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
+        _exact(fd, mode)
         write_all(fd, data)
         os.fsync(fd)
     finally:

@@ -29,14 +29,21 @@ import tantivy
 
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
 from kwtree.normalize import terms
+from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
 KINDS = {"info": "i:", "keyword": "k:"}
 _HEAP_BYTES = 64_000_000  # a budget tantivy allocates as it goes, not up front
 _log = logging.getLogger("kwtree.cache")
+
+
+def is_panic(exc: BaseException) -> bool:
+    """True for a Rust panic inside tantivy (pyo3's PanicException, a BaseException that no
+    module exports): what some damaged index files cause instead of an error."""
+    return type(exc).__name__ == "PanicException"
 
 
 def _schema() -> tantivy.Schema:
@@ -63,8 +70,12 @@ class FullTextIndex:
     writer lock. All methods are thread-safe.
     """
 
-    def __init__(self, directory: Path, writable: bool = True) -> None:
+    def __init__(self, directory: Path, writable: bool = True, file_mode: int = PRIVATE_FILE_MODE) -> None:
+        """``file_mode``: of the files it writes itself; its directories get the matching
+        directory mode, which keeps the files tantivy writes (with the umask's mode) from
+        other users."""
         self._dir = Path(directory)
+        self._file_mode = file_mode
         self._writable = writable
         self._lock = threading.RLock()
         self._schema = _schema()
@@ -82,6 +93,10 @@ class FullTextIndex:
     def rebuilt(self) -> bool:
         """True if opening found no usable index and created an empty one: feed everything."""
         return self._rebuilt
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
 
     @property
     def available(self) -> bool:
@@ -111,7 +126,9 @@ class FullTextIndex:
             if watermark is not None and not isinstance(watermark, str):
                 raise ValueError(f"watermark {watermark!r} is not a string")
             self._open_index(tantivy.Index.open(str(self._dir / "index")))
-        except (OSError, ValueError, AttributeError) as exc:
+        except BaseException as exc:
+            if not (isinstance(exc, (OSError, ValueError, AttributeError)) or is_panic(exc)):
+                raise
             action = "rebuilding it empty" if self._writable else "searching it as empty"
             _log.warning("full-text index in %s is unusable (%s); %s", self._dir, exc, action)
             self._index = self._searcher = self._watermark = None
@@ -131,7 +148,7 @@ class FullTextIndex:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             path.unlink(missing_ok=True)  # a file or a link in its place
-            path.mkdir(parents=True)
+            make_dir(path, self._file_mode, parents=True)
             self._write_meta(None)
             self._open_index(tantivy.Index(self._schema, path=str(path)))
         except (OSError, ValueError) as exc:
@@ -140,7 +157,7 @@ class FullTextIndex:
 
     def _write_meta(self, watermark: str | None) -> None:
         tmp = self._dir / "meta.json.tmp"
-        with open(tmp, "wb") as file:
+        with open(open_file(tmp, os.O_WRONLY | os.O_TRUNC, self._file_mode), "wb") as file:
             file.write(orjson.dumps({"format": FORMAT, "watermark": watermark}))
             file.flush()
             os.fsync(file.fileno())
@@ -288,6 +305,32 @@ class FullTextIndex:
         query = tantivy.Query.term_query(self._schema, "kind", kind)
         return int(searcher.search(query, 1, count=True).count)
 
+    def all_keys(self, kind: str) -> list[str]:
+        """The stored key of every live document of ``kind``."""
+        self._prefix(kind)
+        searcher = self._current_searcher()
+        if searcher is None:
+            return []
+        query = tantivy.Query.term_query(self._schema, "kind", kind)
+        found = searcher.search(query, 1, count=True).count
+        if not found:
+            return []
+        hits = searcher.search(query, found).hits
+        return [searcher.doc(address).get_first("key") for _, address in hits]
+
+    def matching(self, kind: str, words: list[str], entity_id: str | None = None) -> int:
+        """How many live documents of ``kind`` (only ``entity_id``'s, if given) hold every
+        term of ``words`` (already-normalised terms, as ``normalize.terms`` gives them)."""
+        prefix = self._prefix(kind)
+        searcher = self._current_searcher()
+        if searcher is None:
+            return 0
+        clauses = [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "kind", kind))]
+        if entity_id is not None:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "key", self._key(kind, entity_id))))
+        clauses += [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "text", prefix + word)) for word in words]
+        return int(searcher.search(tantivy.Query.boolean_query(clauses), 1, count=True).count)
+
     def close(self) -> None:
         """Commit pending changes (keeping the watermark) and release everything."""
         with self._lock:
@@ -313,7 +356,7 @@ def copy_committed(source: Path, target: Path) -> str | None:
     """
     source, target = Path(source), Path(target)
     try:
-        target.mkdir(parents=True)
+        make_dir(target, PRIVATE_FILE_MODE, parents=True)  # a private copy, in a private temporary directory
         shutil.copyfile(source / "meta.json", target / "meta.json")
         meta = orjson.loads((target / "meta.json").read_bytes())
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from kwtree.errors import LockTimeoutError
+from kwtree.stores.files import PRIVATE_FILE_MODE, open_file
 
 try:
     import fcntl
@@ -33,8 +34,9 @@ _POLL_MAX = 0.05
 class FlockBackend:
     """``flock`` on a descriptor opened once (and again after a fork)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, file_mode: int = PRIVATE_FILE_MODE) -> None:
         self._path = path
+        self._mode = file_mode
         self._fd = -1
         self._pid = -1
 
@@ -42,7 +44,7 @@ class FlockBackend:
         if self._pid != os.getpid():
             # A child of fork shares the parent's open file description, hence its flock:
             # give the child its own so the two processes exclude each other.
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = open_file(self._path, os.O_RDWR, self._mode)
             self._pid = os.getpid()
         return self._fd
 
@@ -65,10 +67,10 @@ class FlockBackend:
 class FileLockBackend:
     """filelock's portable lock, for platforms without ``fcntl``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, file_mode: int = PRIVATE_FILE_MODE) -> None:
         import filelock
 
-        self._lock = filelock.FileLock(str(path), thread_local=False)
+        self._lock = filelock.FileLock(str(path), mode=file_mode, thread_local=False)
 
     def try_acquire(self) -> bool:
         import filelock
@@ -94,10 +96,12 @@ def default_backend() -> type[FlockBackend] | type[FileLockBackend]:
 class WriterLock:
     """Exclusive writer lock with a deadline; use as a context manager."""
 
-    def __init__(self, path: Path, timeout: float, backend: type | None = None) -> None:
+    def __init__(self, path: Path, timeout: float, backend: type | None = None,
+                 file_mode: int = PRIVATE_FILE_MODE) -> None:
+        """``file_mode``: the mode the lock file gets if this creates it."""
         self.path = path
         self.timeout = timeout
-        self._backend = (backend or default_backend())(path)
+        self._backend = (backend or default_backend())(path, file_mode)
 
     def acquire(self) -> None:
         if self._backend.try_acquire():

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
-from kwtree.stores.files import fsync_directory, write_new_file
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, mode_in, write_new_file
 
 __all__ = [
     "COMPACTED_DIR", "COMPACTING_DIR", "OLD_LOG_DIR", "interrupted", "new_log_dir", "recover", "seal", "swap_in",
@@ -50,16 +50,18 @@ def _remove(path: Path) -> None:
 
 
 def new_log_dir(directory: Path) -> Path:
-    """An empty ``log.compacting/`` to write a new log into (a leftover one is removed)."""
+    """An empty ``log.compacting/`` to write a new log into (a leftover one is removed),
+    with the mode of the current ``log/``."""
     target = directory / COMPACTING_DIR
     _remove(target)
-    target.mkdir()
+    current = directory / LOG_DIR
+    make_dir(target, mode_in(current) if current.is_dir() else PRIVATE_FILE_MODE)
     return target
 
 
 def write_segment(target: Path, first_op_id: str, data: bytes) -> None:
     """Write one whole segment of the new log and fsync it."""
-    write_new_file(target / (first_op_id + SEGMENT_SUFFIX), data)
+    write_new_file(target / (first_op_id + SEGMENT_SUFFIX), data, mode_in(target))
 
 
 def seal(target: Path) -> None:

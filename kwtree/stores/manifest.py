@@ -1,5 +1,7 @@
-"""The manifest of a data directory: format version, creation time, replica id and the
-segment size every writer of the directory rotates at."""
+"""The manifest of a data directory: format version, creation time, replica id, the
+segment size every writer of the directory rotates at, and the mode of the files every
+writer creates (``file_mode``; absent in manifests written before it existed, which means
+the private default)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,19 @@ from pathlib import Path
 import orjson
 
 from kwtree.errors import FormatError
-from kwtree.stores.files import fsync_directory, write_atomically
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomically
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "is_file_mode"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 DEFAULT_SEGMENT_BYTES = 64 << 20
+
+
+def is_file_mode(mode: object) -> bool:
+    """Whether ``mode`` may be a tree's file mode: read and write for the owner, at most read
+    and write for the group and others, no execute, setuid or sticky bits."""
+    return type(mode) is int and mode & ~0o666 == 0 and mode & PRIVATE_FILE_MODE == PRIVATE_FILE_MODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +34,12 @@ class Manifest:
     created_at: float
     replica_id: str
     segment_bytes: int
+    file_mode: int = PRIVATE_FILE_MODE
 
     @classmethod
-    def new(cls, segment_bytes: int | None = None) -> Manifest:
-        return cls(FORMAT_VERSION, time.time(), os.urandom(8).hex(), segment_bytes or DEFAULT_SEGMENT_BYTES)
+    def new(cls, segment_bytes: int | None = None, file_mode: int | None = None) -> Manifest:
+        return cls(FORMAT_VERSION, time.time(), os.urandom(8).hex(), segment_bytes or DEFAULT_SEGMENT_BYTES,
+                   PRIVATE_FILE_MODE if file_mode is None else file_mode)
 
     @classmethod
     def load(cls, directory: Path) -> Manifest:
@@ -49,9 +59,16 @@ class Manifest:
                 f"{directory} uses the older format {found}; run `kwtree upgrade {directory}` first"
             )
         try:
-            return cls(found, float(raw["created_at"]), str(raw["replica_id"]), int(raw["segment_bytes"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            manifest = cls(found, float(raw["created_at"]), str(raw["replica_id"]), int(raw["segment_bytes"]),
+                           raw.get("file_mode", PRIVATE_FILE_MODE))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise FormatError(f"{path} is missing or has a bad field: {exc}") from None
+        if manifest.segment_bytes <= 0:
+            raise FormatError(f"{path}: segment_bytes must be a positive number of bytes, got {manifest.segment_bytes}")
+        if not is_file_mode(manifest.file_mode):
+            raise FormatError(f"{path}: file_mode must be a mode between 0o600 and 0o666 granting the owner "
+                              f"read and write, got {manifest.file_mode!r}")
+        return manifest
 
     def save(self, directory: Path) -> None:
         body = orjson.dumps(
@@ -60,8 +77,9 @@ class Manifest:
                 "created_at": self.created_at,
                 "replica_id": self.replica_id,
                 "segment_bytes": self.segment_bytes,
+                "file_mode": self.file_mode,
             },
             option=orjson.OPT_INDENT_2,
         )
-        write_atomically(directory / MANIFEST_NAME, body + b"\n")
+        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode)
         fsync_directory(directory)

@@ -60,7 +60,9 @@ from kwtree.models import ROOT_ID
 from kwtree.replay import Bound
 from kwtree.state import State
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
-from kwtree.stores.files import fsync_directory, read_until_nul, write_all
+from kwtree.stores import leftovers
+from kwtree.stores.files import PRIVATE_FILE_MODE, dir_mode, fsync_directory, open_file, read_until_nul, write_all
+from kwtree.stores.leftovers import ASIDE_TAG, STAGING_TAG
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.validate import clean_seconds
@@ -98,10 +100,10 @@ COUNT_KEYS = ("operations", "keywords", "infos", "links", "relations")
 #: processes that keep the tree open hold a descriptor of it, and must go on excluding the
 #: writers of the restored tree (they replay its log at their next look, see EventLog.rewritten).
 KWTREE_ENTRIES = frozenset({MANIFEST_NAME, "cache", "quarantine", "outbox.jsonl", "outbox.lock"})
-_STAGING_TAG = ".restoring-"
-_ASIDE_TAG = ".replaced-"
 _CHUNK = 1 << 22
 _HEADER_LIMIT = 64 << 20
+#: Largest ``manifest.json`` member a restore accepts (a real one is ~150 bytes).
+_MANIFEST_LIMIT = 1 << 16
 _SEGMENT_MEMBER = re.compile(rf"{LOG_DIR}/([0-9a-f]{{32}}){re.escape(SEGMENT_SUFFIX)}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _PLACEHOLDER = "0" * 64
@@ -174,11 +176,13 @@ class Capture:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def write(self, target: Path | None, facts: Mapping[str, Any]) -> Path:
+    def write(self, target: Path | None, facts: Mapping[str, Any], file_mode: int = PRIVATE_FILE_MODE) -> Path:
         """Write the archive of the cut, whose state ``facts_of`` described, to ``target`` (or
-        the default path); returns where it went. Durable when it returns (the file and its
-        directory entry are synced)."""
+        the default path), a file of mode ``file_mode`` (the tree's); returns where it went.
+        Durable when it returns (the file and its directory entry are synced). Partial
+        archives that interrupted snapshots left in the target's directory are removed first."""
         target = target or _default_target(self.directory, facts["last_op_id"])
+        leftovers.remove_abandoned_archives(target.parent)
         sources: list[tuple[str, bytes | _Segment]] = [(MANIFEST_NAME, self.manifest)]
         for segment in self.segments:
             if self.bound is None:
@@ -200,12 +204,15 @@ class Capture:
             ],
         }
         placeholder = _encode(header)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        tmp = leftovers.archive_tmp_name(target)
         try:
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            out = open_file(tmp, os.O_WRONLY | os.O_EXCL, file_mode)
         except OSError as exc:
             raise StorageError(f"cannot create the snapshot {target}: {exc}") from exc
         try:
+            # Locked until it is closed, after its name is given and the temporary one gone:
+            # a cleaner removes only partial archives nobody holds (see leftovers).
+            leftovers.lock_open_file(out)
             mtime = int(header["created_at"])
             offset = write_all(out, _tar_header(SNAPSHOT_MANIFEST, len(placeholder), mtime))
             data_offset = offset
@@ -220,18 +227,12 @@ class Capture:
             assert len(final) == len(placeholder)  # digests are fixed-width: nothing moves
             os.pwrite(out, final, data_offset)
             os.fsync(out)
-        except OSError as exc:
-            _unlink(tmp)
-            raise StorageError(f"could not write the snapshot {target}: {exc}") from exc
-        except BaseException:
-            _unlink(tmp)
-            raise
-        finally:
-            os.close(out)
-        try:
             _publish(tmp, target)
+        except OSError as exc:
+            raise StorageError(f"could not write the snapshot {target}: {exc}") from exc
         finally:
             _unlink(tmp)
+            os.close(out)
         fsync_directory(target.parent)
         return target
 
@@ -361,7 +362,7 @@ def _encode(header: Mapping[str, Any]) -> bytes:
 
 def _tar_header(name: str, size: int, mtime: int) -> bytes:
     info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode, info.type = size, mtime, 0o644, tarfile.REGTYPE
+    info.size, info.mtime, info.mode, info.type = size, mtime, PRIVATE_FILE_MODE, tarfile.REGTYPE
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
 
 
@@ -466,16 +467,29 @@ def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
     return header
 
 
-def _copy_member(archive: Path, source: int, offset: int, size: int, target: Path) -> str:
-    """Copy ``size`` bytes at ``offset`` of the archive to a new file; returns their digest."""
+def _copy_member(archive: Path, source: int, offset: int, size: int, target: Path, file_mode: int) -> str:
+    """Copy ``size`` bytes at ``offset`` of the archive to a new file; returns their digest.
+
+    Reads at most ``size`` bytes, a chunk at a time, and checks each chunk before writing it:
+    a log segment never holds a NUL byte (JSON escapes it), so a member with one (bytes
+    hidden after a NUL, or the zeros of a sparse archive that declares a huge member) is
+    refused after at most one chunk was read and before any of it was written.
+    """
     digest = hashlib.sha256()
-    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    segment = target.name != MANIFEST_NAME
+    out = open_file(target, os.O_WRONLY | os.O_EXCL, file_mode)
     try:
         done = 0
         while done < size:
             chunk = os.pread(source, min(_CHUNK, size - done), offset + done)
             if not chunk:
                 raise FormatError(f"{archive} is truncated: it ends inside member {target.name}; nothing was restored")
+            nul = chunk.find(b"\0") if segment else -1
+            if nul >= 0:
+                raise FormatError(
+                    f"{archive}: member {LOG_DIR}/{target.name} has a NUL byte at byte {done + nul}, which no "
+                    f"kwtree log holds (the archive is damaged or was crafted); nothing was restored"
+                )
             digest.update(chunk)
             write_all(out, chunk)
             done += len(chunk)
@@ -483,6 +497,26 @@ def _copy_member(archive: Path, source: int, offset: int, size: int, target: Pat
     finally:
         os.close(out)
     return digest.hexdigest()
+
+
+def _check_room(archive: Path, header: Mapping[str, Any], staging: Path) -> None:
+    """Refuse, before anything is written, an archive whose members cannot be in it or
+    would not fit on the disk that receives them."""
+    members = header["members"]
+    total = sum(entry["size"] for entry in members)
+    if members[0]["size"] > _MANIFEST_LIMIT:
+        raise FormatError(f"{archive}: its {MANIFEST_NAME} is implausibly large ({members[0]['size']} bytes; "
+                          f"a kwtree manifest is under {_MANIFEST_LIMIT}); nothing was restored")
+    if total > archive.stat().st_size:
+        raise FormatError(f"{archive} lists {total} bytes of members but is only {archive.stat().st_size} "
+                          f"bytes long: it is truncated or damaged; nothing was restored")
+    disk = os.statvfs(staging)
+    free = disk.f_bavail * disk.f_frsize
+    if total > free:
+        raise StorageError(
+            f"the disk is full: restoring {archive} needs {total} bytes beside {staging.parent}, which has "
+            f"{free} bytes free; free some space or restore elsewhere (nothing was written)"
+        )
 
 
 def _extract(archive: Path, staging: Path) -> dict[str, Any]:
@@ -503,8 +537,9 @@ def _extract(archive: Path, staging: Path) -> dict[str, Any]:
             if len(raw) != first.size:
                 raise FormatError(f"{archive} is truncated: it ends inside {SNAPSHOT_MANIFEST}")
             header = _check_header(archive, raw)
-            (staging / LOG_DIR).mkdir()
+            _check_room(archive, header, staging)
             source = tar.fileobj.fileno()  # type: ignore[union-attr]
+            file_mode = PRIVATE_FILE_MODE  # until the archived manifest says which
             for entry in header["members"]:
                 member = tar.next()
                 if member is None:
@@ -515,12 +550,18 @@ def _extract(archive: Path, staging: Path) -> dict[str, Any]:
                         f"{archive}: member {member.name!r} ({member.size} bytes) where its manifest lists "
                         f"{entry['name']!r} ({entry['size']} bytes)"
                     )
-                digest = _copy_member(archive, source, member.offset_data, member.size, staging / member.name)
+                digest = _copy_member(archive, source, member.offset_data, member.size, staging / member.name,
+                                      file_mode)
                 if digest != entry["sha256"]:
                     raise FormatError(
                         f"{archive}: member {member.name} does not match its SHA-256 checksum: the archive "
                         f"was damaged or altered; nothing was restored"
                     )
+                if member.name == MANIFEST_NAME:  # the first member: check it before any segment
+                    file_mode = _staged_manifest(archive, staging).file_mode
+                    os.chmod(staging, dir_mode(file_mode))
+                    os.mkdir(staging / LOG_DIR, dir_mode(file_mode))
+                    os.chmod(staging / LOG_DIR, dir_mode(file_mode))
             extra = tar.next()
             if extra is not None:
                 _check_member(archive, extra)
@@ -532,13 +573,22 @@ def _extract(archive: Path, staging: Path) -> dict[str, Any]:
     return header
 
 
+def _staged_manifest(archive: Path, staging: Path) -> Manifest:
+    """The archived manifest, checked (FormatError naming the archive if it is unusable)."""
+    try:
+        return Manifest.load(staging)
+    except FormatError as exc:
+        raise FormatError(f"{archive}: its {MANIFEST_NAME} is unusable ({exc}); nothing was restored") from None
+
+
 def stage(snapshot: object, data_dir: Path) -> tuple[Path, dict[str, Any]]:
     """Check ``snapshot`` completely while extracting it into a new hidden directory beside
     ``data_dir``; returns that directory and the archive's header. Raises NotFoundError (no
     such file), FormatError (not a snapshot, a newer format, an unsafe, unlisted, missing or
     altered member, truncated) with nothing left behind."""
     archive = _archive_path(snapshot)
-    staging = _new_sibling(data_dir, _STAGING_TAG)
+    leftovers.remove_leftovers(data_dir)
+    staging = _new_sibling(data_dir, STAGING_TAG)
     try:
         return staging, _extract(archive, staging)
     except OSError as exc:
@@ -608,7 +658,8 @@ def _new_sibling(data_dir: Path, tag: str) -> Path:
     while True:
         candidate = home.with_name(f".{home.name}{tag}{os.urandom(4).hex()}")
         try:
-            candidate.mkdir()
+            candidate.mkdir(dir_mode(PRIVATE_FILE_MODE))
+            leftovers.hold(candidate)  # before anything is written into it (see leftovers)
         except FileExistsError:
             continue
         except OSError as exc:
@@ -635,18 +686,21 @@ def swap_in(staging: Path, data_dir: Path) -> Path:
     holds) and return where the old directory went. Files in it that are not kwtree's move
     into the new one. On failure everything is as it was."""
     home = Path(os.path.abspath(data_dir))
-    aside = home.with_name(f".{home.name}{_ASIDE_TAG}{os.urandom(4).hex()}")
+    aside = home.with_name(f".{home.name}{ASIDE_TAG}{os.urandom(4).hex()}")
     try:
         os.rename(home, aside)
     except OSError as exc:
         raise StorageError(f"cannot move {home} aside to restore: {exc}") from exc
+    leftovers.hold(aside)  # a cleaner removes it only once this process is done with it
     try:
         _move_user_entries(aside, staging)
         os.rename(staging, home)
     except OSError as exc:
         _move_user_entries(staging, aside)
         os.rename(aside, home)
+        leftovers.let_go(aside)
         raise StorageError(f"cannot put the restored directory in place of {home}: {exc}") from exc
+    leftovers.let_go(staging)
     fsync_directory(home.parent)
     return aside
 
@@ -654,10 +708,12 @@ def swap_in(staging: Path, data_dir: Path) -> Path:
 def swap_back(aside: Path, data_dir: Path) -> None:
     """Undo :func:`swap_in`: the old directory returns, the restored one is deleted."""
     home = Path(os.path.abspath(data_dir))
-    failed = home.with_name(f".{home.name}{_STAGING_TAG}failed-{os.urandom(4).hex()}")
+    failed = home.with_name(f".{home.name}{STAGING_TAG}failed-{os.urandom(4).hex()}")
     os.rename(home, failed)
+    leftovers.hold(failed)
     _move_user_entries(failed, aside)
     os.rename(aside, home)
+    leftovers.let_go(aside)
     fsync_directory(home.parent)
     discard(failed)
 
@@ -670,6 +726,8 @@ def discard(directory: Path) -> None:
         pass
     except OSError as exc:
         log.warning("could not delete %s after a restore: %s; delete it by hand", directory, exc)
+    finally:
+        leftovers.let_go(directory)
 
 
 def summary(header: Mapping[str, Any], data_dir: Path, snapshot: object, *, replaced: bool) -> dict[str, Any]:
@@ -728,6 +786,7 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
             else:
                 try:
                     os.rename(staging, target)  # onto an empty directory too, atomically
+                    leftovers.let_go(staging)
                 except OSError as exc:
                     raise StorageError(
                         f"could not put the restored directory at {target} (did it gain files meanwhile?): {exc}"

@@ -57,7 +57,7 @@ from kwtree.errors import (
     ReadOnlyError,
     StorageError,
 )
-from kwtree.stores.files import write_all, write_atomically
+from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file, write_all, write_atomically
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 
@@ -228,6 +228,7 @@ class VectorStore:
         ef: int = DEFAULT_EF,
         lock_timeout: float = 30.0,
         writable: bool = True,
+        file_mode: int = PRIVATE_FILE_MODE,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise InvalidInputError("model must be a non-empty string naming the embedder model")
@@ -259,10 +260,11 @@ class VectorStore:
         # False while a store that may not write finds no valid meta.json: it holds no rows
         # then, and looks again at each refresh (a writer may be creating or emptying it).
         self._meta_ok = True
+        self._file_mode = file_mode  # of every file (and, as a directory mode, directory) it creates
         if writable:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            make_dir(self.directory, file_mode, parents=True, exist_ok=True)
         # (Only acquiring creates the lock file; a read-only store never does.)
-        self._lock = filelock.FileLock(str(self.directory / LOCK_FILE), timeout=lock_timeout)
+        self._lock = filelock.FileLock(str(self.directory / LOCK_FILE), timeout=lock_timeout, mode=file_mode)
         self._open_meta()
         self._read_new_rows()
 
@@ -310,7 +312,7 @@ class VectorStore:
                 # Unlink rather than truncate: another process may still map the old file.
                 path.unlink(missing_ok=True)
             body = orjson.dumps({"format": FORMAT, "model": self.model, "dim": self.dim})
-            write_atomically(meta_path, body)
+            write_atomically(meta_path, body, self._file_mode)
 
     def _data_files(self) -> tuple[Path, ...]:
         """The files meta.json describes (emptied with it)."""
@@ -391,8 +393,8 @@ class VectorStore:
 
     def _append_fds(self) -> tuple[int, int]:
         if self._vec_fd < 0:
-            self._vec_fd = os.open(self._vectors_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._keys_fd = os.open(self._keys_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._vec_fd = open_file(self._vectors_path, os.O_WRONLY | os.O_APPEND, self._file_mode)
+            self._keys_fd = open_file(self._keys_path, os.O_WRONLY | os.O_APPEND, self._file_mode)
             # The files may have just been created: remember which ones these are.
             ids = []
             for fd in (self._keys_fd, self._vec_fd):
@@ -698,6 +700,7 @@ class VectorStore:
             tmp = self.directory / f".{INDEX_FILE}.{os.getpid()}.{id(self):x}.tmp"
             try:
                 index.save_index(str(tmp))
+                os.chmod(tmp, self._file_mode)  # hnswlib creates it with the umask's mode
                 meta = self._index_meta(rows) | {"size": _file_size(tmp), "crc32": _file_crc(tmp)}
                 with self._locked():
                     if self._plausible_persisted_rows() > rows:
@@ -705,7 +708,7 @@ class VectorStore:
                     else:
                         # A crash between these two replaces leaves a CRC mismatch: one rebuild.
                         os.replace(tmp, self._index_path)
-                        write_atomically(self._index_meta_path, orjson.dumps(meta))
+                        write_atomically(self._index_meta_path, orjson.dumps(meta), self._file_mode)
             except (OSError, RuntimeError) as exc:
                 tmp.unlink(missing_ok=True)
                 raise StorageError(f"could not save the vector index of {self.directory}: {exc}") from exc

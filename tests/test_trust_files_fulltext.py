@@ -1,0 +1,151 @@
+"""Issue 13, item 11 (e): a damaged full-text index is never silent.
+
+A bit flip inside a tantivy segment can leave the index readable while it returns other
+documents or scores. ``verify()`` compares the index with the log (segment checksums, counts,
+stored keys, sampled documents and term counts) and reports ``fulltext-mismatch``;
+``repair()`` deletes it and the tree rebuilds it from the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kwtree import KeywordTree
+from kwtree.stores.fulltext import FullTextIndex
+from kwtree.verify import verify_directory
+
+WORDS = "apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+QUERIES = ("apple banana", "kilo", "item7 golf", "juliet")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("fulltext") / "tree"
+    rnd = random.Random(1)
+    with KeywordTree(directory, durability="none", worker=False) as tree:
+        for n in range(200):
+            tree.create_info(" ".join(rnd.choice(WORDS) for _ in range(12)) + f" item{n}")
+        tree.recall("apple")
+    return directory
+
+
+def _results(directory: Path) -> list[tuple[str, float]]:
+    with KeywordTree(directory, read_only=True, worker=False) as tree:
+        return [(hit.info.id, round(hit.bm25 or 0.0, 4)) for q in QUERIES for hit in tree.recall(q, k=10, mode="bm25")]
+
+
+def _mismatch(directory: Path) -> list[str]:
+    return [f.message for f in verify_directory(directory).findings if f.code == "fulltext-mismatch"]
+
+
+def _flipped(base: Path, target: Path, name: str, position: int) -> Path:
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(base, target, ignore=shutil.ignore_patterns("lock"))
+    path = target / "cache" / "fulltext" / "index" / name
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0x04
+    path.write_bytes(bytes(data))
+    return target
+
+
+def _segment_files(base: Path) -> list[Path]:
+    index = base / "cache" / "fulltext" / "index"
+    return sorted(p for p in index.iterdir() if p.suffix in (".idx", ".store", ".term", ".pos", ".fieldnorm", ".fast"))
+
+
+def test_an_intact_index_passes(base: Path) -> None:
+    assert _mismatch(base) == []
+
+
+def _searches(directory: Path) -> list[tuple[str, float]] | None:
+    """The full-text hits of QUERIES as the index on disk gives them (None: it fails)."""
+    index = FullTextIndex(directory / "cache" / "fulltext", writable=False)
+    try:
+        return [(key, round(score, 4)) for q in QUERIES for key, score in index.search(q, "info", 10)]
+    except BaseException:  # noqa: BLE001 -- tantivy noticed the damage (an error or a panic)
+        return None
+    finally:
+        index.close()
+
+
+def _flip(path: Path, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ 0x04]))
+
+
+def test_every_bit_flip_in_a_segment_is_reported(base: Path, tmp_path: Path) -> None:
+    logging.disable(logging.WARNING)  # tantivy's complaints about the damage it notices
+    try:
+        copy = tmp_path / "copy"
+        shutil.copytree(base, copy, ignore=shutil.ignore_patterns("lock"))
+        for path in _segment_files(copy):
+            data_end = path.stat().st_size - 128  # before tantivy's footer
+            for position in range(0, max(data_end, 1), max(data_end // 8, 1)):
+                _flip(path, position)
+                assert _mismatch(copy), f"a flip at {path.name}:{position} went unreported"
+                _flip(path, position)
+        assert _mismatch(copy) == []
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_a_flip_that_changes_results_silently_is_reported(base: Path, tmp_path: Path) -> None:
+    # The issue's case: a flip tantivy does not notice, after which searches answer otherwise.
+    logging.disable(logging.WARNING)
+    try:
+        copy = tmp_path / "copy"
+        shutil.copytree(base, copy, ignore=shutil.ignore_patterns("lock"))
+        original = _searches(copy)
+        assert original
+        found = None
+        for path in (p for p in _segment_files(copy) if p.suffix in (".store", ".idx")):
+            for position in range(0, path.stat().st_size - 128, 7):
+                _flip(path, position)
+                results = _searches(copy)
+                if results is not None and results != original:
+                    found = (path.name, position)
+                    break
+                _flip(path, position)
+            if found:
+                break
+        assert found, "no flip changed the results silently: the premise of this test is gone"
+        assert _mismatch(copy), f"the silent flip at {found} went unreported"
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_repair_rebuilds_a_damaged_index(base: Path, tmp_path: Path) -> None:
+    original = _results(base)
+    store = next(p for p in _segment_files(base) if p.suffix == ".store")
+    copy = _flipped(base, tmp_path / "copy", store.name, store.stat().st_size // 3)
+    assert _mismatch(copy)
+    with KeywordTree(copy, worker=False) as tree:
+        tree.repair()
+        assert _results(copy) == original
+    assert _mismatch(copy) == []
+    assert verify_directory(copy).ok
+
+
+def test_updates_deletes_and_moves_do_not_look_like_damage(tree_dir: Path) -> None:
+    with KeywordTree(tree_dir, durability="none", worker=False) as tree:
+        a = tree.create_keyword("alpha", llm_auto_place=False)
+        b = tree.create_keyword("beta", parent_id=a.id, llm_auto_place=False)
+        c = tree.create_keyword("gamma", llm_auto_place=False)
+        infos = [tree.create_info(f"note {n} about {WORDS[n % len(WORDS)]}", keyword_ids=[b.id]) for n in range(30)]
+        for info in infos[:10]:
+            tree.update_info(info.id, {"content": info.content + " revised kilo"})
+        for info in infos[10:15]:
+            tree.delete_info(info.id)
+        tree.move_keyword(b.id, c.id)
+        tree.update_keyword(a.id, {"name": "alpha prime"}, tree.get_keyword(a.id).version)
+        tree.recall("kilo")
+    assert _mismatch(tree_dir) == []
+    assert verify_directory(tree_dir).ok
