@@ -305,9 +305,24 @@ class Indexes:
         except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
 
+    def reload_vectors(self) -> int:
+        """Read the vector store again from its files (damage done under this tree is seen:
+        a store whose meta.json is damaged is emptied, rows after a damaged key line or past
+        the end of vectors.f32 are dropped), then queue every live text that has no vector;
+        returns how many were queued (``KeywordTree.repair``). Raises ReadOnlyError in a tree
+        that does not write vectors."""
+        if not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        with self._vectors_open_lock:
+            store, self._vector_store = self._vector_store, None
+        if store is not None:
+            store.discard()  # its rows in memory may be gone from disk: never save them
+        return self.repair()
+
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.
-        Raises ReadOnlyError in a tree that does not write vectors."""
+        (The outbox takes an item it holds as done again: its vector is gone.) Raises
+        ReadOnlyError in a tree that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
         known = self._vectors.known()

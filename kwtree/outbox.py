@@ -11,7 +11,10 @@ One orjson object per line; ``item`` is the key ``f"{model}/{id}/{hash}"``::
 
 The state is the fold of the rows in file order, by these rules (the ``_FOLD`` table):
 
-- enqueue creates the item, pending; an item already known (in any state) is left alone.
+- enqueue creates the item, pending. It re-opens a done item (pending, attempts reset): "done"
+  only means a vector was written, and an enqueue is only ever written for a text that has no
+  vector now (the cache was deleted or damaged since), so the work is needed again. An item
+  that is pending, leased, failed or dead is left alone.
 - claim leases a known item that is neither done nor dead to ``worker`` until ``until``.
 - done always wins: the vector was written, so the item is done even if it was dead or its
   lease had passed to another worker; nothing afterwards changes a done item.
@@ -91,7 +94,12 @@ class _Entry:
 
 def _on_enqueue(box: Outbox, row: dict[str, Any], entry: _Entry | None) -> _Entry | None:
     if entry is not None:
-        return None
+        if entry.status != "done":
+            return None
+        entry.status, entry.worker, entry.error = "pending", None, None
+        entry.item = replace(entry.item, attempt=0)
+        box._open[entry.item.key] = entry
+        return entry
     if row["kind"] not in KINDS:
         raise ValueError(f"unknown kind {row['kind']!r}")
     entry = _Entry(Item(row["item"], row["kind"], row["id"], row["hash"], row["model"]))
@@ -273,9 +281,10 @@ class Outbox:
                 or (entry.status == "failed" and entry.retry_at <= now))
 
     def enqueue(self, items: Iterable[tuple[str, str, str, str]]) -> int:
-        """Queue ``(kind, id, hash, model)`` tuples; returns the rows written. An item the file
-        already holds (pending, leased, failed, done or dead) is not written again; a done item
-        dropped by compaction is forgotten, so enqueueing it again queues a (harmless) re-embed.
+        """Queue ``(kind, id, hash, model)`` tuples; returns the rows written. Callers queue only
+        texts that have no vector now: a done item is therefore queued again (its vector was
+        lost with a deleted or damaged cache). An item that is pending, leased, failed or dead
+        is not written again (``retry_dead`` re-queues the dead).
         Raises :class:`InvalidInputError` for a kind other than ``info`` or ``keyword``."""
         batch = list(items)
         for kind, *_ in batch:
@@ -286,7 +295,8 @@ class Outbox:
             now, rows, seen = self.clock(), [], set()
             for kind, entity_id, content_hash, model in batch:
                 key = f"{model}/{entity_id}/{content_hash}"
-                if key not in self._entries and key not in seen:
+                entry = self._entries.get(key)
+                if (entry is None or entry.status == "done") and key not in seen:
                     seen.add(key)
                     rows.append({"r": "enqueue", "item": key, "kind": kind, "id": entity_id,
                                  "hash": content_hash, "model": model, "ts": now})
