@@ -163,7 +163,7 @@ def child(path: Path):
 
 
 def test_public_names() -> None:
-    assert sorted(kwtree.outbox.__all__) == ["Item", "Outbox", "run_worker"]
+    assert sorted(kwtree.outbox.__all__) == ["ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
 
 
 def test_enqueue_claim_done_status(open_box) -> None:
