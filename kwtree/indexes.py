@@ -410,7 +410,8 @@ class Indexes:
         drained here. A tree that does not write vectors only waits for other processes to
         drain it. If the worker thread's last round failed (a full disk), it is woken to try
         again at once, and if that fails too, its error is raised: StorageError
-        (DiskFullError), LockTimeoutError; the worker keeps retrying by itself."""
+        (DiskFullError), LockTimeoutError; the worker keeps retrying by itself. A tree that
+        writes vectors returns with the vector graph saved (see persist_vectors)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._flush()
         while True:
@@ -431,6 +432,9 @@ class Indexes:
                 continue
             time.sleep(0.02)
         self._vectors.refresh()
+        if self._write_vectors:
+            # The backlog is done: save the graph now (if it lags), not in each reader.
+            self._as_worker(self.persist_vectors)
         return True
 
     def _drain_round(self) -> bool:
