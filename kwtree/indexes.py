@@ -434,7 +434,10 @@ class Indexes:
         self._vectors.refresh()
         if self._write_vectors:
             # The backlog is done: save the graph now (if it lags), not in each reader.
-            self._as_worker(self.persist_vectors)
+            try:
+                self.persist_vectors()
+            except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
+                log.warning("could not save the vector graph: %s", exc)
         return True
 
     def _drain_round(self) -> bool:
