@@ -236,7 +236,10 @@ class EventLog:
         if self._data_end > self._offset:
             self.quarantine_tail()
         if not self._segments or self._offset >= self.segment_bytes:
-            self._start_segment(first_op_id, sync=sync)
+            try:
+                self._start_segment(first_op_id, sync=sync)
+            except OSError as exc:
+                raise storage_error(f"could not start a new log segment in {self.log_dir}", exc, self.log_dir) from exc
         fd = self._descriptor()
         pos = self._offset
         end = pos + len(data)
