@@ -181,14 +181,20 @@ def _parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
 
 class _Picker:
     """Turns rows ranked best first into at most k hits, one per entity, asking ``accept``
-    about each row at most once across widening rounds, and never picking a blank row."""
+    about each row at most once across widening rounds, and never picking a blank row.
+
+    A hit's similarity is computed again for its row alone, in float64: the float32 scores
+    that ranked it depend (in their last bits) on where the row sits in the matrix or the
+    graph, so two equal texts could tie differently after a rebuild stored them in another
+    order (DESIGN §4 invariant 4); recomputed, equal vectors score exactly alike."""
 
     def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
-                 matrix: Callable[[], np.ndarray]) -> None:
+                 matrix: Callable[[], np.ndarray], query: np.ndarray) -> None:
         self.keys = keys
         self.k = k
         self.accept = accept
         self.matrix = matrix
+        self.query = query.astype(np.float64)
         self.verdicts: dict[int, bool] = {}
 
     def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
@@ -207,9 +213,11 @@ class _Picker:
                 if not ok:
                     continue
             taken.add(entity_id)
-            hits.append((entity_id, min(1.0, max(-1.0, score))))
+            exact = float(np.dot(np.array(self.matrix()[row], dtype=np.float64), self.query))
+            hits.append((entity_id, min(1.0, max(-1.0, exact))))
             if len(hits) == self.k:
                 break
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits
 
 
@@ -638,7 +646,8 @@ class VectorStore:
             )
 
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None) -> list[tuple[str, float]]:
-        """The ``k`` entities whose rows are most similar to ``query``, best first.
+        """The ``k`` entities whose rows are most similar to ``query``, best first (equal
+        similarities in entity id order).
 
         Each entity appears once, with the cosine similarity (in [-1, 1]) of its best row
         that ``accept(entity_id, content_hash)`` allows (all rows when ``accept`` is None).
@@ -666,7 +675,7 @@ class VectorStore:
             rows = len(self._keys)
             if rows == 0:
                 return []
-            picker = _Picker(self._keys, k, accept, self._rows_matrix)
+            picker = _Picker(self._keys, k, accept, self._rows_matrix, q)
             if index is None:
                 return self._search_exact(q, picker)
             # 2k: room for a few rejected or repeated rows without a second round.
