@@ -478,8 +478,11 @@ class Indexes:
                 None if deadline is None else max(0.0, deadline - time.monotonic()))
             error = self._worker_error if self._worker_reports != seen else None
         if error is not None:
-            raise type(error)(f"the embedding worker cannot go on: {error} (it tries again by itself, "
-                              f"at most every {ERROR_BACKOFF_MAX:g} s)") from error
+            message = (f"the embedding worker cannot go on: {error} (it tries again by itself, "
+                       f"at most every {ERROR_BACKOFF_MAX:g} s)")
+            if isinstance(error, DiskFullError):
+                raise DiskFullError(message, error.path) from error
+            raise type(error)(message) from error
 
     def outbox_status(self) -> dict[str, Any]:
         """The outbox's counts, and ``worker_error``: None, or what the embedding worker's

@@ -94,6 +94,7 @@ def test_the_worker_thread_survives_a_full_disk_and_resumes_when_space_returns(d
         with pytest.raises(DiskFullError) as raised:
             tree.wait_indexed(LIMIT)
         says_disk_full(raised, directory)
+        assert raised.value.path is not None and raised.value.path.startswith(str(directory))
         status = tree.outbox_status()
         assert status["worker_error"]["type"] == "DiskFullError" and "is full" in status["worker_error"]["error"]
         assert (status["failed"], status["dead"], status["done"]) == (0, 0, 0)  # no item is blamed
