@@ -16,8 +16,10 @@ until the kernel says ENOSPC, then freed by deleting that file.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,8 @@ import pytest
 from helpers import log_bytes, snapshot
 
 from kwtree import DiskFullError, KeywordTree
+from kwtree.embed import HashEmbedder
+from kwtree.indexes import serve_outbox
 from kwtree.outbox import Outbox
 from kwtree.stores.vectors import VectorStore
 
@@ -197,3 +201,38 @@ def test_the_outbox_and_the_vector_store_refuse_a_full_disk_whole(disk: Path) ->
     box.close()
     store.close()
     assert len(VectorStore(disk / "vectors", "m", 64)) == 210
+
+
+class _Seen(logging.Handler):
+    """Sets ``event`` when a record whose message contains ``text`` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.WARNING)
+        self.text, self.event = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+def test_the_worker_process_waits_out_a_full_disk(disk: Path) -> None:
+    """``kwtree worker`` (serve_outbox) used to exit with the outbox's StorageError."""
+    directory = disk / "tree"
+    ids = queued(directory, 100)
+    filler = fill(disk)
+    seen = _Seen("trying again in")
+    logger = logging.getLogger("kwtree.outbox")
+    logger.addHandler(seen)
+    processed: list[int] = []
+    worker = threading.Thread(target=lambda: processed.append(serve_outbox(directory, HashEmbedder(), once=True)))
+    try:
+        worker.start()
+        assert seen.event.wait(LIMIT)  # it met the full disk, and waits to try again
+        assert worker.is_alive()
+        filler.unlink()
+        worker.join(LIMIT)
+        assert not worker.is_alive() and processed == [100]
+    finally:
+        logger.removeHandler(seen)
+    with KeywordTree(directory, read_only=True) as reader:
+        assert vector_ids(reader) == set(ids)
