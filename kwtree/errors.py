@@ -15,6 +15,7 @@ before it, whichever of these it raises::
     ├── ClosedError                             the tree was closed
     ├── LockTimeoutError                        another process held the writer lock too long
     ├── StorageError                            the disk refused a write; nothing was committed
+    │   └── DiskFullError                       ... because the disk (or the quota) is full
     ├── FormatError                             the directory was written by another format
     ├── CorruptLogError                         a log line that is not a torn tail is unreadable
     ├── DamagedDirectoryError                   verify or repair left errors (``.report``)
@@ -29,6 +30,8 @@ before it, whichever of these it raises::
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "CorruptLogError",
     "CycleError",
     "DamagedDirectoryError",
+    "DiskFullError",
     "DuplicateKeywordError",
     "FormatError",
     "GitError",
@@ -54,6 +58,8 @@ __all__ = [
     "StorageError",
     "UndoConflictError",
     "VersionConflictError",
+    "disk_full_error",
+    "storage_error",
 ]
 
 
@@ -133,7 +139,39 @@ class LockTimeoutError(KwtreeError):
 
 
 class StorageError(KwtreeError):
-    """Raised when writing or syncing the log failed; the operation was not committed."""
+    """Raised when writing or syncing a file failed (the log: the operation was not committed;
+    a cache or the outbox: the write was undone, and is retried or rebuilt later)."""
+
+
+class DiskFullError(StorageError):
+    """Raised when a write failed because the file system holding ``path`` is full (ENOSPC) or
+    the user's quota is spent (EDQUOT). Nothing was written; the same call works again once
+    space is freed."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+#: errno values that mean "no space left": the disk is full or the quota is spent.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def storage_error(what: str, exc: BaseException, path: str | os.PathLike[str] | None = None) -> StorageError:
+    """The error to raise (``from exc``) when ``what`` (e.g. "could not append to <file>")
+    failed with ``exc``: a DiskFullError naming ``path`` and what to do when ``exc`` is an
+    OSError with a no-space errno, else a StorageError carrying ``exc``'s text."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return disk_full_error(what, path, exc.strerror or str(exc))
+    return StorageError(f"{what}: {exc}")
+
+
+def disk_full_error(what: str, path: str | os.PathLike[str] | None, detail: str) -> DiskFullError:
+    """A DiskFullError for ``what`` that failed on the full disk holding ``path``."""
+    where = f"the disk holding {path}" if path is not None else "the disk"
+    return DiskFullError(f"{what}: {where} is full ({detail}); nothing was written: free space on it "
+                         "(or move the data directory to a larger disk) and retry",
+                         None if path is None else str(path))
 
 
 class FormatError(KwtreeError):

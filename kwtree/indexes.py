@@ -37,9 +37,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kwtree.embed import Embedder, content_hash, embed_queries
-from kwtree.errors import ReadOnlyError, StorageError
+from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
-from kwtree.outbox import Item, Outbox, run_worker
+from kwtree.outbox import ERROR_BACKOFF_MAX, WORKER_ERRORS, Item, Outbox, record_results, run_worker
 from kwtree.state import State
 from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
@@ -141,7 +141,16 @@ class Indexes:
         # write, or a search). Only touched under the state lock.
         self._digests: dict[EntityKey, tuple[object, str]] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()  # cuts the worker's wait short (close, wait_indexed)
         self._repaired = threading.Event()  # the open's repair scan has queued what it found
+        # What the worker's last round failed with (None once a round succeeds again), for
+        # outbox_status and wait_indexed; ``_worker_reports`` counts the reports.
+        self._worker_state = threading.Condition()
+        self._worker_error: Exception | None = None
+        self._worker_error_since = 0.0
+        self._worker_reports = 0
+        self._held: list[Item] = []  # claimed by a wait_indexed round that failed: tried first
+        self._unsaved = False  # the worker added vectors since the graph was last persisted
         self._thread: threading.Thread | None = None
         self._worker_id = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}"
         if worker:
@@ -255,14 +264,21 @@ class Indexes:
         with self._lock:
             keys, self._unsent = self._unsent, []
         if keys:
-            work = self._read(lambda state: self._unembedded(state, keys))
-            if work:
-                self._outbox.enqueue(work)
+            try:
+                work = self._read(lambda state: self._unembedded(state, keys))
+                if work:
+                    self._outbox.enqueue(work)
+            except BaseException:
+                with self._lock:  # queued by the next flush (a full disk may have refused them)
+                    self._unsent[:0] = keys
+                raise
 
     def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         """Embed the current text of each (kind, id, hash) that is still current; returns
         {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
-        the batch, each text is tried alone, so one bad text fails only itself."""
+        the batch, each text is tried alone, so one bad text fails only itself. A vector store
+        that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
+        text's fault: that error is raised, for the worker to try the batch again later."""
         self._recover_vanished_vectors()
         texts, keys = [], []
         for kind, entity_id, digest in items:
@@ -273,12 +289,17 @@ class Indexes:
         result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
         if not texts:
             return result
+        self._unsaved = True
         try:
             self._vectors.add(keys, self._embedder.embed(texts))
+        except (StorageError, LockTimeoutError):
+            raise  # the store's disk or lock, not the texts: the worker tries again later
         except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
             for key, text in zip(keys, texts, strict=True):
                 try:
                     self._vectors.add([key], self._embedder.embed([text]))
+                except (StorageError, LockTimeoutError):
+                    raise
                 except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
                     result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
         return result
@@ -287,30 +308,77 @@ class Indexes:
 
     def _work(self) -> None:
         try:
-            self._repair_and_warm()
+            run_worker(self._outbox, self._worker_id, self._process, stop=self._stop, on_idle=self._idle,
+                       on_start=self._repair_and_warm, on_error=self._report_worker, wake=self._wake)
         finally:
             self._repaired.set()  # (also if it failed: waiting for it would never end)
 
-        def process(items: list[Item]) -> dict[str, str | None]:
-            result = self._embed([(item.kind, item.id, item.hash) for item in items])
-            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+    def _process(self, items: list[Item]) -> dict[str, str | None]:
+        result = self._embed([(item.kind, item.id, item.hash) for item in items])
+        return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
-        run_worker(self._outbox, self._worker_id, process, stop=self._stop, on_idle=self._flush)
+    def _idle(self) -> None:
+        """The worker's turn when the outbox has nothing to claim: queue what writes asked
+        for, and once a backlog is done, persist the vector graph (see persist_vectors)."""
+        self._flush()
+        if self._unsaved and not self._outbox.pending_count():
+            self.persist_vectors()
+
+    def persist_vectors(self) -> None:
+        """Save the hnswlib graph of the vector store if the saved one lags by more than
+        VectorStore.persist allows (building it here if none is in memory), so that a
+        read-only open (a CLI read) never builds what this writer could have saved."""
+        self._unsaved = False
+        try:
+            self._vectors.persist()
+        except BaseException:
+            self._unsaved = True
+            raise
+
+    def _report_worker(self, error: Exception | None) -> None:
+        with self._worker_state:
+            if error is not None and self._worker_error is None:
+                self._worker_error_since = time.time()
+            self._worker_error = error
+            self._worker_reports += 1
+            self._worker_state.notify_all()
 
     def _repair_and_warm(self) -> None:
+        """The worker's first step: the repair scan (retried by run_worker while the disk
+        refuses its rows), then loading or building a large store's graph."""
         try:
             if self._write_locks is not None and not (self._cache / "vectors" / _slug(self._model) / META_FILE).exists():
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
-            self._repaired.set()
-            self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
+        except WORKER_ERRORS:
+            raise
         except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
+        self._repaired.set()
+        try:
+            self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
+        except Exception:  # noqa: BLE001 -- the first search tries again
+            log.exception("could not load the vector graph ahead of the first search")
+
+    def reload_vectors(self) -> int:
+        """Read the vector store again from its files (damage done under this tree is seen:
+        a store whose meta.json is damaged is emptied, rows after a damaged key line or past
+        the end of vectors.f32 are dropped), then queue every live text that has no vector;
+        returns how many were queued (``KeywordTree.repair``). Raises ReadOnlyError in a tree
+        that does not write vectors."""
+        if not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        with self._vectors_open_lock:
+            store, self._vector_store = self._vector_store, None
+        if store is not None:
+            store.discard()  # its rows in memory may be gone from disk: never save them
+        return self.repair()
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.
-        Raises ReadOnlyError in a tree that does not write vectors."""
+        (The outbox takes an item it holds as done again: its vector is gone.) Raises
+        ReadOnlyError in a tree that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
         known = self._vectors.known()
@@ -341,39 +409,100 @@ class Indexes:
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
         """Wait until the outbox has no work left; True if it emptied within ``timeout``.
-        Without a worker thread, the repair scan runs first and the outbox is drained here. A
-        tree that does not write vectors only waits for other processes to drain it."""
+        Without a worker thread (or if it died), the repair scan runs first and the outbox is
+        drained here. A tree that does not write vectors only waits for other processes to
+        drain it. If the worker thread's last round failed (a full disk), it is woken to try
+        again at once, and if that fails too, its error is raised: StorageError
+        (DiskFullError), LockTimeoutError; the worker keeps retrying by itself. A tree that
+        writes vectors returns with the vector graph saved (see persist_vectors)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._flush()
-        # Nobody else in this process drains it. (A tree that does not write vectors has no
-        # worker thread and runs no repair scan: that would queue work.)
-        drain_here = self._thread is None and self._write_vectors
-        if drain_here:
-            if not self._repaired.is_set():
-                self.repair()
+        while True:
+            thread = self._thread
+            # Nobody else in this process drains it. (A tree that does not write vectors has
+            # no worker thread and runs no repair scan: that would queue work.)
+            drain_here = self._write_vectors and (thread is None or not thread.is_alive())
+            if drain_here and not self._repaired.is_set():
+                self._as_worker(self.repair)
                 self._repaired.set()
-        elif self._thread is not None and \
-                not self._repaired.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-            return False
-        while self._outbox.backlog():
+            elif thread is not None and not drain_here:
+                self._raise_worker_error(deadline)
+            if (self._repaired.is_set() or thread is None) and not self._outbox.backlog():
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 return False
-            if drain_here:
-                items = self._outbox.claim(self._worker_id, 256)
-                if items:
-                    result = self._embed([(item.kind, item.id, item.hash) for item in items])
-                    self._outbox.done(self._worker_id, [i for i in items if result[f"{i.id}/{i.hash}"] is None])
-                    for item in items:
-                        if result[f"{item.id}/{item.hash}"] is not None:
-                            self._outbox.failed(self._worker_id, [item], str(result[f"{item.id}/{item.hash}"]))
-                    continue
+            if drain_here and self._as_worker(self._drain_round):
+                continue
             time.sleep(0.02)
         self._vectors.refresh()
+        if self._write_vectors:
+            # The backlog is done: save the graph now (if it lags), not in each reader.
+            try:
+                self.persist_vectors()
+            except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
+                log.warning("could not save the vector graph: %s", exc)
         return True
 
+    def _drain_round(self) -> bool:
+        """One round of the work a worker does, here; True if there were items. Items of a
+        round that raised (the disk refused a vector or a row) are tried first next time."""
+        items = self._held or self._outbox.claim(self._worker_id, 256)
+        self._held = items
+        if not items:
+            return False
+        record_results(self._outbox, self._worker_id, items, self._process(items))
+        self._held = []
+        return True
+
+    def _as_worker(self, step: Callable[[], T]) -> T:
+        """Run a worker's step in wait_indexed, reporting its outcome as the worker thread's
+        rounds are reported (for outbox_status)."""
+        try:
+            result = step()
+        except WORKER_ERRORS as exc:
+            self._report_worker(exc)
+            raise
+        if self._worker_error is not None:
+            self._report_worker(None)
+        return result
+
+    def _raise_worker_error(self, deadline: float | None) -> None:
+        """If the worker thread's last round failed: wake it to try again now, wait for the
+        outcome (until ``deadline``), and raise its error if it failed again."""
+        with self._worker_state:
+            if self._worker_error is None:
+                return
+            seen = self._worker_reports
+        self._wake.set()
+        thread = self._thread
+        with self._worker_state:
+            self._worker_state.wait_for(
+                lambda: self._worker_reports != seen or thread is None or not thread.is_alive(),
+                None if deadline is None else max(0.0, deadline - time.monotonic()))
+            error = self._worker_error if self._worker_reports != seen else None
+        if error is not None:
+            message = (f"the embedding worker cannot go on: {error} (it tries again by itself, "
+                       f"at most every {ERROR_BACKOFF_MAX:g} s)")
+            if isinstance(error, DiskFullError):
+                raise DiskFullError(message, error.path) from error
+            raise type(error)(message) from error
+
     def outbox_status(self) -> dict[str, Any]:
-        self._flush()  # the status counts every write made so far
-        return self._outbox.status()
+        """The outbox's counts, and ``worker_error``: None, or what the embedding worker's
+        last round failed with (``error``, ``type``, ``since``), while it retries."""
+        flush_error: Exception | None = None
+        try:
+            self._flush()  # the status counts every write made so far
+        except WORKER_ERRORS as exc:  # (a full disk): reported, not raised
+            flush_error = exc
+        status = self._outbox.status()
+        with self._worker_state:
+            error, since = self._worker_error, self._worker_error_since
+        if error is None and flush_error is not None:
+            error, since = flush_error, time.time()
+        status["worker_error"] = None if error is None else {
+            "error": str(error), "type": type(error).__name__, "since": since}
+        return status
 
     def retry_dead(self) -> int:
         return self._outbox.retry_dead()
@@ -409,6 +538,11 @@ class Indexes:
             self._apply_fulltext()
         except BaseException as exc:
             if not _index_failure(exc):
+                raise
+            if isinstance(exc, DiskFullError):
+                # Not damage: keep the files (a rebuild cannot work either); the index is
+                # opened again and fed from its watermark once space returns.
+                self._reset_fulltext(remove_files=False)
                 raise
             log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
                         self._fulltext_dir, type(exc).__name__, exc)
@@ -470,15 +604,16 @@ class Indexes:
         with self._lock:
             self._expected_ops = None  # the private index is fed by a scan of the state
 
-    def _reset_fulltext(self) -> None:
-        """Drop the full-text index (files included) so the next use rebuilds it. A tree
-        that may not write the shared index only ever drops its private one."""
+    def _reset_fulltext(self, *, remove_files: bool = True) -> None:
+        """Drop the full-text index (files included, unless ``remove_files`` is False) so
+        the next use rebuilds it (or reopens it and applies what its watermark lacks). A
+        tree that may not write the shared index only ever removes its private one."""
         with self._fulltext_open_lock:
             index, self._fulltext_index = self._fulltext_index, None
         if index is not None:
             with contextlib.suppress(BaseException):  # a broken index may fail to close, too
                 index.close()
-        if self._write_locks is not None or self._private_dir is not None:
+        if remove_files and (self._write_locks is not None or self._private_dir is not None):
             shutil.rmtree(self._fulltext_dir, ignore_errors=True)
         with self._lock:
             self._expected_ops = None  # a full scan feeds the new index
@@ -569,9 +704,10 @@ class Indexes:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the worker, commit what the full-text index still lacks, persist the vectors;
-        remove a private full-text index."""
+        """Stop the worker, commit what the full-text index still lacks, persist the vectors
+        and their graph (see persist_vectors); remove a private full-text index."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
@@ -583,6 +719,11 @@ class Indexes:
             self._sync_fulltext(only_if_written=True)
         except Exception:  # noqa: BLE001 -- a cache that cannot be flushed is rebuilt next time
             log.exception("could not bring the full-text index up to date on close")
+        if self._write_vectors and self._vector_store is not None:
+            try:
+                self.persist_vectors()  # readers (every CLI read) load the graph, not build it
+            except Exception as exc:  # noqa: BLE001 -- a cache: the next writer saves it
+                log.warning("could not save the vector graph on close: %s", exc)
         for store in (self._fulltext_index, self._vector_store, self._outbox):
             if store is not None:
                 with contextlib.suppress(Exception):
@@ -645,8 +786,9 @@ def serve_outbox(
                 stop.set()
 
         try:
-            indexes.repair()  # a lost outbox row costs nothing: what has no vector is queued again
-            run_worker(outbox, worker, process, stop=stop, on_idle=idle)
+            # The repair scan first: a lost outbox row costs nothing, what has no vector is
+            # queued again. (A full disk makes the worker wait and retry, not exit.)
+            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
         finally:
             outbox.close()
             indexes.close()

@@ -265,8 +265,9 @@ class MaintenanceMethods:
     def repair(self) -> Report:
         """Repair this tree's directory as ``kwtree.repair.repair_directory`` does, under this
         tree's write locks: damaged lines (with the rest of their operations) and a torn tail
-        go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt. Then the tree
-        replays the repaired log. Returns what was done followed by what a verify then finds.
+        go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt; the vector
+        store is read again from its files and every text without a vector is queued for the
+        embedding worker (``wait_indexed`` waits for it). Then the tree replays the repaired log. Returns what was done followed by what a verify then finds.
         Raises ReadOnlyError on a read-only tree or ``as_of`` view, LockTimeoutError, FormatError
         (a newer format), StorageError."""
         self._check_writable()
@@ -282,6 +283,9 @@ class MaintenanceMethods:
                 # The repair deleted the full-text index's files under us: drop the open index
                 # too (Indexes' own rebuild step), so the next search rebuilds it in full.
                 self._indexes._reset_fulltext()
+                # Vectors are content-addressed, so they are kept; but files damaged under
+                # this tree are read again, and every text left without a vector is queued.
+                self._indexes.reload_vectors()
         self._agent.forget(self._agent.mru.snapshot())
         return report
 

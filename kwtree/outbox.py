@@ -11,7 +11,10 @@ One orjson object per line; ``item`` is the key ``f"{model}/{id}/{hash}"``::
 
 The state is the fold of the rows in file order, by these rules (the ``_FOLD`` table):
 
-- enqueue creates the item, pending; an item already known (in any state) is left alone.
+- enqueue creates the item, pending. It re-opens a done item (pending, attempts reset): "done"
+  only means a vector was written, and an enqueue is only ever written for a text that has no
+  vector now (the cache was deleted or damaged since), so the work is needed again. An item
+  that is pending, leased, failed or dead is left alone.
 - claim leases a known item that is neither done nor dead to ``worker`` until ``until``.
 - done always wins: the vector was written, so the item is done even if it was dead or its
   lease had passed to another worker; nothing afterwards changes a done item.
@@ -35,6 +38,7 @@ lines (an append may be under way); the methods that write (``enqueue``, ``claim
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -55,10 +59,11 @@ from kwtree.errors import (
     LockTimeoutError,
     ReadOnlyError,
     StorageError,
+    storage_error,
 )
 from kwtree.stores.files import PRIVATE_FILE_MODE, open_file
 
-__all__ = ["Item", "Outbox", "run_worker"]
+__all__ = ["ERROR_BACKOFF_MAX", "WORKER_ERRORS", "Item", "Outbox", "record_results", "run_worker"]
 
 log = logging.getLogger("kwtree.outbox")
 
@@ -92,7 +97,12 @@ class _Entry:
 
 def _on_enqueue(box: Outbox, row: dict[str, Any], entry: _Entry | None) -> _Entry | None:
     if entry is not None:
-        return None
+        if entry.status != "done":
+            return None
+        entry.status, entry.worker, entry.error = "pending", None, None
+        entry.item = replace(entry.item, attempt=0)
+        box._open[entry.item.key] = entry
+        return entry
     if row["kind"] not in KINDS:
         raise ValueError(f"unknown kind {row['kind']!r}")
     entry = _Entry(Item(row["item"], row["kind"], row["id"], row["hash"], row["model"]))
@@ -254,17 +264,25 @@ class Outbox:
         data = b"".join(orjson.dumps(row) + b"\n" for row in rows)
         try:
             fd = open_file(self.path, os.O_RDWR | os.O_APPEND, self._file_mode)
-            try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + data  # end a torn line first so our first row stays readable
-                view = memoryview(data)
-                while view:  # a regular file takes it all at once, barring a full disk
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
         except OSError as exc:
-            raise StorageError(f"could not append to {self.path}: {exc}") from exc
+            raise storage_error(f"could not open {self.path}", exc, self.path) from exc
+        size = -1
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # end a torn line first so our first row stays readable
+            view = memoryview(data)
+            while view:  # a regular file takes it all at once, barring a full disk
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            if size >= 0:
+                # All or nothing (under the lock, nobody else appends): a part of the rows,
+                # say half of a batch of claims, would be folded as if it had been decided.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+            raise storage_error(f"could not append to {self.path}", exc, self.path) from exc
+        finally:
+            os.close(fd)
         self._refresh()
 
     def _check_writable(self) -> None:
@@ -276,9 +294,10 @@ class Outbox:
                 or (entry.status == "failed" and entry.retry_at <= now))
 
     def enqueue(self, items: Iterable[tuple[str, str, str, str]]) -> int:
-        """Queue ``(kind, id, hash, model)`` tuples; returns the rows written. An item the file
-        already holds (pending, leased, failed, done or dead) is not written again; a done item
-        dropped by compaction is forgotten, so enqueueing it again queues a (harmless) re-embed.
+        """Queue ``(kind, id, hash, model)`` tuples; returns the rows written. Callers queue only
+        texts that have no vector now: a done item is therefore queued again (its vector was
+        lost with a deleted or damaged cache). An item that is pending, leased, failed or dead
+        is not written again (``retry_dead`` re-queues the dead).
         Raises :class:`InvalidInputError` for a kind other than ``info`` or ``keyword``."""
         batch = list(items)
         for kind, *_ in batch:
@@ -289,7 +308,8 @@ class Outbox:
             now, rows, seen = self.clock(), [], set()
             for kind, entity_id, content_hash, model in batch:
                 key = f"{model}/{entity_id}/{content_hash}"
-                if key not in self._entries and key not in seen:
+                entry = self._entries.get(key)
+                if (entry is None or entry.status == "done") and key not in seen:
                     seen.add(key)
                     rows.append({"r": "enqueue", "item": key, "kind": kind, "id": entity_id,
                                  "hash": content_hash, "model": model, "ts": now})
@@ -319,7 +339,10 @@ class Outbox:
             now = self.clock()
             self._append([{"r": "done", "item": it.key, "worker": worker, "ts": now} for it in items])
             if self._droppable >= self.compact_min_droppable and 4 * self._droppable >= 3 * self._rows:
-                self._compact()
+                try:
+                    self._compact()
+                except StorageError as exc:  # the done rows are written: compact another time
+                    log.warning("%s", exc)
 
     def failed(self, worker: str, items: Iterable[Item], error: str) -> None:
         """Record a failure of ``items``. It counts (attempt + 1, retry after exponential
@@ -400,7 +423,9 @@ class Outbox:
             finally:
                 os.close(dir_fd)
         except OSError as exc:
-            raise StorageError(f"could not compact {self.path}: {exc}") from exc
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise storage_error(f"could not compact {self.path}", exc, self.path) from exc
         self._reset()
         self._refresh()
 
@@ -413,33 +438,87 @@ class Outbox:
 
 def run_worker(outbox: Outbox, worker: str, process: Callable[[list[Item]], dict[str, str | None]], *,
                batch: int = 64, stop: threading.Event, idle_wait: float = 0.2,
-               on_idle: Callable[[], None] | None = None) -> None:
+               on_idle: Callable[[], None] | None = None,
+               on_start: Callable[[], None] | None = None,
+               on_error: Callable[[Exception | None], None] | None = None,
+               wake: threading.Event | None = None) -> None:
     """Claim batches and record what ``process`` reports until ``stop`` is set.
 
     ``process(items)`` returns ``{item.key: None}`` for success or an error message; a key
     it leaves out counts as failed, and if it raises, every item of the batch failed with the
     exception's text. When nothing is claimable, ``on_idle`` runs and the loop waits
-    ``idle_wait`` seconds on ``stop``. Errors of the outbox itself propagate.
+    ``idle_wait`` seconds on ``stop``. ``on_start`` runs once before the first claim.
+
+    A round that fails for a reason that is not the items' own (StorageError or
+    LockTimeoutError from the outbox, ``on_idle`` or ``process``: a full disk, a lock held
+    too long; or an OSError from the outbox or ``on_idle``)
+    counts against no item: the loop reports it to ``on_error``, waits (``ERROR_BACKOFF``
+    seconds, doubling up to ``ERROR_BACKOFF_MAX``, or until ``wake`` is set) and tries the
+    same items again; the first round that succeeds after errors reports None.
     """
+    held: list[Item] = []  # claimed, not yet recorded: a failed round tries them again
+    backoff = 0.0
     while not stop.is_set():
-        items = outbox.claim(worker, batch)
-        if not items:
-            if on_idle is not None:
-                on_idle()
-            stop.wait(idle_wait)
-            continue
         try:
-            results = process(items)
-        except Exception as exc:  # noqa: BLE001 -- the embedder's failure is the items' failure
-            results = {it.key: f"{type(exc).__name__}: {exc}" for it in items}
-        ok, failures = [], defaultdict(list)
-        for it in items:
-            error = results.get(it.key, "process returned no result for this item")
-            if error is None:
-                ok.append(it)
-            else:
-                failures[str(error)].append(it)
-        if ok:
-            outbox.done(worker, ok)
-        for error, failed_items in failures.items():
-            outbox.failed(worker, failed_items, error)
+            if on_start is not None:
+                on_start()  # (a failure here is retried like a round's)
+                on_start = None
+            items = held or outbox.claim(worker, batch)
+            held = items
+            if items:
+                record_results(outbox, worker, items, _run(process, items))
+                held = []
+            elif on_idle is not None:
+                on_idle()
+        except WORKER_ERRORS as exc:
+            backoff = min(max(2 * backoff, ERROR_BACKOFF), ERROR_BACKOFF_MAX)
+            log.warning("embedding worker %s: %s; trying again in %g s", worker, exc, backoff)
+            if on_error is not None:
+                on_error(exc)
+            _pause(stop, wake, backoff)
+            continue
+        if backoff:
+            backoff = 0.0
+            log.info("embedding worker %s works again", worker)
+            if on_error is not None:
+                on_error(None)
+        if not items:
+            _pause(stop, wake, idle_wait)
+
+
+#: What a worker round survives, and retries after a backoff, counting it against no item.
+WORKER_ERRORS: tuple[type[Exception], ...] = (StorageError, LockTimeoutError, OSError)
+ERROR_BACKOFF = 0.5  # seconds before the first retry after a failed round
+ERROR_BACKOFF_MAX = 30.0  # the backoff doubles up to this; ``wake`` cuts a wait short
+
+
+def _pause(stop: threading.Event, wake: threading.Event | None, seconds: float) -> None:
+    if wake is None:
+        stop.wait(seconds)
+    elif wake.wait(seconds):
+        wake.clear()
+
+
+def _run(process: Callable[[list[Item]], dict[str, str | None]], items: list[Item]) -> dict[str, str | None]:
+    try:
+        return process(items)
+    except (StorageError, LockTimeoutError):
+        raise  # the cache's disk or lock, not the items' fault: the round is tried again
+    except Exception as exc:  # noqa: BLE001 -- the embedder's failure is the items' failure
+        return {it.key: f"{type(exc).__name__}: {exc}" for it in items}
+
+
+def record_results(outbox: Outbox, worker: str, items: list[Item], results: dict[str, str | None]) -> None:
+    """Record what ``process`` reported for ``items``: done for None, failed (grouped by
+    error) otherwise; an item missing from ``results`` failed."""
+    ok, failures = [], defaultdict(list)
+    for it in items:
+        error = results.get(it.key, "process returned no result for this item")
+        if error is None:
+            ok.append(it)
+        else:
+            failures[str(error)].append(it)
+    if ok:
+        outbox.done(worker, ok)
+    for error, failed_items in failures.items():
+        outbox.failed(worker, failed_items, error)

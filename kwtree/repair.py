@@ -117,7 +117,7 @@ def _quarantine_spans(directory: Path, segment: _Segment, done: _Findings) -> by
     if len(raw) != segment.size:  # cannot happen under the writer lock
         raise StorageError(f"{directory / segment.rel} changed while it was being repaired; run repair again")
     quarantine = directory / QUARANTINE_DIR
-    quarantine.mkdir(exist_ok=True)
+    make_dir(quarantine, PRIVATE_FILE_MODE, exist_ok=True)
     spans = sorted(segment.spans, key=lambda span: span.start)
     for span in spans:
         suffix = "torn" if span.kind == "tail" and segment.newest else "bad"

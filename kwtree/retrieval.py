@@ -98,13 +98,20 @@ class RetrievalMethods:
         """Block until every queued embedding is done; True if that happened within
         ``timeout`` seconds (None: wait as long as it takes). A tree that may not write
         (``read_only``, ``as_of``) embeds nothing itself: it waits for other processes
-        (a writer's worker thread, ``kwtree worker``) to empty the outbox."""
+        (a writer's worker thread, ``kwtree worker``) to empty the outbox. A tree that writes
+        returns with the vector graph saved, so that read-only opens load it. When the
+        embedding worker cannot write (a full disk) it is woken to retry at once, and if that
+        fails too its error is raised: DiskFullError (or another StorageError),
+        LockTimeoutError; it keeps retrying by itself, so a later call succeeds once space is
+        freed."""
         self._check_open()
         return self._indexes.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
 
     def outbox_status(self) -> dict[str, Any]:
         """The embedding outbox: counts of pending, leased, failed (waiting to retry), done
-        and dead items, and the dead items with their last error."""
+        and dead items, the dead items with their last error, and ``worker_error``: None, or
+        ``{"error", "type", "since"}`` while the embedding worker retries after a storage
+        error (a full disk). Never raises for a full disk: it reports it."""
         self._check_open()
         return self._indexes.outbox_status()
 

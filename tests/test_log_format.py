@@ -126,7 +126,7 @@ def test_durable_writes_preallocate_and_close_trims(tree_dir):
 def test_public_api_is_pinned():
     assert sorted(public_names) == sorted([
         "ROOT_ID", "AgentError", "AgentOutcome", "Change", "ClosedError", "CompactionReport", "CorruptLogError", "CycleError", "DamagedDirectoryError",
-        "DuplicateKeywordError", "Finding", "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
+        "DiskFullError", "DuplicateKeywordError", "Finding", "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
         "KwtreeError", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
         "Link", "LockTimeoutError", "MergeConflictError", "NotFoundError", "Operation", "ReadOnlyError",
         "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",

@@ -163,7 +163,7 @@ def child(path: Path):
 
 
 def test_public_names() -> None:
-    assert sorted(kwtree.outbox.__all__) == ["Item", "Outbox", "run_worker"]
+    assert sorted(kwtree.outbox.__all__) == ["ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
 
 
 def test_enqueue_claim_done_status(open_box) -> None:
@@ -188,11 +188,13 @@ def test_identical_enqueues_write_one_row(open_box) -> None:
     assert box.enqueue([same]) == 0
     [item] = box.claim("w1", 5)
     assert box.enqueue([same]) == 0  # leased
-    box.done("w1", [item])
-    assert box.enqueue([same]) == 0  # done
     assert open_box().enqueue([same]) == 0  # another object learns it from the file
     assert box.enqueue([("info", "i1", "abc", "m2"), ("info", "i1", "abd", "m1")]) == 2  # other model, other text
     assert sum(r["r"] == "enqueue" for r in rows(box.path)) == 3
+    box.done("w1", [item])
+    # Callers queue only texts without a vector: a done item queued again lost its vector.
+    assert box.enqueue([same, same]) == 1
+    assert {i.key for i in box.claim("w1", 5)} == {"m1/i1/abc", "m2/i1/abc", "m1/i1/abd"}
 
 
 def test_invalid_kind_and_closed(open_box) -> None:
@@ -339,7 +341,8 @@ def test_fold_rules_on_rows_written_elsewhere(open_box, path: Path, clock: Clock
 
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [
         enqueue("A"), enqueue("B"), enqueue("C"), enqueue("D"),
-        claim("A", "w1"), done("A"), failed("A", "w2"), dead("A"), enqueue("A"), claim("A", "w5"),  # done stays done
+        claim("A", "w1"), done("A"), failed("A", "w2"), dead("A"),  # done stays done...
+        enqueue("A"), claim("A", "w5"),  # ...until its text is queued again (its vector was lost)
         claim("B", "w1"), claim("B", "w2"), failed("B", "w1"),  # w1 lost the lease: not counted
         claim("C", "w1"), failed("C", "w1"), dead("C"), done("C"),  # a late done beats dead
         claim("D", "w1"), failed("D", "w1"), failed("D", "w2"),  # counted once, from the holder
@@ -347,13 +350,13 @@ def test_fold_rules_on_rows_written_elsewhere(open_box, path: Path, clock: Clock
         done("unknown"), claim("unknown", "w1"),
     ]))
     box = open_box()
-    expected = {"pending": 1, "leased": 1, "failed": 0, "done": 2, "dead": 0, "dead_items": []}
+    expected = {"pending": 1, "leased": 2, "failed": 0, "done": 1, "dead": 0, "dead_items": []}
     assert box.status() == expected
     [item] = box.claim("w3", 5)
     assert (item.key, item.attempt) == ("D", 1)
     box.compact()
-    assert {r["item"] for r in rows(path)} == {"B", "D"}
-    assert open_box().status() == {**expected, "pending": 0, "leased": 2, "done": 0}
+    assert {r["item"] for r in rows(path)} == {"A", "B", "D"}
+    assert open_box().status() == {**expected, "pending": 0, "leased": 3, "done": 0}
 
 
 # --- damage and compaction ----------------------------------------------------------------------

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kwtree.errors import FormatError, StorageError
+from kwtree.errors import FormatError, storage_error
 from kwtree.events import is_op_id
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, mode_in, open_file, read_until_nul
 
@@ -230,12 +230,16 @@ class EventLog:
     def append(self, data: bytes, first_op_id: str, *, sync: bool) -> None:
         """Append the rows of one operation at the read position and advance past them.
 
-        Raises StorageError (with nothing committed) if the write or the sync fails.
+        Raises StorageError (DiskFullError when the disk is full), with nothing committed, if
+        the write or the sync fails.
         """
         if self._data_end > self._offset:
             self.quarantine_tail()
         if not self._segments or self._offset >= self.segment_bytes:
-            self._start_segment(first_op_id, sync=sync)
+            try:
+                self._start_segment(first_op_id, sync=sync)
+            except OSError as exc:
+                raise storage_error(f"could not start a new log segment in {self.log_dir}", exc, self.log_dir) from exc
         fd = self._descriptor()
         pos = self._offset
         end = pos + len(data)
@@ -249,13 +253,15 @@ class EventLog:
                 self._allocated = end + len(_ZEROS)
             else:
                 written = os.pwrite(fd, data, pos)
-            if written < len(data):
-                raise OSError(f"short write: {written} of {len(data)} bytes")
+            while written < len(data):
+                # A regular file takes less only when the disk is full: writing the rest
+                # raises the OSError that says so (ENOSPC), for the message below.
+                written += os.pwrite(fd, memoryview(data)[written:], pos + written)
             if sync:
                 os.fdatasync(fd)
         except OSError as exc:
             self._discard_from(pos)
-            raise StorageError(f"could not append to {self._path(self._index)}: {exc}") from exc
+            raise storage_error(f"could not append to {self._path(self._index)}", exc, self._path(self._index)) from exc
         self._offset = self._data_end = pos + len(data)
         self._line += data.count(b"\n")
 

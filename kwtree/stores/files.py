@@ -18,9 +18,14 @@ import stat
 from pathlib import Path
 
 __all__ = [
-    "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "make_dir", "mode_in", "open_file", "read_until_nul",
-    "write_all", "write_atomically", "write_new_file",
+    "LOW_SPACE_BYTES", "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "low_on_space", "make_dir", "mode_in",
+    "open_file", "read_until_nul", "write_all", "write_atomically", "write_new_file",
 ]
+
+#: Free bytes below which a write that failed without an errno (tantivy and hnswlib report
+#: only "an io::Error" or "cannot write") is taken for one that met a full disk: a tantivy
+#: commit or an hnswlib save writes up to tens of MB at once.
+LOW_SPACE_BYTES = 64 << 20
 
 #: The mode of every file kwtree creates unless the tree records a looser one: the owner's only.
 PRIVATE_FILE_MODE = 0o600
@@ -144,3 +149,17 @@ def read_until_nul(fd: int, offset: int) -> bytes:
         offset += len(buf)
         size = min(size * 4, 1 << 26)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def low_on_space(path: Path) -> bool:
+    """Whether the file system holding ``path`` (or its nearest existing parent) has less
+    than ``LOW_SPACE_BYTES`` free for this user (False if that cannot be told)."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < LOW_SPACE_BYTES
+    return False

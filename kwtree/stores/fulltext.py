@@ -18,6 +18,7 @@ a committed index for a process that may not write it (a read-only tree's privat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -27,9 +28,16 @@ from pathlib import Path
 import orjson
 import tantivy
 
-from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    ReadOnlyError,
+    StorageError,
+    disk_full_error,
+    storage_error,
+)
 from kwtree.normalize import terms
-from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file
+from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, open_file
 
 __all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
 
@@ -152,7 +160,10 @@ class FullTextIndex:
             self._write_meta(None)
             self._open_index(tantivy.Index(self._schema, path=str(path)))
         except (OSError, ValueError) as exc:
-            raise StorageError(f"cannot create the full-text index in {self._dir}: {exc}") from exc
+            what = f"cannot create the full-text index in {self._dir}"
+            if isinstance(exc, ValueError) and low_on_space(self._dir):
+                raise disk_full_error(what, self._dir, f"tantivy: {exc}") from exc
+            raise storage_error(what, exc, self._dir) from exc
         self._watermark = None
 
     def _write_meta(self, watermark: str | None) -> None:
@@ -162,6 +173,20 @@ class FullTextIndex:
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, self._dir / "meta.json")
+
+    def _writer_failed(self, exc: BaseException, what: str = "a full-text update") -> StorageError:
+        """Give up the writer after ``exc`` (a killed tantivy writer keeps its lock until it
+        is consumed: the next write takes a new one), drop what it buffered, and return the
+        error to raise: DiskFullError when little space is left (tantivy names no errno)."""
+        writer, self._writer = self._writer, None
+        self._dirty = False
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.wait_merging_threads()  # consumes it, even a killed one: frees the lock
+        what = f"{what} in {self._dir} failed"
+        if not isinstance(exc, OSError) and low_on_space(self._dir):
+            return disk_full_error(what, self._dir, f"tantivy: {exc}")
+        return storage_error(what, exc, self._dir)
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -206,15 +231,22 @@ class FullTextIndex:
         doc.add_text("text", " ".join(prefix + term for term in terms(text, cjk_singles=True)))
         with self._lock:
             writer = self._writer_for_update()
-            writer.delete_documents_by_term("key", key)  # spares documents added after it
-            writer.add_document(doc)
+            try:
+                writer.delete_documents_by_term("key", key)  # spares documents added after it
+                writer.add_document(doc)
+            except (ValueError, RuntimeError) as exc:
+                raise self._writer_failed(exc) from exc
             self._dirty = True
 
     def delete(self, kind: str, entity_id: str) -> None:
         """Buffer the removal of (``kind``, ``entity_id``); a missing document is no error."""
         key = self._key(kind, entity_id)
         with self._lock:
-            self._writer_for_update().delete_documents_by_term("key", key)
+            writer = self._writer_for_update()
+            try:
+                writer.delete_documents_by_term("key", key)
+            except (ValueError, RuntimeError) as exc:
+                raise self._writer_failed(exc) from exc
             self._dirty = True
 
     def clear(self) -> None:
@@ -224,7 +256,7 @@ class FullTextIndex:
             try:  # meta first: a crash must not leave an old watermark over an emptied index
                 self._write_meta(None)
             except OSError as exc:
-                raise StorageError(f"cannot write {self._dir / 'meta.json'}: {exc}") from exc
+                raise storage_error(f"cannot write {self._dir / 'meta.json'}", exc, self._dir) from exc
             self._watermark = None
             writer.delete_all_documents()
             self._dirty = True
@@ -234,8 +266,9 @@ class FullTextIndex:
         tantivy's writer lock (so another process can write next).
 
         When it returns, a search sees every change made before the call and a reopen
-        reports ``watermark``. On :class:`StorageError` the buffered changes are dropped
-        (some may have reached the index) and the watermark stays where it was.
+        reports ``watermark``. On :class:`StorageError` (:class:`DiskFullError` when the disk
+        is full) the buffered changes are dropped (some may have reached the index) and the
+        watermark stays where it was.
         """
         if watermark is not None and not isinstance(watermark, str):
             raise InvalidInputError(f"watermark must be an op id or None, got {watermark!r}")
@@ -254,7 +287,9 @@ class FullTextIndex:
                 self._write_meta(watermark)
                 index.reload()
             except (OSError, ValueError) as exc:
-                raise StorageError(f"full-text commit in {self._dir} failed: {exc}") from exc
+                if writer is not None:
+                    self._writer = writer
+                raise self._writer_failed(exc, "full-text commit") from exc
             self._searcher = index.searcher()
             self._watermark = watermark
 

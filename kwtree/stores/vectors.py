@@ -35,6 +35,7 @@ writer has (re)made meta.json, the rows behind it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -56,8 +57,10 @@ from kwtree.errors import (
     LockTimeoutError,
     ReadOnlyError,
     StorageError,
+    disk_full_error,
+    storage_error,
 )
-from kwtree.stores.files import PRIVATE_FILE_MODE, make_dir, open_file, write_all, write_atomically
+from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, open_file, write_all, write_atomically
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 
@@ -89,6 +92,10 @@ NORM_TOLERANCE = 1e-2
 # gives 0.97). Once ef would pass rows / WIDEN_LIMIT the graph costs about as much as a
 # brute force pass, which is exact: the search finishes with one.
 WIDEN_LIMIT = 32
+# persist() saves the graph again once the saved one lags by this many rows: a process that
+# loads it adds the lagging rows itself (about 0.5 ms a row here), which stays well under
+# what building the graph of a store large enough for one costs (seconds).
+PERSIST_LAG_ROWS = 500
 _CRC_CHUNK = 1 << 23
 
 Accept = Callable[[str, str], bool]
@@ -174,14 +181,20 @@ def _parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
 
 class _Picker:
     """Turns rows ranked best first into at most k hits, one per entity, asking ``accept``
-    about each row at most once across widening rounds, and never picking a blank row."""
+    about each row at most once across widening rounds, and never picking a blank row.
+
+    A hit's similarity is computed again for its row alone, in float64: the float32 scores
+    that ranked it depend (in their last bits) on where the row sits in the matrix or the
+    graph, so two equal texts could tie differently after a rebuild stored them in another
+    order (DESIGN §4 invariant 4); recomputed, equal vectors score exactly alike."""
 
     def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
-                 matrix: Callable[[], np.ndarray]) -> None:
+                 matrix: Callable[[], np.ndarray], query: np.ndarray) -> None:
         self.keys = keys
         self.k = k
         self.accept = accept
         self.matrix = matrix
+        self.query = query.astype(np.float64)
         self.verdicts: dict[int, bool] = {}
 
     def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
@@ -200,9 +213,11 @@ class _Picker:
                 if not ok:
                     continue
             taken.add(entity_id)
-            hits.append((entity_id, min(1.0, max(-1.0, score))))
+            exact = float(np.dot(np.array(self.matrix()[row], dtype=np.float64), self.query))
+            hits.append((entity_id, min(1.0, max(-1.0, exact))))
             if len(hits) == self.k:
                 break
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits
 
 
@@ -261,12 +276,15 @@ class VectorStore:
         # then, and looks again at each refresh (a writer may be creating or emptying it).
         self._meta_ok = True
         self._file_mode = file_mode  # of every file (and, as a directory mode, directory) it creates
-        if writable:
-            make_dir(self.directory, file_mode, parents=True, exist_ok=True)
         # (Only acquiring creates the lock file; a read-only store never does.)
         self._lock = filelock.FileLock(str(self.directory / LOCK_FILE), timeout=lock_timeout, mode=file_mode)
-        self._open_meta()
-        self._read_new_rows()
+        try:
+            if writable:
+                make_dir(self.directory, file_mode, parents=True, exist_ok=True)
+            self._open_meta()
+            self._read_new_rows()
+        except OSError as exc:
+            raise storage_error(f"could not open the vector cache {self.directory}", exc, self.directory) from exc
 
     # --- opening and reading --------------------------------------------------------------
 
@@ -475,7 +493,12 @@ class VectorStore:
                     write_all(vec_fd, block)
                     write_all(keys_fd, lines)
                 except OSError as exc:
-                    raise StorageError(f"could not append to the vector cache {self.directory}: {exc}") from exc
+                    # Cut what this batch wrote (shrinking needs no space), so that the store
+                    # holds whole rows only and takes the batch again once space returns.
+                    with contextlib.suppress(OSError):
+                        self._trim_torn_tail()
+                    raise storage_error(f"could not append to the vector cache {self.directory}",
+                                        exc, self.directory) from exc
                 self._keys.extend(new_keys)
                 self._known.update(new_keys)
                 self._keys_end += len(lines)
@@ -625,7 +648,8 @@ class VectorStore:
             )
 
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None) -> list[tuple[str, float]]:
-        """The ``k`` entities whose rows are most similar to ``query``, best first.
+        """The ``k`` entities whose rows are most similar to ``query``, best first (equal
+        similarities in entity id order).
 
         Each entity appears once, with the cosine similarity (in [-1, 1]) of its best row
         that ``accept(entity_id, content_hash)`` allows (all rows when ``accept`` is None).
@@ -653,7 +677,7 @@ class VectorStore:
             rows = len(self._keys)
             if rows == 0:
                 return []
-            picker = _Picker(self._keys, k, accept, self._rows_matrix)
+            picker = _Picker(self._keys, k, accept, self._rows_matrix, q)
             if index is None:
                 return self._search_exact(q, picker)
             # 2k: room for a few rejected or repeated rows without a second round.
@@ -710,9 +734,33 @@ class VectorStore:
                         os.replace(tmp, self._index_path)
                         write_atomically(self._index_meta_path, orjson.dumps(meta), self._file_mode)
             except (OSError, RuntimeError) as exc:
-                tmp.unlink(missing_ok=True)
-                raise StorageError(f"could not save the vector index of {self.directory}: {exc}") from exc
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+                what = f"could not save the vector index of {self.directory}"
+                if isinstance(exc, RuntimeError) and low_on_space(self.directory):
+                    raise disk_full_error(what, self.directory, f"hnswlib: {exc}") from exc
+                raise storage_error(what, exc, self.directory) from exc
             self._persisted_rows = rows
+
+    def persist(self) -> bool:
+        """Make the saved graph (hnsw.bin) cover the store's rows, so that no process opening
+        the store has to build it: for a store searched through a graph (at least
+        ``exact_below`` rows) whose saved graph is missing or lags by ``PERSIST_LAG_ROWS`` rows
+        or more, load or build the graph in memory and save it. Returns whether it saved.
+        Raises StorageError (DiskFullError) if the disk refuses (the old files stay usable),
+        ReadOnlyError for a store opened with ``writable=False``."""
+        with self._mutex:
+            self._check_writable()
+            rows = len(self._keys)
+            if rows < self.exact_below:
+                return False
+            saved = self._persisted_rows if self._index is not None else self._plausible_persisted_rows()
+            if saved and rows - saved < PERSIST_LAG_ROWS:
+                return False
+            self._ensure_index()  # (saves a graph it had to build)
+            if self._persisted_rows < rows:
+                self.save()
+            return True
 
     def close(self) -> None:
         """Save the index (a failure is logged, not raised: it is a cache; a read-only store
