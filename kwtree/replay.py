@@ -23,7 +23,9 @@ from kwtree.events import DECODERS, OP_ID_LENGTH, is_op_id
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.state import State
 
-__all__ = ["Bound", "ChunkResult", "ChunkStatus", "parse_operations", "replay_chunk", "replay_sorted"]
+__all__ = [
+    "Bound", "ChunkResult", "ChunkStatus", "holds_an_end_row", "parse_operations", "replay_chunk", "replay_sorted",
+]
 
 _PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
 
@@ -152,6 +154,21 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
             state.last_timestamp = ts
     consumed = sum(map(len, lines[:done_lines])) + done_lines
     return ChunkResult(status, consumed, done_lines)
+
+
+def holds_an_end_row(data: bytes) -> bool:
+    """True if a whole line of ``data`` is a readable row carrying an end marker: bytes
+    after damage that complete an operation, which a torn write never leaves."""
+    for line in data.split(b"\n")[:-1]:
+        if b'"end":' not in line or b"\0" in line:
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if type(row) is dict and "end" in row and is_op_id(row.get("op")):
+            return True
+    return False
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ and never takes the writer lock (diskcache's ``Cache.check`` is the model). Seve
 
 - **error** — damage, or something that stops the directory from opening or gives wrong
   answers: an unreadable line, an operation missing rows in the middle of the log or at the
-  end of a sealed segment, an invalid op id, data hidden after a NUL byte, an operation before
-  the root, an unreadable manifest, a cache whose watermark names an operation the log lacks.
+  end of a sealed segment, an invalid op id, a NUL byte or zeroed block that hides the
+  operations after it, an operation before the root, an unreadable manifest, a cache whose watermark names an operation the log lacks.
   ``repair`` fixes each of these (a manifest of a newer format excepted).
 - **warning** — what merged histories and crashes legitimately leave (DESIGN §3): a torn
   tail of the newest segment, copies of one operation, two rows with one stored version, moves
@@ -179,7 +179,7 @@ class _Span:
     end: int
     line: int  # of its first byte
     last_line: int
-    kind: str  # "bad" (damaged lines), "tail" (incomplete end), "hidden" (after a NUL)
+    kind: str  # "bad" (damaged lines and their operations), "tail" (incomplete end)
     reason: str = ""
 
 
@@ -307,16 +307,24 @@ class _SegmentReader:
 
     def read(self) -> None:
         raw, segment = self.raw, self.segment
-        nul = raw.find(b"\0")
-        data_end = len(raw) if nul < 0 else nul
-        segment.size, segment.data_end = len(raw), data_end
+        content_end = len(raw.rstrip(b"\0"))  # zero padding after the data is not data
+        segment.size, segment.data_end = len(raw), content_end
         pos, line = 0, 1
-        while pos < data_end:
-            newline = raw.find(b"\n", pos, data_end)
+        last_end = (0, 1)  # (byte, line) just after the last readable end row
+        while pos < content_end:
+            newline = raw.find(b"\n", pos, content_end)
             if newline < 0:
                 break
-            row, code, why = _read_row(raw[pos:newline])
+            text = raw[pos:newline]
+            row, code, why = _read_row(text)
+            if row is not None and b"\0" in text:  # (a NUL inside a JSON string is escaped)
+                row = None
             if row is None:
+                nul = text.find(b"\0")
+                if nul >= 0:
+                    code = "hidden-bytes"
+                    why = (f"a NUL byte at byte {pos + nul} inside the line (a zeroed block or a damaged byte): "
+                           "readers stop at it, so the operations after it are hidden")
                 if self._group:
                     self._drop_group(None, "")  # the damaged line is the cause
                 self._bad.append((pos, newline + 1, line))
@@ -329,10 +337,38 @@ class _SegmentReader:
                 self._group.append((pos, newline + 1, line, row))
                 if "end" in row:
                     self._complete()
+                    last_end = (newline + 1, line + 1)
             pos, line = newline + 1, line + 1
+        if self._torn_after(*last_end, content_end):
+            return
         self._report_bad()
-        self._report_tail(pos, line, data_end)
-        self._report_hidden(data_end)
+        self._report_tail(pos, line, content_end)
+        if content_end < len(raw) and not segment.newest:
+            self.findings.add("info", "padding", segment.rel, None,
+                              f"sealed segment ends with {len(raw) - content_end} bytes of zero padding (harmless)")
+
+    def _torn_after(self, start: int, first: int, content_end: int) -> bool:
+        """Report what follows the last end row of the newest segment as one torn tail when a
+        NUL byte lies in it and only rows precede that NUL there (what a torn write with a gap
+        leaves; replay ignores it the same way). False, having done nothing, otherwise."""
+        raw, segment = self.raw, self.segment
+        nul = raw.find(b"\0", start, content_end)
+        if not segment.newest or nul < 0:
+            return False
+        nul_line = raw.rfind(b"\n", 0, nul) + 1
+        if any(start <= bad < nul_line for bad, _, _ in self._bad):
+            return False
+        self._bad = [entry for entry in self._bad if entry[0] < start]
+        self._causes = [cause for cause in self._causes if cause[0] < first]
+        self._group = []
+        self._report_bad()
+        reason = (f"an incomplete operation with a NUL gap ({content_end - start} bytes from byte {start}) ends the "
+                  "newest segment, with nothing after it that completes an operation: the torn write of a crashed "
+                  f"writer; readers ignore it, and `kwtree repair` or the next write moves it to {QUARANTINE_DIR}/")
+        self.findings.add("warning", "torn-tail", segment.rel, first, reason)
+        last = raw.count(b"\n", 0, content_end) + (0 if raw[content_end - 1:content_end] == b"\n" else 1)
+        segment.spans.append(_Span(start, content_end, first, last, "tail", reason))
+        return True
 
     def _report_bad(self) -> None:
         spans: list[_Span] = []
@@ -372,22 +408,6 @@ class _SegmentReader:
             self.findings.add("error", "sealed-tail", segment.rel, first, reason)
         last = line if pos < data_end else line - 1
         segment.spans.append(_Span(start, data_end, first, last, "tail", reason))
-
-    def _report_hidden(self, data_end: int) -> None:
-        raw, segment = self.raw, self.segment
-        if data_end >= len(raw):
-            return
-        content_end = len(raw.rstrip(b"\0"))
-        line = raw.count(b"\n", 0, data_end) + 1
-        if content_end > data_end:
-            reason = (f"{content_end - data_end} bytes after a NUL byte at byte {data_end}: readers stop at the first "
-                      "NUL (the end of the data), so kwtree never sees them")
-            self.findings.add("error", "hidden-bytes", segment.rel, line, reason)
-            segment.spans.append(_Span(data_end, content_end, line, raw.count(b"\n", 0, content_end) + 1,
-                                       "hidden", reason))
-        elif not segment.newest:
-            self.findings.add("info", "padding", segment.rel, None,
-                              f"sealed segment ends with {len(raw) - data_end} bytes of zero padding (harmless)")
 
 
 # --- the whole directory --------------------------------------------------------------------

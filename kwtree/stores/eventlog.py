@@ -13,6 +13,13 @@ byte (JSON rows never contain one). The padding is trimmed when a segment is sea
 a writer closes, so it never reaches git, snapshots or exports; a crash can leave padding,
 which readers treat as the end of the log and the next writer reuses.
 
+A NUL byte can also be damage (a zeroed disk block, a flipped byte) hiding whole operations
+after it, so only padding may follow the first NUL: ``hidden_bytes`` returns what else does.
+Before every write that check is cheap — the bytes that came with the last read, and the
+file size, which a preallocating writer keeps at most ``PREALLOCATE_BYTES`` past the data —
+and it reads the whole rest of the segment at open, in sealed segments and after a partial
+operation. The follower decides whether hidden bytes are a torn tail or damage.
+
 Appends, sealing, trimming and quarantining happen only under the writer lock, which the
 caller holds; reads never lock.
 """
@@ -26,7 +33,7 @@ from pathlib import Path
 
 from kwtree.errors import FormatError, StorageError
 from kwtree.events import is_op_id
-from kwtree.stores.files import fsync_directory, read_until_nul
+from kwtree.stores.files import fsync_directory, read_after, read_data, read_until_nul
 
 __all__ = ["LOG_DIR", "QUARANTINE_DIR", "EventLog", "Pending"]
 
@@ -83,6 +90,8 @@ class EventLog:
         self._offset = 0
         self._line = 1
         self._data_end = 0  # end of the bytes last read from the current segment
+        self._rest = b""  # what the last read found after them, from the NUL on
+        self._hidden = 0  # non-padding bytes found after that NUL (a torn tail: see hidden_bytes)
         self._fd = -1
         self._fd_index = -1
         self._path_str: str | None = None
@@ -125,6 +134,7 @@ class EventLog:
         self._index = len(self._segments) - 1
         data = read_until_nul(self._descriptor(), 0) if self._segments else b""
         self._offset = self._data_end = len(data)
+        self._rest, self._hidden = b"", 0
         self._line = data.count(b"\n") + 1
 
     # --- position and reading --------------------------------------------------------------
@@ -162,9 +172,32 @@ class EventLog:
             self._segments = segment_names(self._dir_fd)  # another process may have started the log
             if not self._segments:
                 return None
-        data = read_until_nul(self._descriptor(), self._offset)
+        data, self._rest = read_data(self._descriptor(), self._offset)
         self._data_end = self._offset + len(data)
+        self._hidden = 0
         return Pending(self._path_text(), self._line, data)
+
+    def hidden_bytes(self, *, thorough: bool) -> bytes:
+        """The bytes after the NUL that ended the last read, up to the segment's last non-NUL
+        byte: b"" when only zero padding follows the data (or nothing does). Counted in
+        ``unconsumed_bytes`` until the next read (a writer quarantines them with the rest
+        of a torn tail).
+
+        Not ``thorough``: only what the last read brought and the file size are looked at
+        (the check before every write). A reader racing a writer may glimpse a later block
+        of a write before an earlier one; the data is read again to tell that from damage.
+        """
+        rest = self._rest
+        if not rest:
+            return b""
+        fd = self._descriptor()
+        if not thorough and rest.count(0) == len(rest) and os.fstat(fd).st_size - PREALLOCATE_BYTES <= self._data_end:
+            return b""
+        hidden = read_after(fd, self._data_end)
+        if hidden and self._offset + len(read_until_nul(fd, self._offset)) != self._data_end:
+            return b""  # a write in progress moved the end of the data: read it next time
+        self._hidden = len(hidden)
+        return hidden
 
     def advance(self, nbytes: int, nlines: int) -> None:
         """Move the read position past ``nbytes`` (``nlines`` lines) of consumed operations."""
@@ -175,6 +208,7 @@ class EventLog:
         """Move the read position back to the start of the oldest segment."""
         self._segments = segment_names(self._dir_fd)
         self._index, self._offset, self._line, self._data_end = 0, 0, 1, 0
+        self._rest, self._hidden = b"", 0
 
     @property
     def on_last_segment(self) -> bool:
@@ -191,9 +225,9 @@ class EventLog:
 
     @property
     def unconsumed_bytes(self) -> int:
-        """Bytes after the position in the current segment at the last read (a torn or
-        in-progress operation when non-zero)."""
-        return self._data_end - self._offset
+        """Bytes after the position in the current segment at the last read, with those
+        ``hidden_bytes`` found (a torn or in-progress operation when non-zero)."""
+        return self._data_end - self._offset + self._hidden
 
     def next_segment(self) -> bool:
         """Move to the next segment if there is one; the current one must be fully consumed.
@@ -206,6 +240,7 @@ class EventLog:
             return False
         self._index += 1
         self._offset, self._line, self._data_end = 0, 1, 0
+        self._rest, self._hidden = b"", 0
         return True
 
     @property
@@ -232,7 +267,7 @@ class EventLog:
 
         Raises StorageError (with nothing committed) if the write or the sync fails.
         """
-        if self._data_end > self._offset:
+        if self.unconsumed_bytes:
             self.quarantine_tail()
         if not self._segments or self._offset >= self.segment_bytes:
             self._start_segment(first_op_id, sync=sync)
@@ -278,6 +313,7 @@ class EventLog:
         self._segments.append(name)
         self._index = len(self._segments) - 1
         self._offset, self._line, self._data_end = 0, 1, 0
+        self._rest, self._hidden = b"", 0
         self._allocated = 0
 
     def quarantine_tail(self) -> None:
@@ -301,6 +337,7 @@ class EventLog:
         os.ftruncate(fd, self._offset)
         os.fsync(fd)
         self._data_end = self._offset
+        self._rest, self._hidden = b"", 0
         self._allocated = self._offset
 
     def _trim(self, fd: int, data_end: int) -> None:
