@@ -6,7 +6,9 @@ row raises before anything is applied), then applied. A trailing operation witho
 row is left unconsumed (a torn tail, or a write still in progress in another process).
 
 Out-of-order operation ids (logs merged from two branches) are detected, not handled here:
-the caller falls back to ``replay_sorted``, which orders whole operations by id.
+the caller falls back to ``replay_sorted``, which orders whole operations by id. A copy of
+an operation right after itself (a naive merge or copy of lines) is read and skipped here,
+so every replay applies an operation once, wherever its copies sit.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     have_root = ROOT_ID in state.keywords
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
-    current = ""
+    current = ""  # the operation whose rows are being read ("" between operations)
+    copy = False  # they are a copy of the operation applied just before
     pending: list[Entity] = []  # the decoded rows of the current operation
     done_lines = 0
     status = ChunkStatus.DONE
@@ -120,7 +123,8 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                 )
             if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
                 raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
-            if op <= last_op:
+            copy = op == last_op
+            if op <= last_op and not copy:
                 status = ChunkStatus.OUT_OF_ORDER
                 break
             if stop_op is not None and op > stop_op:
@@ -143,13 +147,17 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
         if "end" not in row:
             continue
         ts = _check_end(row["end"], current, len(pending), path, first_line + index)
+        done_lines = index + 1
+        current = ""
+        if copy:
+            pending = []
+            continue
         for entity in pending:
             put[type(entity)](state, entity)
         pending = []
-        done_lines = index + 1
-        last_op = current
+        last_op = op
         state.op_count += 1
-        state.last_op_id = current
+        state.last_op_id = op
         if ts > state.last_timestamp:
             state.last_timestamp = ts
     consumed = sum(map(len, lines[:done_lines])) + done_lines
