@@ -27,6 +27,7 @@ from kwtree.state import State
 
 __all__ = [
     "Bound", "ChunkResult", "ChunkStatus", "holds_an_end_row", "parse_operations", "replay_chunk", "replay_sorted",
+    "row_after_damage",
 ]
 
 _PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
@@ -164,16 +165,36 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     return ChunkResult(status, consumed, done_lines)
 
 
+_ROW_START = b'{"op":"'
+
+
+def row_after_damage(line: bytes) -> tuple[int, dict[str, Any] | None]:
+    """(where, row) of a readable row that makes up the end of a damaged ``line`` (one that
+    is not a row itself): what follows a zeroed block or a damaged newline that ended right
+    at a row's start. (-1, None) when there is none. A nested object (a before-image) never
+    passes for a row: it is followed by at least the closing brace of its row."""
+    at = line.find(_ROW_START, 1)
+    while at > 0:
+        try:
+            row = orjson.loads(line[at:])
+        except orjson.JSONDecodeError:
+            row = None
+        if type(row) is dict and is_op_id(row.get("op")):
+            return at, row
+        at = line.find(_ROW_START, at + 1)
+    return -1, None
+
+
 def holds_an_end_row(data: bytes) -> bool:
-    """True if a whole line of ``data`` is a readable row carrying an end marker: bytes
-    after damage that complete an operation, which a torn write never leaves."""
+    """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
+    marker: bytes after damage that complete an operation, which a torn write never leaves."""
     for line in data.split(b"\n")[:-1]:
-        if b'"end":' not in line or b"\0" in line:
+        if b'"end":' not in line:
             continue
         try:
             row = orjson.loads(line)
         except orjson.JSONDecodeError:
-            continue
+            row = row_after_damage(line)[1]
         if type(row) is dict and "end" in row and is_op_id(row.get("op")):
             return True
     return False

@@ -43,7 +43,7 @@ from kwtree.errors import (
 from kwtree.events import DECODERS, is_op_id
 from kwtree.indexes import CACHE_DIR
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
-from kwtree.replay import RawOperation, replay_sorted
+from kwtree.replay import RawOperation, replay_sorted, row_after_damage
 from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
@@ -317,27 +317,22 @@ class _SegmentReader:
                 break
             text = raw[pos:newline]
             row, code, why = _read_row(text)
-            if row is not None and b"\0" in text:  # (a NUL inside a JSON string is escaped)
-                row = None
+            nul = text.find(b"\0")  # (a NUL inside a JSON string is escaped: never part of a row)
+            if nul >= 0:
+                row, code = None, "hidden-bytes"
+                why = (f"a NUL byte at byte {pos + nul} inside the line (a zeroed block or a damaged byte): "
+                       "readers stop at it, so the operations after it are hidden")
             if row is None:
-                nul = text.find(b"\0")
-                if nul >= 0:
-                    code = "hidden-bytes"
-                    why = (f"a NUL byte at byte {pos + nul} inside the line (a zeroed block or a damaged byte): "
-                           "readers stop at it, so the operations after it are hidden")
-                if self._group:
-                    self._drop_group(None, "")  # the damaged line is the cause
-                self._bad.append((pos, newline + 1, line))
-                self._causes.append((line, code, why))
+                # A row after a zeroed block or a damaged newline that ended right at its start
+                # is intact: its bytes stay, only the damaged ones before it go.
+                at, row = row_after_damage(text)
+                self._bad_line(pos, pos + at if row is not None else newline + 1, line, code, why)
+                if row is not None:
+                    self._row(pos + at, newline + 1, line, row)
             else:
-                if self._group and self._group[0][3]["op"] != row["op"]:
-                    current = self._group[0][3]["op"]
-                    self._drop_group("incomplete-operation",
-                                     f"operation {current} has no end row before operation {row['op']} starts")
-                self._group.append((pos, newline + 1, line, row))
-                if "end" in row:
-                    self._complete()
-                    last_end = (newline + 1, line + 1)
+                self._row(pos, newline + 1, line, row)
+            if row is not None and "end" in row:
+                last_end = (newline + 1, line + 1)
             pos, line = newline + 1, line + 1
         if self._torn_after(*last_end, content_end):
             return
@@ -346,6 +341,21 @@ class _SegmentReader:
         if content_end < len(raw) and not segment.newest:
             self.findings.add("info", "padding", segment.rel, None,
                               f"sealed segment ends with {len(raw) - content_end} bytes of zero padding (harmless)")
+
+    def _bad_line(self, start: int, end: int, line: int, code: str, why: str) -> None:
+        if self._group:
+            self._drop_group(None, "")  # the damaged line is the cause
+        self._bad.append((start, end, line))
+        self._causes.append((line, code, why))
+
+    def _row(self, start: int, end: int, line: int, row: dict[str, Any]) -> None:
+        if self._group and self._group[0][3]["op"] != row["op"]:
+            current = self._group[0][3]["op"]
+            self._drop_group("incomplete-operation",
+                             f"operation {current} has no end row before operation {row['op']} starts")
+        self._group.append((start, end, line, row))
+        if "end" in row:
+            self._complete()
 
     def _torn_after(self, start: int, first: int, content_end: int) -> bool:
         """Report what follows the last end row of the newest segment as one torn tail when a

@@ -192,7 +192,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def intact_operations(data: bytes, hit: range) -> set[str]:
-    """Op ids of the whole operations of ``data`` none of whose bytes lie in ``hit``."""
+    """Op ids of the whole operations of ``data`` none of whose bytes lie in ``hit`` (the
+    newline ending an operation's last row is its own)."""
     found, group, start, pos = set(), [], 0, 0
     for line in data.rstrip(b"\0").splitlines(keepends=True):
         row = orjson.loads(line)
@@ -206,10 +207,13 @@ def intact_operations(data: bytes, hit: range) -> set[str]:
 
 
 @pytest.mark.slow
-@given(which=st.integers(0, 100), where=st.floats(0, 1), length=st.sampled_from([1, 1, 7, 100, 4096]))
-def test_a_nul_or_zeroed_block_anywhere_never_makes_repair_lose_an_intact_operation(
-    template: Path, which: int, where: float, length: int
+@given(which=st.integers(0, 100), where=st.floats(0, 1), length=st.sampled_from([1, 1, 7, 100, 4096]),
+       flip=st.sampled_from([0, 0, 0x20, 0x01, 0xFF]))
+def test_a_nul_zeroed_block_or_flipped_byte_anywhere_never_makes_repair_lose_an_intact_operation(
+    template: Path, which: int, where: float, length: int, flip: int
 ) -> None:
+    """``flip`` 0: ``length`` bytes are zeroed (a 4096-byte block aligned as a disk block);
+    otherwise one byte is XORed with it (still valid JSON, or not; a newline gone)."""
     work = Path(tempfile.mkdtemp(prefix="kwtree-trust-log-"))
     try:
         directory = work / "tree"
@@ -219,10 +223,14 @@ def test_a_nul_or_zeroed_block_anywhere_never_makes_repair_lose_an_intact_operat
         original = segment.read_bytes()
         data_end = len(original.rstrip(b"\0"))
         start = min(int(where * data_end), data_end - 1)
-        if length == 4096:
-            start -= start % 4096  # a lost disk block
-        hit = range(start, min(start + length, data_end))
-        segment.write_bytes(original[:hit.start] + bytes(len(hit)) + original[hit.stop:])
+        if flip:
+            hit = range(start, start + 1)
+            segment.write_bytes(original[:start] + bytes([original[start] ^ flip]) + original[start + 1:])
+        else:
+            if length == 4096:
+                start -= start % 4096  # a lost disk block
+            hit = range(start, min(start + length, data_end))
+            segment.write_bytes(original[:hit.start] + bytes(len(hit)) + original[hit.stop:])
         survivors = {op for path in files if path != segment for op in intact_operations(path.read_bytes(), range(0))}
         survivors |= intact_operations(original, hit)
         try:
