@@ -6,8 +6,8 @@ operation are. Only a torn tail — an incomplete last operation of the newest s
 nothing after it that completes an operation; zero padding is normal — is ignored (and
 left for the next writer to move to quarantine/). Anything else is damage in the middle of
 the log, CorruptLogError at the damaged line, at open, refresh and write alike: a NUL byte
-or a zeroed block hiding whole operations after it, or an incomplete operation at the end
-of a sealed segment.
+or a zeroed block hiding whole operations after it, an incomplete operation at the end of a
+sealed segment, or a seal naming a successor segment the log lacks (format 2).
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ log = logging.getLogger("kwtree.replay")
 def _check_tail(events: EventLog, pending: Pending, at_open: bool) -> None:
     """Raise CorruptLogError unless what follows the consumed operations of ``pending``'s
     segment is nothing, zero padding, or (in the newest segment) a torn tail."""
+    missing = events.missing_successors()
+    if missing:
+        segment, _, line = events.position
+        raise CorruptLogError(
+            pending.path, line,
+            f"the seal of segment {segment} names its successor {missing[0]}, which is missing from the log: the "
+            f"operations it held are lost (a deleted file, a partial copy or restore); put it back from a backup or "
+            f"snapshot, or run `kwtree repair` to accept the loss",
+        )
     newest = events.on_last_segment
     partial = events.unconsumed_bytes
     hidden = events.hidden_bytes(thorough=at_open or bool(partial) or not newest)

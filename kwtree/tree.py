@@ -209,7 +209,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             if logswap.interrupted(directory):
                 with self._lock:
                     logswap.recover(directory)
-        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable)
+        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable,
+                             checksums=manifest.checksums)
         self._state = State()
         collecting = gc.isenabled()
         gc.disable()  # replay allocates millions of objects that never form cycles

@@ -26,6 +26,7 @@ bad line and verify has to go on past it.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +41,13 @@ from kwtree.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from kwtree.events import DECODERS, is_op_id
+from kwtree.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
 from kwtree.indexes import CACHE_DIR
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
 from kwtree.replay import RawOperation, replay_sorted, row_after_damage
 from kwtree.state import State
 from kwtree.stores import logswap
-from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
+from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX, seals_start
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 
 __all__ = [
@@ -191,6 +192,10 @@ class _Segment:
     size: int = 0
     data_end: int = 0
     spans: list[_Span] = field(default_factory=list)
+    seals: list[dict[str, Any]] = field(default_factory=list)  # what its seal lines say
+    seals_at: int = 0  # where they begin (the end of its operations)
+    seals_line: int = 0  # the line of the first
+    crc: int = 0  # of the bytes before them
 
 
 class _Validator:
@@ -265,7 +270,10 @@ def _short(value: object) -> str:
 class _SegmentReader:
     """Groups the lines of one segment into complete, valid operations and damaged spans."""
 
-    def __init__(self, segment: _Segment, raw: bytes, validator: _Validator, findings: _Findings) -> None:
+    def __init__(
+        self, segment: _Segment, raw: bytes, validator: _Validator, findings: _Findings, *, checksums: bool,
+    ) -> None:
+        self.checksums = checksums  # format 2: every operation has one
         self.segment = segment
         self.raw = raw
         self.validator = validator
@@ -295,20 +303,35 @@ class _SegmentReader:
             self._drop_group(None, "")  # the rest of an operation that lost rows
             return
         raw = RawOperation(rows[0]["op"], rows, self.segment.rel, group[0][2])
-        problem = self.validator.problem(raw)
+        code, problem = "checksum", self._checksum_problem(end)
+        if problem is None:
+            code, problem = "invalid-operation", self.validator.problem(raw)
         if problem is None:
             self.operations.append(raw)
             self._group = []
             return
         line, message = problem
-        self._causes.append((line, "invalid-operation", message))
+        self._causes.append((line, code, message))
         self._bad.extend((start, stop, number) for start, stop, number, _ in group)
         self._group = []
 
+    def _checksum_problem(self, end: object) -> tuple[int, str] | None:
+        """(line, message) when the current group's bytes do not match its checksum."""
+        if type(end) is not dict:
+            return None  # (replay's check reports the end marker)
+        group = self._group
+        last = group[-1][2]
+        if self.checksums and CRC_KEY not in end:
+            return last, ("its end marker has no checksum, which every operation of a format-2 log has: the key was "
+                          "damaged, or the operation comes from a log that was not upgraded")
+        found = checksum_problem(self.raw[group[0][0]:group[-1][1]], end)
+        return None if found is None else (last, found)
+
     def read(self) -> None:
         raw, segment = self.raw, self.segment
-        content_end = len(raw.rstrip(b"\0"))  # zero padding after the data is not data
-        segment.size, segment.data_end = len(raw), content_end
+        segment.size = len(raw)
+        segment.data_end = len(raw.rstrip(b"\0"))  # zero padding after the data is not data
+        content_end = self._read_seals(segment.data_end)
         pos, line = 0, 1
         last_end = (0, 1)  # (byte, line) just after the last readable end row
         while pos < content_end:
@@ -338,9 +361,31 @@ class _SegmentReader:
             return
         self._report_bad()
         self._report_tail(pos, line, content_end)
-        if content_end < len(raw) and not segment.newest:
+        if segment.data_end < len(raw) and not segment.newest:
             self.findings.add("info", "padding", segment.rel, None,
-                              f"sealed segment ends with {len(raw) - content_end} bytes of zero padding (harmless)")
+                              f"sealed segment ends with {len(raw) - segment.data_end} bytes of zero padding (harmless)")
+
+    def _read_seals(self, data_end: int) -> int:
+        """Read the seal lines that end the segment; returns where they begin."""
+        raw, segment = self.raw, self.segment
+        start = seals_start(raw[:data_end])
+        for text in raw[start:data_end].split(b"\n"):
+            if not text:
+                continue
+            try:
+                seal = orjson.loads(text)["seal"]
+                if type(seal["next"]) is not str or type(seal["bytes"]) is not int or type(seal["crc"]) is not int:
+                    raise TypeError("next must be a string, bytes and crc integers")
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                line = raw.count(b"\n", 0, start) + 1
+                reason = f"unreadable seal line ({exc}): the segment counts as unsealed"
+                self.findings.add("warning", "seal", segment.rel, line, reason)
+                continue
+            segment.seals.append(seal)
+        segment.seals_at = start
+        segment.seals_line = raw.count(b"\n", 0, start) + 1
+        segment.crc = zlib.crc32(raw[:start])
+        return start
 
     def _bad_line(self, start: int, end: int, line: int, code: str, why: str) -> None:
         if self._group:
@@ -444,6 +489,7 @@ class _Examination:
     bytes: int = 0
     manifest_problem: str | None = None  # "newer", "unreadable" or "missing"
     needs_root: bool = False
+    format: int = 0  # the manifest's (0 when unreadable)
     in_order: bool = True  # operations in the files in op-id order, no copies
     caches: list[_Cache] = field(default_factory=list)
 
@@ -467,6 +513,12 @@ def _clean_directory(path: object) -> Path:
 
 def _check_manifest(exam: _Examination) -> None:
     directory = exam.directory
+    exam.format = _manifest_format(directory)
+    if exam.format and exam.format < FORMAT_VERSION:
+        exam.findings.add("info", "old-format", MANIFEST_NAME, None,
+                          f"the directory uses format {exam.format}: its operations carry no checksums and its "
+                          f"segments no seals, so changed bytes and missing segments go unnoticed; "
+                          f"`kwtree upgrade {directory}` moves it to format {FORMAT_VERSION}")
     if not (directory / MANIFEST_NAME).exists():
         exam.manifest_problem = "missing"
         exam.findings.add("error", "manifest", MANIFEST_NAME, None,
@@ -549,11 +601,47 @@ def _read_log(exam: _Examination, validator: _Validator) -> list[RawOperation]:
         except OSError as exc:
             exam.findings.add("error", "unreadable-file", segment.rel, None, f"cannot read the segment: {exc}")
             continue
-        reader = _SegmentReader(segment, raw, validator, exam.findings)
+        reader = _SegmentReader(segment, raw, validator, exam.findings, checksums=exam.format >= 2)
         reader.read()
         exam.bytes += segment.data_end
         found.extend(reader.operations)
     return found
+
+
+def _check_chain(exam: _Examination) -> None:
+    """The seal lines (format 2): each sealed segment's successor exists — else a segment
+    is missing, the newest one too — and its bytes are those it was sealed with."""
+    findings = exam.findings
+    names = {segment.name for segment in exam.segments}
+    for segment in exam.segments:
+        line = segment.seals_line
+        for seal in segment.seals:
+            successor = seal["next"]
+            if successor not in names:
+                findings.add("error", "missing-segment", segment.rel, line,
+                             f"the segment's seal names its successor {LOG_DIR}/{successor}{SEGMENT_SUFFIX}, which is "
+                             "missing: the operations it held are lost (a deleted file, a partial copy or restore); put "
+                             "it back from a backup or snapshot, or let `kwtree repair` accept the loss")
+            if seal["bytes"] == segment.seals_at and seal["crc"] == segment.crc:
+                continue
+            if segment.seals_at > seal["bytes"]:
+                findings.add("warning", "sealed-grew", segment.rel, line,
+                             f"the segment holds {segment.seals_at} bytes of operations, {seal['bytes']} when it was "
+                             "sealed: a merge of two branches added operations to it (replay reads them all)")
+            else:
+                findings.add("error", "sealed-changed", segment.rel, line,
+                             f"the segment holds {segment.seals_at} bytes of operations with CRC-32 {segment.crc}; it was "
+                             f"sealed with {seal['bytes']} bytes and CRC-32 {seal['crc']}: bytes were lost or changed "
+                             "since (operations may be missing); `kwtree repair` seals what is left")
+        successors = sorted({seal["next"] for seal in segment.seals})
+        if len(successors) > 1:
+            findings.add("warning", "segment-fork", segment.rel, line,
+                         f"two branches each started a new segment after this one ({', '.join(successors)}) and were "
+                         "merged: replay reads both")
+        if exam.format >= 2 and not segment.seals and not segment.newest:
+            findings.add("warning", "unsealed", segment.rel, None,
+                         "a segment that is not the newest has no seal line: a writer stopped between starting the "
+                         "next segment and sealing this one, or a branch's newest segment came in by a merge")
 
 
 def _check_operations(exam: _Examination, found: list[RawOperation]) -> None:
@@ -802,6 +890,7 @@ def _examine(directory: Path) -> _Examination:
     _read_caches(exam)
     validator = _Validator()
     found = _read_log(exam, validator)
+    _check_chain(exam)
     _check_operations(exam, found)
     stored = _check_versions(exam)
     state = _replay(exam, validator)

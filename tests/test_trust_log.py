@@ -107,7 +107,7 @@ def test_damage_in_the_newest_segment_is_an_error_at_open_refresh_and_write(tree
         with KeywordTree(tree_dir, durability="none", worker=False) as other:  # rows neither has read
             ids += [other.create_info(f"memory number {i} " + "x" * 40).id for i in range(5, 10)]
         segment = segments(tree_dir)[-1]
-        start, end, line = info_row(segment, "memory number 6 ")
+        start, _end, line = info_row(segment, "memory number 6 ")
         if where == "inside":
             damage(segment, start + 12, b"\0")
         elif where == "line-start":  # the data seems to end cleanly at a row boundary

@@ -35,6 +35,7 @@ from kwtree import (
     verify_directory,
 )
 from kwtree.cli import main
+from kwtree.stores.eventlog import seals_start
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.verify import MAX_PER_CODE, Report
 
@@ -227,8 +228,8 @@ def test_a_sealed_segment_cut_mid_operation_is_an_error_and_repair_drops_that_op
     sealed = segments(tree_dir)[0]
     assert len(segments(tree_dir)) >= 3
     data = sealed.read_bytes()
-    _op_id, first, _last, start, _end = operations(data)[-1]
-    sealed.write_bytes(data[:-7])  # inside its last line
+    _op_id, first, _last, start, end = operations(data)[-1]
+    sealed.write_bytes(data[:end - 7])  # inside the last line of its last operation (its seal line goes too)
     with pytest.raises(CorruptLogError, match="sealed segment"):
         KeywordTree(tree_dir, read_only=True)
     report = verify_directory(tree_dir)
@@ -237,7 +238,7 @@ def test_a_sealed_segment_cut_mid_operation_is_an_error_and_repair_drops_that_op
 
     reference = without(tree_dir, tmp_path / "reference", sealed.name, start, len(data))
     assert repair_directory(tree_dir).ok
-    assert (tree_dir / "quarantine" / f"{sealed.stem}.{start}.bad").read_bytes() == data[start:-7]
+    assert (tree_dir / "quarantine" / f"{sealed.stem}.{start}.bad").read_bytes() == data[start:end - 7]
     assert state_of(tree_dir, kids, iids) == state_of(reference, kids, iids)
     assert verify_directory(tree_dir).ok
 
@@ -271,7 +272,7 @@ def test_a_lost_root_operation_gets_a_new_one_and_everything_else_stays(tree_dir
     assert repaired.ok and "wrote-root" in codes(repaired)
     assert (tree_dir / "quarantine" / f"{segment.stem}.0.bad").read_bytes() == b"#" + data[1:root_end]
     new_root = segments(tree_dir)[0]
-    assert new_root.name < segment.name and orjson.loads(new_root.read_bytes())["end"]["actor"] == "repair"
+    assert new_root.name < segment.name and orjson.loads(new_root.read_bytes().splitlines()[0])["end"]["actor"] == "repair"
     got = state_of(tree_dir, kids, iids)
     assert got["keywords"].keys() == expected["keywords"].keys() and got["infos"] == expected["infos"]
     assert not verify_directory(tree_dir).errors
@@ -386,7 +387,7 @@ def test_an_unreadable_manifest_is_replaced_and_a_newer_one_is_refused(tree_dir:
     assert [p.read_bytes() for p in (tree_dir / "quarantine").glob("manifest.json.*.bad")] == [b"{not json"]
     KeywordTree(tree_dir, read_only=True).close()
 
-    manifest.write_bytes(original.replace(b'"format": 1', b'"format": 99'))
+    manifest.write_bytes(original.replace(b'"format": 2', b'"format": 99'))
     report = verify_directory(tree_dir)
     assert not report.ok and "newer" in report.errors[0].message
     before = digest(tree_dir)
@@ -551,6 +552,7 @@ def test_repair_after_random_damage_opens_verifies_and_keeps_every_byte(
         for name, old in before.items():
             pieces = sorted((n["offset"], n) for n in notes if n["segment"] == f"log/{name}")
             remaining = (directory / "log" / name).read_bytes().rstrip(b"\0")
+            remaining = remaining[:seals_start(remaining)]  # repair seals what it keeps afresh
             rebuilt, taken, position = bytearray(), 0, 0
             for offset, note in pieces:
                 rebuilt += remaining[taken:taken + offset - position]
@@ -561,7 +563,7 @@ def test_repair_after_random_damage_opens_verifies_and_keeps_every_byte(
                 rebuilt += piece.read_bytes()
                 position = offset + note["bytes"]
             rebuilt += remaining[taken:]
-            assert bytes(rebuilt) == old.rstrip(b"\0"), name
+            assert bytes(rebuilt) == old.rstrip(b"\0")[:seals_start(old.rstrip(b"\0"))], name
         new = {path.name for path in segments(directory)} - set(before)
         assert all("wrote-root" in codes(report) for _ in new) and len(new) <= 1
     finally:

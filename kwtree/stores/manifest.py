@@ -1,5 +1,10 @@
 """The manifest of a data directory: format version, creation time, replica id and the
-segment size every writer of the directory rotates at."""
+segment size every writer of the directory rotates at.
+
+Formats (docs/log-format.md): 1 — the original rows; 2 — every end marker carries a
+checksum of its operation and every sealed segment ends with a seal line naming its
+successor. kwtree reads and writes both, each in its own format, and moves a directory from
+1 to 2 only through ``kwtree upgrade`` (DESIGN §3: never silently)."""
 
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ import orjson
 from kwtree.errors import FormatError
 from kwtree.stores.files import fsync_directory, write_atomically
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "OLDEST_FORMAT", "Manifest"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLDEST_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
 DEFAULT_SEGMENT_BYTES = 64 << 20
 
@@ -26,6 +32,11 @@ class Manifest:
     created_at: float
     replica_id: str
     segment_bytes: int
+
+    @property
+    def checksums(self) -> bool:
+        """True when the log carries checksums and seals (format 2 and later)."""
+        return self.format >= 2
 
     @classmethod
     def new(cls, segment_bytes: int | None = None) -> Manifest:
@@ -44,10 +55,8 @@ class Manifest:
                 f"{directory} was written by a newer kwtree (format {found}); "
                 f"this version reads format {FORMAT_VERSION}: upgrade kwtree"
             )
-        if found < FORMAT_VERSION:  # pragma: no cover - there is no older format yet
-            raise FormatError(
-                f"{directory} uses the older format {found}; run `kwtree upgrade {directory}` first"
-            )
+        if found < OLDEST_FORMAT:
+            raise FormatError(f"{path} names format {found}, which no kwtree ever wrote; restore it from a backup")
         try:
             return cls(found, float(raw["created_at"]), str(raw["replica_id"]), int(raw["segment_bytes"]))
         except (KeyError, TypeError, ValueError) as exc:

@@ -62,7 +62,12 @@ from kwtree.state import State
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
 from kwtree.stores.files import fsync_directory, read_until_nul, write_all
 from kwtree.stores.lock import LOCK_NAME, WriterLock
-from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.stores.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    OLDEST_FORMAT,
+    Manifest,
+)
 from kwtree.validate import clean_seconds
 
 __all__ = [
@@ -190,7 +195,7 @@ class Capture:
         header = {
             "kind": SNAPSHOT_KIND,
             "format": SNAPSHOT_FORMAT,
-            "tree_format": FORMAT_VERSION,
+            "tree_format": orjson.loads(self.manifest).get("format", FORMAT_VERSION),
             "created_at": time.time(),
             "source": str(self.directory.resolve()),
             **facts,
@@ -442,9 +447,10 @@ def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
         raise FormatError(f"{bad} bad snapshot format {found!r}")
     if found > SNAPSHOT_FORMAT:
         raise FormatError(f"{archive} was written by a newer kwtree (snapshot format {found}); upgrade kwtree to restore it")
-    if header.get("tree_format") != FORMAT_VERSION:
-        raise FormatError(f"{archive} holds a tree of format {header.get('tree_format')!r}; "
-                          f"this kwtree reads format {FORMAT_VERSION}")
+    tree_format = header.get("tree_format")
+    if type(tree_format) is not int or not OLDEST_FORMAT <= tree_format <= FORMAT_VERSION:
+        raise FormatError(f"{archive} holds a tree of format {tree_format!r}; "
+                          f"this kwtree reads formats {OLDEST_FORMAT} to {FORMAT_VERSION}")
     last = header.get("last_op_id")
     counts = header.get("counts")
     if not (last is None or is_op_id(last)) or type(counts) is not dict or any(
