@@ -15,10 +15,10 @@ which readers treat as the end of the log and the next writer reuses.
 
 A NUL byte can also be damage (a zeroed disk block, a flipped byte) hiding whole operations
 after it, so only padding may follow the first NUL: ``hidden_bytes`` returns what else does.
-Before every write that check is cheap — the bytes that came with the last read, and the
-file size, which a preallocating writer keeps at most ``PREALLOCATE_BYTES`` past the data —
-and it reads the whole rest of the segment at open, in sealed segments and after a partial
-operation. The follower decides whether hidden bytes are a torn tail or damage.
+Before every write that check is cheap — the bytes that came with the last read (4 KiB),
+and the file size, which a preallocating writer keeps at most ``PREALLOCATE_BYTES`` past the
+data — and it reads the whole rest of the segment at open, in sealed segments and after a
+partial operation. The follower decides whether hidden bytes are a torn tail or damage.
 
 In format 2 (``checksums``) every appended operation gets a checksum in its end marker,
 and sealing ends a segment with a **seal line**, ``{"seal":{"next":<next segment>,"bytes":
@@ -225,21 +225,33 @@ class EventLog:
         self._hidden = 0
         return Pending(self._path_text(), self._line, data)
 
+    def clean_end(self) -> bool:
+        """True in the common case before a write: the last read was consumed whole and only
+        zero padding (by the cheap test of ``hidden_bytes``) or nothing follows it."""
+        if self._data_end != self._offset or self._seal_bytes:
+            return False
+        rest = self._rest
+        if not rest:
+            return True
+        return (self._index == len(self._segments) - 1 and _ZEROS.startswith(rest)
+                and self._allocated - PREALLOCATE_BYTES <= self._data_end)
+
     def hidden_bytes(self, *, thorough: bool) -> bytes:
         """The bytes after the NUL that ended the last read, up to the segment's last non-NUL
         byte: b"" when only zero padding follows the data (or nothing does). Counted in
         ``unconsumed_bytes`` until the next read (a writer quarantines them with the rest
         of a torn tail).
 
-        Not ``thorough``: only what the last read brought and the file size are looked at
-        (the check before every write). A reader racing a writer may glimpse a later block
+        Not ``thorough``: only what the last read brought and the file size are looked at.
+        ``clean_end`` is that check before every write, with the size this writer last gave
+        or saw the file instead of an ``fstat`` (which cost 7 µs a write here). A reader racing a writer may glimpse a later block
         of a write before an earlier one; the data is read again to tell that from damage.
         """
         rest = self._rest
         if not rest:
             return b""
         fd = self._descriptor()
-        if not thorough and rest.count(0) == len(rest) and os.fstat(fd).st_size - PREALLOCATE_BYTES <= self._data_end:
+        if not thorough and _ZEROS.startswith(rest) and max(self._allocated, os.fstat(fd).st_size) - PREALLOCATE_BYTES <= self._data_end:
             return b""
         hidden = read_after(fd, self._data_end + self._seal_bytes)
         if hidden and self._offset + len(read_until_nul(fd, self._offset)) != self._data_end + self._seal_bytes:
