@@ -44,15 +44,8 @@ from kwtree.stores.manifest import (
     Manifest,
 )
 from kwtree.validate import clean_seconds
-from kwtree.verify import (
-    Report,
-    _clean_directory,
-    _Examination,
-    _examine,
-    _Findings,
-    _root_keyword,
-    _Segment,
-)
+from kwtree.verify import Report, _clean_directory, _Examination, _examine, _Findings
+from kwtree.verify_segments import Segment, root_keyword
 
 __all__ = ["repair_directory", "repair_under_lock"]
 
@@ -117,7 +110,7 @@ def _repair(directory: Path) -> Report:
     return _examine(directory).report(done.items)
 
 
-def _quarantine_spans(directory: Path, segment: _Segment, done: _Findings) -> bytes:
+def _quarantine_spans(directory: Path, segment: Segment, done: _Findings) -> bytes:
     """Copy each damaged span of ``segment`` to its own file in quarantine/ with a note
     (synced before the log changes, so no byte is ever only in memory); returns the bytes
     the segment keeps. Zero padding after the data is dropped: it is not data."""
@@ -205,7 +198,7 @@ def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
         raise StorageError("cannot write a root operation before operation 0; restore the root's row by hand")
     op_id = f"{lowest - 1:032x}"
     timestamp = float(exam.operations[0].rows[-1]["end"]["ts"])
-    op = Operation(op_id, "init", "repair", timestamp, (Change(_root_keyword(op_id, timestamp), None),),
+    op = Operation(op_id, "init", "repair", timestamp, (Change(root_keyword(op_id, timestamp), None),),
                    {"repair": "the log had no operation creating the root before its other operations"})
     done.add("info", "wrote-root", f"{LOG_DIR}/{op_id}{SEGMENT_SUFFIX}", 1,
              f"wrote operation {op_id} creating the root, ordered before every other operation")
