@@ -57,13 +57,15 @@ def _check_tail(events: EventLog, pending: Pending, at_open: bool) -> None:
     if hidden:
         data = pending.data
         nul_line = line + data.count(b"\n", len(data) - partial)
-        if not newest or holds_an_end_row(hidden):
+        whole = holds_an_end_row(hidden)
+        if not newest or whole:
+            among = ", whole operations among them" if whole else " in a sealed segment"
             raise CorruptLogError(
                 path, nul_line,
-                f"a NUL byte at byte {offset + partial} hides {len(hidden) - 1} bytes of data after it, whole "
-                f"operations among them: damage in the middle of the log (a zeroed block or a damaged byte; a torn "
-                f"write never leaves a whole operation after it); `kwtree verify` lists the damage and `kwtree repair` "
-                f"moves the damaged operation to quarantine/ and keeps every intact one",
+                f"a NUL byte at byte {offset + partial} hides {len(hidden) - 1} bytes of data after it{among}: damage "
+                f"in the middle of the log (a zeroed block or a damaged byte; a torn write never leaves a whole "
+                f"operation after it); `kwtree verify` lists the damage and `kwtree repair` moves the damaged "
+                f"operation to quarantine/ and keeps every intact one",
             )
     if not newest:
         raise CorruptLogError(path, line, f"sealed segment {segment} ends with an incomplete operation (byte {offset})")

@@ -198,3 +198,18 @@ def test_upgrade_refuses_a_damaged_directory_and_changes_nothing(tree_dir: Path)
         upgrade_directory(tree_dir)
     assert {path.name: path.read_bytes() for path in segments(tree_dir)} == before
     assert Manifest.load(tree_dir).format == 1
+
+
+def test_a_tree_open_during_the_upgrade_writes_the_new_format_afterwards(tree_dir: Path) -> None:
+    make_format_1(tree_dir)
+    many_segments(tree_dir, 30)
+    writer = KeywordTree(tree_dir, worker=False)
+    try:
+        writer.create_info("before the upgrade")
+        assert upgrade_directory(tree_dir).format_after == 2
+        writer.create_info("after the upgrade")  # replays the new log, then writes format 2
+        for i in range(30):
+            writer.create_info(f"more {i} " + "a" * 150)  # starts and seals new segments
+    finally:
+        writer.close()
+    assert verify_directory(tree_dir).findings == ()

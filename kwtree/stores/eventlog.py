@@ -244,14 +244,16 @@ class EventLog:
 
         Not ``thorough``: only what the last read brought and the file size are looked at.
         ``clean_end`` is that check before every write, with the size this writer last gave
-        or saw the file instead of an ``fstat`` (which cost 7 µs a write here). A reader racing a writer may glimpse a later block
-        of a write before an earlier one; the data is read again to tell that from damage.
+        or saw the file instead of an ``fstat`` (which cost 7 µs a write here). A reader
+        racing a writer may glimpse a later block of a write before an earlier one; the data
+        is read again to tell that from damage.
         """
         rest = self._rest
         if not rest:
             return b""
         fd = self._descriptor()
-        if not thorough and _ZEROS.startswith(rest) and max(self._allocated, os.fstat(fd).st_size) - PREALLOCATE_BYTES <= self._data_end:
+        size = max(self._allocated, os.fstat(fd).st_size)
+        if not thorough and _ZEROS.startswith(rest) and size - PREALLOCATE_BYTES <= self._data_end:
             return b""
         hidden = read_after(fd, self._data_end + self._seal_bytes)
         if hidden and self._offset + len(read_until_nul(fd, self._offset)) != self._data_end + self._seal_bytes:
