@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from kwtree.errors import CorruptLogError
-from kwtree.events import DECODERS, OP_ID_LENGTH, is_op_id
+from kwtree.events import DECODERS, is_op_id
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.state import State
 
@@ -122,7 +122,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                     first_line + index - len(pending),
                     f"operation {current} has no end row before operation {op} starts",
                 )
-            if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
+            if not is_op_id(op):  # (verify's test too: 32 lowercase hex digits)
                 raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
             copy = op == last_op
             if op <= last_op and not copy:
