@@ -107,12 +107,14 @@ class EventLog:
     """
 
     def __init__(
-        self, directory: Path, segment_bytes: int, *, writable: bool, preallocate: bool, checksums: bool = True,
+        self, directory: Path, segment_bytes: int, *, writable: bool, preallocate: bool, checksums: bool,
     ) -> None:
         self.log_dir = directory / LOG_DIR
         self.quarantine_dir = directory / QUARANTINE_DIR
         self.segment_bytes = segment_bytes
-        self.checksums = checksums  # format 2: checksums in end markers, seal lines
+        # Format 2 (the manifest's ``checksums``): checksums in end markers, seal lines. No
+        # default: every writer must write the directory's own format.
+        self.checksums = checksums
         self.writable = writable
         self.preallocate = preallocate and writable
         # Segments are opened relative to this descriptor of the log directory, so a reader

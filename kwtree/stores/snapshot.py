@@ -566,7 +566,9 @@ def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> No
 
 def _replay(directory: Path, snapshot: object) -> State:
     """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
-    events = EventLog(directory, Manifest.load(directory).segment_bytes, writable=False, preallocate=False)
+    manifest = Manifest.load(directory)
+    events = EventLog(directory, manifest.segment_bytes, writable=False, preallocate=False,
+                      checksums=manifest.checksums)
     collecting = gc.isenabled()
     gc.disable()  # as at open: replay allocates millions of objects that never form cycles
     try:
