@@ -57,6 +57,7 @@ from kwtree.repair import repair_directory
 from kwtree.stores.manifest import MANIFEST_NAME
 from kwtree.stores.snapshot import restore
 from kwtree.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
+from kwtree.upgrade import upgrade_directory
 from kwtree.verify import Report, verify_directory
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
@@ -256,6 +257,17 @@ def _verify(_: None, args: argparse.Namespace) -> None:
 def _repair(_: None, args: argparse.Namespace) -> None:
     report = repair_directory(args.dir, lock_timeout=args.lock_timeout)
     _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
+
+
+def _upgrade(_: None, args: argparse.Namespace) -> None:
+    done = upgrade_directory(args.dir, lock_timeout=args.lock_timeout)
+    if args.json:
+        print(json.dumps({"directory": done.directory, "format_before": done.format_before,
+                          "format_after": done.format_after, "segments": done.segments,
+                          "operations": done.operations, "report": done.report.to_json()}, indent=2))
+    else:
+        print(done)
+    done.report.check("the upgraded log does not verify (see docs/operations.md#verify-and-repair)")
 
 
 def _import(_: None, args: argparse.Namespace) -> None:
@@ -577,6 +589,16 @@ COMMANDS: tuple[Command, ...] = (
         call=_repair,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
               arg("--json", action="store_true", help="print the report as one JSON document"),
+              arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+                  help="how long to wait for the writer lock (default: 10)")),
+    ),
+    Command(
+        "upgrade", "kwtree.upgrade.upgrade_directory",
+        "move DIR to the current log format (checksums, sealed segments); never done without this command",
+        example="./memory", opens="none",
+        call=_upgrade,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (it must verify without errors)"),
+              arg("--json", action="store_true", help="print what was done as one JSON document"),
               arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
                   help="how long to wait for the writer lock (default: 10)")),
     ),

@@ -8,7 +8,8 @@ end), so the rows are emitted in an order that reproduces each of them: keywords
 first and siblings in their order, links and relations in one order consistent with every
 list they appear in (a topological order; the lists all follow the one order in which the
 entities last became live, so one exists). With history, every whole operation is kept once,
-in op-id order; only torn and duplicate rows go.
+in op-id order; only torn and duplicate rows go. The operations come without checksums:
+the caller adds them (and seals) in the directory's format.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from kwtree.events import encode_compacted
+from kwtree.events import CRC_KEY, encode_compacted
 from kwtree.models import Entity, Relation
 from kwtree.replay import RawOperation
 from kwtree.state import State
@@ -134,7 +135,11 @@ def history_operations(operations: Iterable[RawOperation]) -> Iterator[tuple[str
         if raw.op_id == last:
             continue  # a copy of the operation before (a naive merge)
         last = raw.op_id
-        yield raw.op_id, b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in raw.rows)
+        rows = raw.rows
+        if CRC_KEY in rows[-1]["end"]:  # the writer of the new log checksums it afresh
+            end = {key: value for key, value in rows[-1]["end"].items() if key != CRC_KEY}
+            rows = [*rows[:-1], {**rows[-1], "end": end}]
+        yield raw.op_id, b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
 
 
 def _live_view(state: State) -> dict[str, Any]:

@@ -179,7 +179,10 @@ class FormatError(KwtreeError):
 
 
 class CorruptLogError(KwtreeError):
-    """Raised when a complete log line cannot be read; ``path`` and ``line`` say where."""
+    """Raised when the log is damaged where a torn tail cannot explain it: a complete line
+    that cannot be read, a NUL byte or zeroed block with operations after it, a sealed
+    segment that ends mid-operation, a seal naming a missing segment. ``path`` and ``line``
+    say where; ``kwtree verify`` lists all of it and ``kwtree repair`` mends it."""
 
     def __init__(self, path: str, line: int, detail: str) -> None:
         super().__init__(f"{path}:{line}: {detail}")

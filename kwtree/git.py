@@ -15,7 +15,8 @@ never takes merge drivers from the files it tracks: every clone runs ``setup`` o
 
 **The merge** of one segment (``merge_segments`` on bytes, ``merge_files`` on the three files
 git hands the driver) is the union of the whole operations of both sides, each operation once,
-in op-id order; replay then resolves concurrent edits deterministically (DESIGN §3). It refuses
+in op-id order, then the seal lines either side has (format 2); replay then resolves concurrent
+edits deterministically (DESIGN §3). It refuses
 (``MergeConflictError``, and git reports a conflict, keeping our side's file as it was) rather
 than lose or invent data: when a side ends with an incomplete operation, when one op id holds
 different rows on the two sides, when a side lacks an operation the common base has (its log
@@ -45,7 +46,7 @@ from kwtree.errors import (
 )
 from kwtree.indexes import CACHE_DIR, OUTBOX_NAME
 from kwtree.replay import parse_operations
-from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR
+from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, seals_start
 from kwtree.stores.files import write_atomically
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import MANIFEST_NAME
@@ -134,8 +135,9 @@ class _Operation:
     text: bytes  # its lines as they were found, each ending in a newline
 
 
-def _operations(data: bytes, label: str, *, allow_torn: bool) -> dict[str, _Operation]:
-    """The whole operations of one side by op id (copies of one operation kept once)."""
+def _operations(data: bytes, label: str, *, allow_torn: bool) -> tuple[dict[str, _Operation], list[bytes]]:
+    """The whole operations of one side by op id (copies of one operation kept once), and
+    its seal lines (format 2)."""
     nul = data.find(b"\0")
     if nul >= 0:  # preallocated padding: the data ends at the first NUL (see stores/eventlog.py)
         if data[nul:].strip(b"\0"):
@@ -144,6 +146,9 @@ def _operations(data: bytes, label: str, *, allow_torn: bool) -> dict[str, _Oper
                 f"wrote: check the file, then resolve by hand"
             )
         data = data[:nul]
+    cut = seals_start(data)
+    seals = [line + b"\n" for line in data[cut:].split(b"\n")[:-1]]  # (a partial seal line is left out)
+    data = data[:cut]
     found, consumed, _ = parse_operations(data, label, 1)
     if consumed < len(data) and not allow_torn:
         raise MergeConflictError(
@@ -161,7 +166,7 @@ def _operations(data: bytes, label: str, *, allow_torn: bool) -> dict[str, _Oper
         seen = operations.setdefault(raw.op_id, operation)
         if seen is not operation:
             _check_same(raw.op_id, seen, operation, label, label)
-    return operations
+    return operations, seals
 
 
 def _check_same(op_id: str, first: _Operation, second: _Operation, where_first: str, where_second: str) -> None:
@@ -176,9 +181,9 @@ def _merge(base: bytes, ours: bytes, theirs: bytes, path: str) -> tuple[bytes, d
     for name, value in (("base", base), ("ours", ours), ("theirs", theirs)):
         if not isinstance(value, bytes):
             raise InvalidInputError(f"{name} must be the bytes of a log segment, got {type(value).__name__}")
-    common = _operations(base, f"{path} (base)", allow_torn=True)  # only its whole operations matter
-    mine = _operations(ours, f"{path} (ours)", allow_torn=False)
-    other = _operations(theirs, f"{path} (theirs)", allow_torn=False)
+    common = _operations(base, f"{path} (base)", allow_torn=True)[0]  # only its whole operations matter
+    mine, our_seals = _operations(ours, f"{path} (ours)", allow_torn=False)
+    other, their_seals = _operations(theirs, f"{path} (theirs)", allow_torn=False)
     for side, operations in (("ours", mine), ("theirs", other)):
         lost = [op_id for op_id in common if op_id not in operations]
         if lost:
@@ -193,7 +198,10 @@ def _merge(base: bytes, ours: bytes, theirs: bytes, path: str) -> tuple[bytes, d
             _check_same(op_id, union[op_id], operation, f"{path} (ours)", f"{path} (theirs)")
         else:
             union[op_id] = operation
-    merged = b"".join(union[op_id].text for op_id in sorted(union))
+    # The seal lines of both sides follow: a segment sealed on one branch stays sealed (verify
+    # reports that it grew), and two branches that each started a segment after it both name theirs.
+    seals = sorted(set(our_seals) | set(their_seals))
+    merged = b"".join(union[op_id].text for op_id in sorted(union)) + b"".join(seals)
     counts = {
         "operations": len(union),
         "only_ours": sum(op_id not in other for op_id in mine),

@@ -54,6 +54,10 @@ def _decode(path: str, start: int, lines: list[bytes]) -> Operation | None:
         raise CorruptLogError(path, start, f"unreadable row: {exc}") from None
     if "end" not in rows[-1]:
         return None
+    # A copy of an operation right after itself shares its op id, so it lands in the same
+    # group: the operation ends at its first end row (copies are applied once, as replay does).
+    ends = next(index for index, row in enumerate(rows) if "end" in row) + 1
+    rows = rows[:ends]
     try:
         return decode_operation(rows)
     except (KeyError, TypeError, ValueError) as exc:

@@ -28,6 +28,7 @@ from kwtree.compaction import (
 )
 from kwtree.embed import Embedder
 from kwtree.errors import InvalidInputError, StorageError
+from kwtree.events import with_checksum
 from kwtree.follower import follow
 from kwtree.indexes import Indexes
 from kwtree.repair import repair_under_lock
@@ -35,6 +36,7 @@ from kwtree.replay import RawOperation, parse_operations, replay_chunk
 from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores import snapshot as snapshots
+from kwtree.stores.eventlog import encode_seal
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.validate import clean_choice, clean_flag
 from kwtree.verify import Report, verify_directory
@@ -104,19 +106,31 @@ class MaintenanceMethods:
         parts: list[bytes] = []
         first: str | None = None
         size = total = rows = count = 0
+        checksums = self._log.checksums
+        written: tuple[str, bytes] | None = None  # the last segment, sealed once its successor is known
+
+        def write(next_segment: str | None) -> None:
+            if written is not None:
+                name, data = written
+                seal = encode_seal(data, next_segment) if checksums and next_segment is not None else b""
+                logswap.write_segment(target, name, data + seal)
 
         def flush() -> None:
+            nonlocal written
             assert first is not None
             data = b"".join(parts)
             if replay_chunk(rebuilt, data, str(target / f"{first}.jsonl"), 1).consumed_bytes != len(data):
                 raise StorageError(f"compaction of {self._dir} aborted, the log is unchanged: a new segment "
                                    f"did not replay whole; please report this")
-            logswap.write_segment(target, first, data)
+            write(first)
+            written = (first, data)
 
         try:
             for op_id, data in operations:
                 if first is None:
                     first = op_id
+                if checksums:
+                    data = with_checksum(data)
                 parts.append(data)
                 size += len(data)
                 total += len(data)
@@ -127,6 +141,7 @@ class MaintenanceMethods:
                     parts, first, size = [], None, 0
             if parts:
                 flush()
+            write(None)
             logswap.seal(target)
             found = differences(self._state, rebuilt)
             if found:

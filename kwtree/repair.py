@@ -18,6 +18,7 @@ the log says. Afterwards it verifies again; the report lists what it did, then w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -27,24 +28,29 @@ import orjson
 
 from kwtree.errors import FormatError, StorageError
 from kwtree.commands import Stamp
-from kwtree.events import OpClock, encode_operation
+from kwtree.events import CRC_KEY, OpClock, encode_operation, with_checksum
 from kwtree.models import Change, Operation
-from kwtree.stores import logswap
 from kwtree.references import REPAIR_KIND, retire_dangling, to_retire
-from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX, EventLog
+from kwtree.stores import logswap
+from kwtree.stores.eventlog import (
+    LOG_DIR,
+    QUARANTINE_DIR,
+    SEGMENT_SUFFIX,
+    EventLog,
+    encode_seal,
+    seals_start,
+)
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, write_new_file
 from kwtree.stores.lock import LOCK_NAME, WriterLock
-from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
-from kwtree.validate import clean_seconds
-from kwtree.verify import (
-    Report,
-    _clean_directory,
-    _Examination,
-    _examine,
-    _Findings,
-    _root_keyword,
-    _Segment,
+from kwtree.stores.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    OLDEST_FORMAT,
+    Manifest,
 )
+from kwtree.validate import clean_seconds
+from kwtree.verify import Report, _clean_directory, _Examination, _examine, _Findings
+from kwtree.verify_segments import Segment, root_keyword
 
 __all__ = ["repair_directory", "repair_under_lock"]
 
@@ -91,8 +97,11 @@ def _repair(directory: Path) -> Report:
     if exam.manifest_problem == "newer":
         raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
     if exam.manifest_problem is not None:
-        _replace_manifest(directory, done)
+        # The log tells its format: format 2 operations carry checksums.
+        checksummed = not exam.operations or CRC_KEY in exam.operations[0].rows[-1]["end"]
+        _replace_manifest(directory, FORMAT_VERSION if checksummed else OLDEST_FORMAT, done)
     bodies = {segment.name: _quarantine_spans(directory, segment, done) for segment in exam.segments if segment.spans}
+    _reseal(directory, exam, bodies, done)
     root = _root_operation(exam, done) if exam.needs_root else None
     if bodies or root is not None:
         _swap_log(directory, bodies, root)
@@ -109,7 +118,7 @@ def _repair(directory: Path) -> Report:
     return _examine(directory).report(done.items)
 
 
-def _quarantine_spans(directory: Path, segment: _Segment, done: _Findings) -> bytes:
+def _quarantine_spans(directory: Path, segment: Segment, done: _Findings) -> bytes:
     """Copy each damaged span of ``segment`` to its own file in quarantine/ with a note
     (synced before the log changes, so no byte is ever only in memory); returns the bytes
     the segment keeps. Zero padding after the data is dropped: it is not data."""
@@ -153,6 +162,42 @@ def _quarantine_spans(directory: Path, segment: _Segment, done: _Findings) -> by
     return b"".join(kept)
 
 
+def _reseal(directory: Path, exam: _Examination, bodies: dict[str, bytes], done: _Findings) -> None:
+    """Give each segment whose bytes changed (here or before) the seal lines of what it holds
+    now, and accept the loss of a successor a seal names but the log lacks (noted in
+    quarantine/): the seal then names the segment that does follow, if any."""
+    names = [segment.name for segment in exam.segments]
+    for index, segment in enumerate(exam.segments):
+        successors = list(dict.fromkeys(seal["next"] for seal in segment.seals))
+        missing = [name for name in successors if name not in names]
+        stale = any(seal["bytes"] != segment.seals_at or seal["crc"] != segment.crc for seal in segment.seals)
+        unsealed = exam.format >= 2 and not segment.seals and index + 1 < len(names)
+        if segment.name not in bodies and not missing and not stale and not unsealed:
+            continue
+        body = bodies.get(segment.name)
+        if body is None and (stale or unsealed):
+            done.add("info", "resealed", segment.rel, segment.seals_line or None,
+                     "sealed the segment with what it holds now")
+        if body is None:
+            body = (directory / segment.rel).read_bytes()[:segment.data_end]
+        kept = [name for name in successors if name in names]
+        if (missing or unsealed) and not kept and index + 1 < len(names):
+            kept = [names[index + 1]]
+        for name in missing:
+            note = {"segment": f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}", "named_by": segment.rel, "accepted_at": time.time(),
+                    "reason": "the segment was missing; `kwtree repair` accepted the loss of its operations"}
+            (directory / QUARANTINE_DIR).mkdir(exist_ok=True)
+            write_new_file(directory / QUARANTINE_DIR / f"{name}.missing.{time.time_ns()}.json",
+                           orjson.dumps(note, option=orjson.OPT_INDENT_2))
+            done.add("info", "accepted-loss", segment.rel, segment.seals_line,
+                     f"accepted the loss of the missing segment {LOG_DIR}/{name}{SEGMENT_SUFFIX} (noted in "
+                     f"{QUARANTINE_DIR}/); the seal now names {kept[0] if kept else 'no successor'}")
+        operations = body[:seals_start(body)]
+        bodies[segment.name] = operations + b"".join(encode_seal(operations, name) for name in kept)
+    if (directory / QUARANTINE_DIR).is_dir():
+        fsync_directory(directory / QUARANTINE_DIR)
+
+
 def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
     """A new first operation creating the root: (its op id, which also names its segment, and
     its rows). Its id sorts before every operation and segment, so it replays first."""
@@ -161,11 +206,15 @@ def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
         raise StorageError("cannot write a root operation before operation 0; restore the root's row by hand")
     op_id = f"{lowest - 1:032x}"
     timestamp = float(exam.operations[0].rows[-1]["end"]["ts"])
-    op = Operation(op_id, "init", "repair", timestamp, (Change(_root_keyword(op_id, timestamp), None),),
+    op = Operation(op_id, "init", "repair", timestamp, (Change(root_keyword(op_id, timestamp), None),),
                    {"repair": "the log had no operation creating the root before its other operations"})
     done.add("info", "wrote-root", f"{LOG_DIR}/{op_id}{SEGMENT_SUFFIX}", 1,
              f"wrote operation {op_id} creating the root, ordered before every other operation")
-    return op_id, encode_operation(op)
+    data = encode_operation(op)
+    if exam.format >= 2 and exam.segments:  # a format-2 segment of its own: checksummed and sealed
+        data = with_checksum(data)
+        data += encode_seal(data, exam.segments[0].name)
+    return op_id, data
 
 
 def _swap_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
@@ -207,7 +256,9 @@ def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> No
     op = Operation(op_id, REPAIR_KIND, REPAIR_KIND, timestamp,
                    tuple(retire_dangling(references, Stamp(op_id, timestamp, REPAIR_KIND))),
                    {"repair": "retired links and relations naming an entity the log never wrote", "retired": keys})
-    events = EventLog(directory, Manifest.load(directory).segment_bytes, writable=True, preallocate=False)
+    manifest = Manifest.load(directory)
+    events = EventLog(directory, manifest.segment_bytes, writable=True, preallocate=False,
+                      checksums=manifest.checksums)
     try:
         events.seek_end()
         events.append(encode_operation(op), op_id, sync=True)
@@ -219,7 +270,7 @@ def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> No
                  f"{op_id} (its rows stay in the log; once what it names is back, undo({op_id}) revives it)")
 
 
-def _replace_manifest(directory: Path, done: _Findings) -> None:
+def _replace_manifest(directory: Path, version: int, done: _Findings) -> None:
     path = directory / MANIFEST_NAME
     if path.exists():
         quarantine = directory / QUARANTINE_DIR
@@ -229,6 +280,6 @@ def _replace_manifest(directory: Path, done: _Findings) -> None:
         fsync_directory(quarantine)
         done.add("info", "quarantined", MANIFEST_NAME, None,
                  f"moved the unreadable manifest to {QUARANTINE_DIR}/{target.name}")
-    Manifest.new().save(directory)
+    dataclasses.replace(Manifest.new(), format=version).save(directory)
     done.add("info", "wrote-manifest", MANIFEST_NAME, None,
-             f"wrote a new manifest (format {FORMAT_VERSION}, default segment size)")
+             f"wrote a new manifest (format {version}, as the log is written; default segment size)")

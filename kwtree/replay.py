@@ -6,7 +6,9 @@ row raises before anything is applied), then applied. A trailing operation witho
 row is left unconsumed (a torn tail, or a write still in progress in another process).
 
 Out-of-order operation ids (logs merged from two branches) are detected, not handled here:
-the caller falls back to ``replay_sorted``, which orders whole operations by id.
+the caller falls back to ``replay_sorted``, which orders whole operations by id. A copy of
+an operation right after itself (a naive merge or copy of lines) is read and skipped here,
+so every replay applies an operation once, wherever its copies sit.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from typing import Any
 import orjson
 
 from kwtree.errors import CorruptLogError
-from kwtree.events import DECODERS, OP_ID_LENGTH, is_op_id
+from kwtree.events import DECODERS, is_op_id
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.state import State
 
-__all__ = ["Bound", "ChunkResult", "ChunkStatus", "parse_operations", "replay_chunk", "replay_sorted"]
+__all__ = [
+    "Bound", "ChunkResult", "ChunkStatus", "holds_an_end_row", "parse_operations", "replay_chunk", "replay_sorted",
+    "row_after_damage",
+]
 
 _PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
 
@@ -96,7 +101,8 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     have_root = ROOT_ID in state.keywords
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
-    current = ""
+    current = ""  # the operation whose rows are being read ("" between operations)
+    copy = False  # they are a copy of the operation applied just before
     pending: list[Entity] = []  # the decoded rows of the current operation
     done_lines = 0
     status = ChunkStatus.DONE
@@ -116,9 +122,10 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                     first_line + index - len(pending),
                     f"operation {current} has no end row before operation {op} starts",
                 )
-            if type(op) is not str or len(op) != OP_ID_LENGTH or not op.isalnum():
+            if not is_op_id(op):  # (verify's test too: 32 lowercase hex digits)
                 raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
-            if op <= last_op:
+            copy = op == last_op
+            if op <= last_op and not copy:
                 status = ChunkStatus.OUT_OF_ORDER
                 break
             if stop_op is not None and op > stop_op:
@@ -141,17 +148,56 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
         if "end" not in row:
             continue
         ts = _check_end(row["end"], current, len(pending), path, first_line + index)
+        done_lines = index + 1
+        current = ""
+        if copy:
+            pending = []
+            continue
         for entity in pending:
             put[type(entity)](state, entity)
         pending = []
-        done_lines = index + 1
-        last_op = current
+        last_op = op
         state.op_count += 1
-        state.last_op_id = current
+        state.last_op_id = op
         if ts > state.last_timestamp:
             state.last_timestamp = ts
     consumed = sum(map(len, lines[:done_lines])) + done_lines
     return ChunkResult(status, consumed, done_lines)
+
+
+_ROW_START = b'{"op":"'
+
+
+def row_after_damage(line: bytes) -> tuple[int, dict[str, Any] | None]:
+    """(where, row) of a readable row that makes up the end of a damaged ``line`` (one that
+    is not a row itself): what follows a zeroed block or a damaged newline that ended right
+    at a row's start. (-1, None) when there is none. A nested object (a before-image) never
+    passes for a row: it is followed by at least the closing brace of its row."""
+    at = line.find(_ROW_START, 1)
+    while at > 0:
+        try:
+            row = orjson.loads(line[at:])
+        except orjson.JSONDecodeError:
+            row = None
+        if type(row) is dict and is_op_id(row.get("op")):
+            return at, row
+        at = line.find(_ROW_START, at + 1)
+    return -1, None
+
+
+def holds_an_end_row(data: bytes) -> bool:
+    """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
+    marker: bytes after damage that complete an operation, which a torn write never leaves."""
+    for line in data.split(b"\n")[:-1]:
+        if b'"end":' not in line:
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            row = row_after_damage(line)[1]
+        if type(row) is dict and "end" in row and is_op_id(row.get("op")):
+            return True
+    return False
 
 
 @dataclass(slots=True)

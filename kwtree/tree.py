@@ -234,7 +234,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                 with self._lock:
                     manifest = apply_file_mode(directory, Manifest.load(directory), self._file_mode)
         self._file_mode = manifest.file_mode
-        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable)
+        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable,
+                             checksums=manifest.checksums)
         self._state = State()
         collecting = gc.isenabled()
         gc.disable()  # replay allocates millions of objects that never form cycles

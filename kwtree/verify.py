@@ -7,9 +7,10 @@ and never takes the writer lock (diskcache's ``Cache.check`` is the model). Seve
 
 - **error** — damage, or something that stops the directory from opening or gives wrong
   answers: an unreadable line, an operation missing rows in the middle of the log or at the
-  end of a sealed segment, an invalid op id, data hidden after a NUL byte, an operation before
-  the root, an unreadable manifest, a cache whose watermark names an operation the log lacks,
-  a link or relation naming an entity the log never wrote (kwtree.references).
+  end of a sealed segment, an invalid op id, a NUL byte or zeroed block that hides the
+  operations after it, an operation before the root, an unreadable manifest, a cache whose
+  watermark names an operation the log lacks, a link or relation naming an entity the log
+  never wrote (kwtree.references).
   ``repair`` fixes each of these (a manifest of a newer format excepted).
 - **warning** — what merged histories and crashes legitimately leave (DESIGN §3): a torn
   tail of the newest segment, copies of one operation, two rows with one stored version, moves
@@ -20,8 +21,10 @@ and never takes the writer lock (diskcache's ``Cache.check`` is the model). Seve
 Operation validity is decided by the same code replay uses (``replay_sorted``, one operation
 at a time, for the rows and the end marker; the same ``DECODERS`` for the before-images that
 history and undo read), so verify calls an operation damaged exactly when opening or
-``history`` would fail on it. Only the grouping of lines is done here, because replay stops at the first
-bad line and verify has to go on past it.
+``history`` would fail on it. Only the grouping of lines is done apart (kwtree.verify_segments, which
+also reads seal lines), because replay stops at the first bad line and verify has to go on past it.
+With format 2, the seal lines are checked here too: every named successor exists and every sealed
+segment still holds the bytes it was sealed with.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from kwtree.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from kwtree.events import DECODERS, is_op_id
+from kwtree.events import is_op_id
 from kwtree.indexes import CACHE_DIR
-from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
+from kwtree.models import ROOT_ID
 from kwtree.references import reference_findings
 from kwtree.replay import RawOperation, replay_sorted
 from kwtree.state import State
@@ -51,6 +54,13 @@ from kwtree.stores import logswap
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.verify_fulltext import check_fulltext
+from kwtree.verify_segments import (
+    Segment,
+    SegmentReader,
+    Validator,
+    scratch_state,
+    short,
+)
 
 __all__ = [
     "SEVERITIES",
@@ -171,228 +181,6 @@ class _Findings:
         return sorted(items, key=lambda f: rank[f.severity])  # stable: file order within a severity
 
 
-# --- reading segments -----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Span:
-    """A byte range of a segment that repair moves to quarantine."""
-
-    start: int
-    end: int
-    line: int  # of its first byte
-    last_line: int
-    kind: str  # "bad" (damaged lines), "tail" (incomplete end), "hidden" (after a NUL)
-    reason: str = ""
-
-
-@dataclass(slots=True)
-class _Segment:
-    name: str
-    rel: str  # "log/<name>.jsonl"
-    newest: bool
-    size: int = 0
-    data_end: int = 0
-    spans: list[_Span] = field(default_factory=list)
-
-
-class _Validator:
-    """Decides whether a complete group of rows is a valid operation, with replay's code, and
-    applies each valid one, in file order, to ``state``: for a log in op-id order (the usual
-    case) that is the state opening gives, so the log is not replayed twice."""
-
-    def __init__(self) -> None:
-        self.state = _scratch_state()
-
-    def problem(self, raw: RawOperation) -> tuple[int, str] | None:
-        """(line, message) of what makes ``raw`` unusable, or None (and it was applied)."""
-        found = _history_problem(raw)  # first: replay_sorted applies what it accepts
-        if found is not None:
-            return found
-        try:
-            replay_sorted(self.state, [raw])  # the rows and the end marker, as opening reads them
-        except CorruptLogError as exc:
-            return exc.line, exc.detail
-        return None
-
-
-def _history_problem(raw: RawOperation) -> tuple[int, str] | None:
-    """What in ``raw`` history() and undo() could not read though replay can: a before-image
-    (decoded by the same DECODERS) or an audit that is not an object."""
-    for offset, row in enumerate(raw.rows):
-        before, decode = row.get("before"), DECODERS.get(row.get("entity"))  # type: ignore[arg-type]
-        if before is None or decode is None:
-            continue  # (an unknown entity is replay's to report)
-        try:
-            decode(before, before["op"])
-        except (KeyError, TypeError, ValueError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            return raw.first_line + offset, (f"unreadable before-image ({detail}); history() and undo() "
-                                             "would fail on its operation")
-    end = raw.rows[-1]["end"]
-    audit = end.get("audit") if type(end) is dict else None
-    if audit and type(audit) is not dict:
-        return raw.first_line + len(raw.rows) - 1, "the end marker's audit is not an object"
-    return None
-
-
-def _root_keyword(op_id: str, timestamp: float) -> Keyword:
-    return Keyword(ROOT_ID, "root", (), None, "", EMPTY_METADATA, 1, timestamp, timestamp, False, op_id)
-
-
-def _scratch_state() -> State:
-    state = State()
-    state.put_keyword(_root_keyword("0" * 32, 0.0))
-    return state
-
-
-def _read_row(text: bytes) -> tuple[dict[str, Any] | None, str, str]:
-    """(the parsed row, "", ""), or (None, finding code, why the line is unusable)."""
-    try:
-        row = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        return None, "unreadable-row", f"unreadable row: {exc}"
-    if type(row) is not dict:
-        return None, "unreadable-row", f"not a row: a JSON {type(row).__name__}, not an object"
-    op = row.get("op")
-    if not is_op_id(op):
-        return None, "invalid-op-id", f"invalid operation id {_short(op)} (32 lowercase hex digits expected)"
-    return row, "", ""
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _SegmentReader:
-    """Groups the lines of one segment into complete, valid operations and damaged spans."""
-
-    def __init__(self, segment: _Segment, raw: bytes, validator: _Validator, findings: _Findings) -> None:
-        self.segment = segment
-        self.raw = raw
-        self.validator = validator
-        self.findings = findings
-        self.operations: list[RawOperation] = []
-        self._bad: list[tuple[int, int, int]] = []  # (start, end, line) of damaged lines
-        self._causes: list[tuple[int, str, str]] = []  # (line, code, message) of primary causes
-        self._group: list[tuple[int, int, int, dict[str, Any]]] = []  # (start, end, line, row)
-
-    def _lost_rows(self) -> bool:
-        """True if the line just before the current group was damaged (so the group may be
-        the rest of an operation whose first rows were lost: no cause of its own)."""
-        return bool(self._bad) and self._bad[-1][1] == self._group[0][0]
-
-    def _drop_group(self, code: str | None, message: str) -> None:
-        if code is not None and not self._lost_rows():
-            self._causes.append((self._group[0][2], code, message))
-        self._bad.extend((start, end, line) for start, end, line, _ in self._group)
-        self._group = []
-
-    def _complete(self) -> None:
-        group = self._group
-        rows = [row for _, _, _, row in group]
-        end = rows[-1]["end"]
-        announced = end.get("rows") if type(end) is dict else None
-        if self._lost_rows() and type(announced) is int and announced > len(rows):
-            self._drop_group(None, "")  # the rest of an operation that lost rows
-            return
-        raw = RawOperation(rows[0]["op"], rows, self.segment.rel, group[0][2])
-        problem = self.validator.problem(raw)
-        if problem is None:
-            self.operations.append(raw)
-            self._group = []
-            return
-        line, message = problem
-        self._causes.append((line, "invalid-operation", message))
-        self._bad.extend((start, stop, number) for start, stop, number, _ in group)
-        self._group = []
-
-    def read(self) -> None:
-        raw, segment = self.raw, self.segment
-        nul = raw.find(b"\0")
-        data_end = len(raw) if nul < 0 else nul
-        segment.size, segment.data_end = len(raw), data_end
-        pos, line = 0, 1
-        while pos < data_end:
-            newline = raw.find(b"\n", pos, data_end)
-            if newline < 0:
-                break
-            row, code, why = _read_row(raw[pos:newline])
-            if row is None:
-                if self._group:
-                    self._drop_group(None, "")  # the damaged line is the cause
-                self._bad.append((pos, newline + 1, line))
-                self._causes.append((line, code, why))
-            else:
-                if self._group and self._group[0][3]["op"] != row["op"]:
-                    current = self._group[0][3]["op"]
-                    self._drop_group("incomplete-operation",
-                                     f"operation {current} has no end row before operation {row['op']} starts")
-                self._group.append((pos, newline + 1, line, row))
-                if "end" in row:
-                    self._complete()
-            pos, line = newline + 1, line + 1
-        self._report_bad()
-        self._report_tail(pos, line, data_end)
-        self._report_hidden(data_end)
-
-    def _report_bad(self) -> None:
-        spans: list[_Span] = []
-        for start, end, line in self._bad:
-            if spans and spans[-1].end == start:
-                spans[-1].end, spans[-1].last_line = end, line
-            else:
-                spans.append(_Span(start, end, line, line, "bad"))
-        causes = sorted(self._causes)
-        for span in spans:
-            inside = [c for c in causes if span.line <= c[0] <= span.last_line] or [
-                (span.line, "unreadable-row", "damaged lines")
-            ]
-            lines = f"line {span.line}" if span.line == span.last_line else f"lines {span.line}-{span.last_line}"
-            span.reason = inside[0][2]
-            for index, (line, code, message) in enumerate(inside):
-                if index == 0:
-                    message += (f" ({lines}, {span.end - span.start} bytes, cannot be used: operations are kept "
-                                f"whole; `kwtree repair` moves them to {QUARANTINE_DIR}/)")
-                self.findings.add("error", code, self.segment.rel, line, message)
-        self.segment.spans.extend(spans)
-
-    def _report_tail(self, pos: int, line: int, data_end: int) -> None:
-        if not self._group and pos >= data_end:
-            return
-        start, first = (self._group[0][0], self._group[0][2]) if self._group else (pos, line)
-        size = data_end - start
-        segment = self.segment
-        if segment.newest:
-            reason = (f"an incomplete operation ({size} bytes from byte {start}) ends the newest segment: the torn "
-                      "write of a crashed writer (or a write in progress); readers ignore it, and `kwtree repair` "
-                      f"or the next write moves it to {QUARANTINE_DIR}/")
-            self.findings.add("warning", "torn-tail", segment.rel, first, reason)
-        else:
-            reason = (f"sealed segment ends with an incomplete operation ({size} bytes from byte {start}); "
-                      "opening fails on it")
-            self.findings.add("error", "sealed-tail", segment.rel, first, reason)
-        last = line if pos < data_end else line - 1
-        segment.spans.append(_Span(start, data_end, first, last, "tail", reason))
-
-    def _report_hidden(self, data_end: int) -> None:
-        raw, segment = self.raw, self.segment
-        if data_end >= len(raw):
-            return
-        content_end = len(raw.rstrip(b"\0"))
-        line = raw.count(b"\n", 0, data_end) + 1
-        if content_end > data_end:
-            reason = (f"{content_end - data_end} bytes after a NUL byte at byte {data_end}: readers stop at the first "
-                      "NUL (the end of the data), so kwtree never sees them")
-            self.findings.add("error", "hidden-bytes", segment.rel, line, reason)
-            segment.spans.append(_Span(data_end, content_end, line, raw.count(b"\n", 0, content_end) + 1,
-                                       "hidden", reason))
-        elif not segment.newest:
-            self.findings.add("info", "padding", segment.rel, None,
-                              f"sealed segment ends with {len(raw) - data_end} bytes of zero padding (harmless)")
-
-
 # --- the whole directory --------------------------------------------------------------------
 
 
@@ -411,12 +199,13 @@ class _Examination:
 
     directory: Path
     findings: _Findings
-    segments: list[_Segment] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     operations: list[RawOperation] = field(default_factory=list)  # distinct, in op-id order
     rows: int = 0
     bytes: int = 0
     manifest_problem: str | None = None  # "newer", "unreadable" or "missing"
     needs_root: bool = False
+    format: int = 0  # the manifest's (0 when unreadable)
     in_order: bool = True  # operations in the files in op-id order, no copies
     caches: list[_Cache] = field(default_factory=list)
     state: State | None = None  # the state replay gives (None if it could not be built)
@@ -441,6 +230,12 @@ def _clean_directory(path: object) -> Path:
 
 def _check_manifest(exam: _Examination) -> None:
     directory = exam.directory
+    exam.format = _manifest_format(directory)
+    if exam.format and exam.format < FORMAT_VERSION:
+        exam.findings.add("info", "old-format", MANIFEST_NAME, None,
+                          f"the directory uses format {exam.format}: its operations carry no checksums and its "
+                          f"segments no seals, so changed bytes and missing segments go unnoticed; "
+                          f"`kwtree upgrade {directory}` moves it to format {FORMAT_VERSION}")
     if not (directory / MANIFEST_NAME).exists():
         exam.manifest_problem = "missing"
         exam.findings.add("error", "manifest", MANIFEST_NAME, None,
@@ -511,23 +306,59 @@ def _list_segments(exam: _Examination) -> list[str]:
     return names
 
 
-def _read_log(exam: _Examination, validator: _Validator) -> list[RawOperation]:
+def _read_log(exam: _Examination, validator: Validator) -> list[RawOperation]:
     """Read every segment; returns the valid complete operations in file order."""
     names = _list_segments(exam)
     found: list[RawOperation] = []
     for index, name in enumerate(names):
-        segment = _Segment(name, f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}", newest=index == len(names) - 1)
+        segment = Segment(name, f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}", newest=index == len(names) - 1)
         exam.segments.append(segment)
         try:
             raw = (exam.directory / segment.rel).read_bytes()
         except OSError as exc:
             exam.findings.add("error", "unreadable-file", segment.rel, None, f"cannot read the segment: {exc}")
             continue
-        reader = _SegmentReader(segment, raw, validator, exam.findings)
+        reader = SegmentReader(segment, raw, validator, exam.findings, checksums=exam.format >= 2)
         reader.read()
         exam.bytes += segment.data_end
         found.extend(reader.operations)
     return found
+
+
+def _check_chain(exam: _Examination) -> None:
+    """The seal lines (format 2): each sealed segment's successor exists — else a segment
+    is missing, the newest one too — and its bytes are those it was sealed with."""
+    findings = exam.findings
+    names = {segment.name for segment in exam.segments}
+    for segment in exam.segments:
+        line = segment.seals_line
+        for seal in segment.seals:
+            successor = seal["next"]
+            if successor not in names:
+                findings.add("error", "missing-segment", segment.rel, line,
+                             f"the segment's seal names its successor {LOG_DIR}/{successor}{SEGMENT_SUFFIX}, which is "
+                             "missing: the operations it held are lost (a deleted file, a partial copy or restore); put "
+                             "it back from a backup or snapshot, or let `kwtree repair` accept the loss")
+            if seal["bytes"] == segment.seals_at and seal["crc"] == segment.crc:
+                continue
+            if segment.seals_at > seal["bytes"]:
+                findings.add("warning", "sealed-grew", segment.rel, line,
+                             f"the segment holds {segment.seals_at} bytes of operations, {seal['bytes']} when it was "
+                             "sealed: a merge of two branches added operations to it (replay reads them all)")
+            else:
+                findings.add("error", "sealed-changed", segment.rel, line,
+                             f"the segment holds {segment.seals_at} bytes of operations with CRC-32 {segment.crc}; it was "
+                             f"sealed with {seal['bytes']} bytes and CRC-32 {seal['crc']}: bytes were lost or changed "
+                             "since (operations may be missing); `kwtree repair` seals what is left")
+        successors = sorted({seal["next"] for seal in segment.seals})
+        if len(successors) > 1:
+            findings.add("warning", "segment-fork", segment.rel, line,
+                         f"two branches each started a new segment after this one ({', '.join(successors)}) and were "
+                         "merged: replay reads both")
+        if exam.format >= 2 and not segment.seals and not segment.newest:
+            findings.add("warning", "unsealed", segment.rel, None,
+                         "a segment that is not the newest has no seal line: a writer stopped between starting the "
+                         "next segment and sealing this one, or a branch's newest segment came in by a merge")
 
 
 def _check_operations(exam: _Examination, found: list[RawOperation]) -> None:
@@ -613,13 +444,13 @@ def _check_versions(exam: _Examination) -> dict[str, tuple[str | None, bool]]:
     return parents
 
 
-def _replay(exam: _Examination, validator: _Validator) -> State | None:
+def _replay(exam: _Examination, validator: Validator) -> State | None:
     """The state replay gives, with a root in place first: so the first operation may hold
     more than the root (as a compacted log's does), and a log that needs a root is checked as
     it will be once repair has written one."""
     if exam.in_order:
         return validator.state  # it applied the operations in op-id order already
-    state = _scratch_state()
+    state = scratch_state()
     try:
         replay_sorted(state, exam.operations)
     except CorruptLogError as exc:  # not expected: every operation was validated alone
@@ -717,7 +548,7 @@ def _check_caches(exam: _Examination) -> None:
             continue
         watermark = cache.watermark
         if not is_op_id(watermark):
-            cache.problem = f"its watermark {_short(watermark)} is not an op id"
+            cache.problem = f"its watermark {short(watermark)} is not an op id"
         elif watermark not in known:
             cache.problem = (f"its watermark {watermark} names an operation that is not in the log (the log was "
                              "replaced, cut or repaired under it)")
@@ -755,8 +586,9 @@ def _examine(directory: Path) -> _Examination:
     if exam.manifest_problem == "newer":
         return exam  # another format: its log is not ours to judge
     _read_caches(exam)
-    validator = _Validator()
+    validator = Validator()
     found = _read_log(exam, validator)
+    _check_chain(exam)
     _check_operations(exam, found)
     stored = _check_versions(exam)
     state = exam.state = _replay(exam, validator)

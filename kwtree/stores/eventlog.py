@@ -13,6 +13,21 @@ byte (JSON rows never contain one). The padding is trimmed when a segment is sea
 a writer closes, so it never reaches git, snapshots or exports; a crash can leave padding,
 which readers treat as the end of the log and the next writer reuses.
 
+A NUL byte can also be damage (a zeroed disk block, a flipped byte) hiding whole operations
+after it, so only padding may follow the first NUL: ``hidden_bytes`` returns what else does.
+Before every write that check is cheap — the bytes that came with the last read (4 KiB),
+and the file size, which a preallocating writer keeps at most ``PREALLOCATE_BYTES`` past the
+data — and it reads the whole rest of the segment at open, in sealed segments and after a
+partial operation. The follower decides whether hidden bytes are a torn tail or damage.
+
+In format 2 (``checksums``) every appended operation gets a checksum in its end marker,
+and sealing ends a segment with a **seal line**, ``{"seal":{"next":<next segment>,"bytes":
+<data bytes before it>,"crc":<their CRC-32>}}``, written once the first operation of the
+next segment is durable (a crash in between leaves a full segment without a seal, which
+``verify`` reports as a warning). A seal is not an operation: readers leave seal lines out
+of the data they return, and ``verify`` checks that the named successor exists (else a
+segment is missing, the newest one included) and that the sealed bytes are unchanged.
+
 Appends, sealing, trimming and quarantining happen only under the writer lock, which the
 caller holds; reads never lock.
 """
@@ -21,14 +36,27 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kwtree.errors import FormatError, storage_error
-from kwtree.events import is_op_id
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, mode_in, open_file, read_until_nul
+import orjson
 
-__all__ = ["LOG_DIR", "QUARANTINE_DIR", "EventLog", "Pending"]
+from kwtree.errors import FormatError, StorageError, storage_error
+from kwtree.events import is_op_id, with_checksum
+from kwtree.stores.files import (
+    PRIVATE_FILE_MODE,
+    fsync_directory,
+    make_dir,
+    mode_in,
+    open_file,
+    read_after,
+    read_data,
+    read_until_nul,
+)
+from kwtree.stores.manifest import Manifest
+
+__all__ = ["LOG_DIR", "QUARANTINE_DIR", "SEAL_PREFIX", "EventLog", "Pending", "encode_seal", "seals_start"]
 
 log = logging.getLogger("kwtree.log")
 
@@ -37,6 +65,28 @@ QUARANTINE_DIR = "quarantine"
 SEGMENT_SUFFIX = ".jsonl"
 PREALLOCATE_BYTES = 1 << 20
 _ZEROS = bytes(PREALLOCATE_BYTES)
+
+
+SEAL_PREFIX = b'{"seal":'
+
+
+def seals_start(data: bytes) -> int:
+    """Where the seal lines at the end of ``data`` begin (``len(data)`` when there are none).
+    A partial last line that starts like a seal counts: it is a seal being written."""
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        if not data.startswith(SEAL_PREFIX, start):
+            break
+        end = start
+    return end
+
+
+def encode_seal(data: bytes, next_segment: str) -> bytes:
+    """The seal line of a segment holding ``data`` (seal lines excluded) whose successor is
+    ``next_segment``."""
+    body = orjson.dumps({"seal": {"next": next_segment, "bytes": len(data), "crc": zlib.crc32(data)}})
+    return body + b"\n"
 
 
 def segment_names(log_dir: Path | int) -> list[str]:
@@ -65,10 +115,15 @@ class EventLog:
     whole operation the caller consumed. ``writable`` trees open segments read-write.
     """
 
-    def __init__(self, directory: Path, segment_bytes: int, *, writable: bool, preallocate: bool) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int, *, writable: bool, preallocate: bool, checksums: bool,
+    ) -> None:
         self.log_dir = directory / LOG_DIR
         self.quarantine_dir = directory / QUARANTINE_DIR
         self.segment_bytes = segment_bytes
+        # Format 2 (the manifest's ``checksums``): checksums in end markers, seal lines. No
+        # default: every writer must write the directory's own format.
+        self.checksums = checksums
         self.writable = writable
         self.preallocate = preallocate and writable
         # Segments are opened relative to this descriptor of the log directory, so a reader
@@ -83,6 +138,10 @@ class EventLog:
         self._offset = 0
         self._line = 1
         self._data_end = 0  # end of the bytes last read from the current segment
+        self._rest = b""  # what the last read found after them, from the NUL on
+        self._seal_bytes = 0  # seal lines right after them
+        self._seals = b""  # (their bytes)
+        self._hidden = 0  # non-padding bytes found after that NUL (a torn tail: see hidden_bytes)
         self._fd = -1
         self._fd_index = -1
         self._path_str: str | None = None
@@ -112,9 +171,14 @@ class EventLog:
             return True
 
     def reattach(self) -> None:
-        """Read the current ``log/`` directory from its start (after ``rewritten``)."""
+        """Read the current ``log/`` directory from its start (after ``rewritten``), in the
+        format the manifest names now (``kwtree upgrade`` replaces the log too)."""
         self._close_fd()
         self._attach()
+        try:
+            self.checksums = Manifest.load(self.log_dir.parent).checksums
+        except FormatError:
+            pass  # (the directory is being replaced: the next look decides)
         self._allocated = 0
         self.rewind()
 
@@ -124,7 +188,8 @@ class EventLog:
         self._segments = segment_names(self._dir_fd)
         self._index = len(self._segments) - 1
         data = read_until_nul(self._descriptor(), 0) if self._segments else b""
-        self._offset = self._data_end = len(data)
+        self._offset = self._data_end = seals_start(data)
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
         self._line = data.count(b"\n") + 1
 
     # --- position and reading --------------------------------------------------------------
@@ -162,9 +227,50 @@ class EventLog:
             self._segments = segment_names(self._dir_fd)  # another process may have started the log
             if not self._segments:
                 return None
-        data = read_until_nul(self._descriptor(), self._offset)
+        data, self._rest = read_data(self._descriptor(), self._offset)
+        cut = seals_start(data) if data else 0
+        self._seal_bytes = len(data) - cut
+        if self._seal_bytes:
+            data, self._seals = data[:cut], data[cut:]
         self._data_end = self._offset + len(data)
+        self._hidden = 0
         return Pending(self._path_text(), self._line, data)
+
+    def clean_end(self) -> bool:
+        """True in the common case before a write: the last read was consumed whole and only
+        zero padding (by the cheap test of ``hidden_bytes``) or nothing follows it."""
+        if self._data_end != self._offset or self._seal_bytes:
+            return False
+        rest = self._rest
+        if not rest:
+            return True
+        return (self._index == len(self._segments) - 1 and _ZEROS.startswith(rest)
+                and self._allocated - PREALLOCATE_BYTES <= self._data_end)
+
+    def hidden_bytes(self, *, thorough: bool) -> bytes:
+        """The bytes after the NUL that ended the last read, up to the segment's last non-NUL
+        byte: b"" when only zero padding follows the data (or nothing does). Counted in
+        ``unconsumed_bytes`` until the next read (a writer quarantines them with the rest
+        of a torn tail).
+
+        Not ``thorough``: only what the last read brought and the file size are looked at.
+        ``clean_end`` is that check before every write, with the size this writer last gave
+        or saw the file instead of an ``fstat`` (which cost 7 µs a write here). A reader
+        racing a writer may glimpse a later block of a write before an earlier one; the data
+        is read again to tell that from damage.
+        """
+        rest = self._rest
+        if not rest:
+            return b""
+        fd = self._descriptor()
+        size = max(self._allocated, os.fstat(fd).st_size)
+        if not thorough and _ZEROS.startswith(rest) and size - PREALLOCATE_BYTES <= self._data_end:
+            return b""
+        hidden = read_after(fd, self._data_end + self._seal_bytes)
+        if hidden and self._offset + len(read_until_nul(fd, self._offset)) != self._data_end + self._seal_bytes:
+            return b""  # a write in progress moved the end of the data: read it next time
+        self._hidden = len(hidden)
+        return hidden
 
     def advance(self, nbytes: int, nlines: int) -> None:
         """Move the read position past ``nbytes`` (``nlines`` lines) of consumed operations."""
@@ -175,25 +281,42 @@ class EventLog:
         """Move the read position back to the start of the oldest segment."""
         self._segments = segment_names(self._dir_fd)
         self._index, self._offset, self._line, self._data_end = 0, 0, 1, 0
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
+
+    def missing_successors(self) -> list[str]:
+        """The segments that the seal lines found by the last read name as successors but
+        the log directory lacks (operations lost with them)."""
+        if not self._seal_bytes:
+            return []
+        named = []
+        for line in self._seals.split(b"\n")[:-1]:
+            try:
+                named.append(orjson.loads(line)["seal"]["next"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue  # an unreadable seal: verify reports it
+        if any(name not in self._segments for name in named):
+            self._segments = segment_names(self._dir_fd)  # it may have been created since the listing
+        return [name for name in named if name not in self._segments]
 
     @property
     def on_last_segment(self) -> bool:
         return self._index >= len(self._segments) - 1
 
     def read_segment(self, index: int) -> tuple[str, bytes]:
-        """(path, data) of a whole segment, padding excluded."""
+        """(path, data) of a whole segment, padding and seal lines excluded."""
         path = self._path(index)
         fd = os.open(self._segments[index] + SEGMENT_SUFFIX, os.O_RDONLY, dir_fd=self._dir_fd)
         try:
-            return str(path), read_until_nul(fd, 0)
+            data = read_until_nul(fd, 0)
         finally:
             os.close(fd)
+        return str(path), data[:seals_start(data)]
 
     @property
     def unconsumed_bytes(self) -> int:
-        """Bytes after the position in the current segment at the last read (a torn or
-        in-progress operation when non-zero)."""
-        return self._data_end - self._offset
+        """Bytes after the position in the current segment at the last read, with those
+        ``hidden_bytes`` found (a torn or in-progress operation when non-zero)."""
+        return self._data_end - self._offset + self._hidden
 
     def next_segment(self) -> bool:
         """Move to the next segment if there is one; the current one must be fully consumed.
@@ -206,6 +329,7 @@ class EventLog:
             return False
         self._index += 1
         self._offset, self._line, self._data_end = 0, 1, 0
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
         return True
 
     @property
@@ -233,9 +357,13 @@ class EventLog:
         Raises StorageError (DiskFullError when the disk is full), with nothing committed, if
         the write or the sync fails.
         """
-        if self._data_end > self._offset:
+        if self.unconsumed_bytes:
             self.quarantine_tail()
+        if self.checksums:
+            data = with_checksum(data)
+        sealing = -1
         if not self._segments or self._offset >= self.segment_bytes:
+            sealing = self._index if self._segments else -1
             try:
                 self._start_segment(first_op_id, sync=sync)
             except OSError as exc:
@@ -264,6 +392,29 @@ class EventLog:
             raise storage_error(f"could not append to {self._path(self._index)}", exc, self._path(self._index)) from exc
         self._offset = self._data_end = pos + len(data)
         self._line += data.count(b"\n")
+        if sealing >= 0 and self.checksums:
+            self._seal(sealing, first_op_id, sync=sync)
+
+    def _seal(self, index: int, next_segment: str, *, sync: bool) -> None:
+        """End segment ``index`` with its seal line, after the first operation of its successor
+        is durable. That operation is acknowledged already, so a failure is only logged: the
+        segment stays unsealed (a warning in verify)."""
+        name = self._segments[index] + SEGMENT_SUFFIX
+        try:
+            fd = os.open(name, os.O_RDWR, dir_fd=self._dir_fd)
+            try:
+                data = read_until_nul(fd, 0)
+                data = data[:seals_start(data)]
+                seal = encode_seal(data, next_segment)
+                if os.pwrite(fd, seal, len(data)) != len(seal):
+                    raise OSError("short write")
+                os.ftruncate(fd, len(data) + len(seal))
+                if sync:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("could not seal %s (its successor %s is written): %s", self.log_dir / name, next_segment, exc)
 
     def _discard_from(self, pos: int) -> None:
         """Best effort after a failed append: drop what it may have written."""
@@ -284,6 +435,7 @@ class EventLog:
         self._segments.append(name)
         self._index = len(self._segments) - 1
         self._offset, self._line, self._data_end = 0, 1, 0
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
         self._allocated = 0
 
     def quarantine_tail(self) -> None:
@@ -307,6 +459,7 @@ class EventLog:
         os.ftruncate(fd, self._offset)
         os.fsync(fd)
         self._data_end = self._offset
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
         self._allocated = self._offset
 
     def _trim(self, fd: int, data_end: int) -> None:

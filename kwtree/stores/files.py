@@ -19,7 +19,7 @@ from pathlib import Path
 
 __all__ = [
     "LOW_SPACE_BYTES", "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "low_on_space", "make_dir", "mode_in",
-    "open_file", "read_until_nul", "write_all", "write_atomically", "write_new_file",
+    "open_file", "read_after", "read_data", "read_until_nul", "write_all", "write_atomically", "write_new_file",
 ]
 
 #: Free bytes below which a write that failed without an errno (tantivy and hnswlib report
@@ -135,8 +135,15 @@ def read_until_nul(fd: int, offset: int) -> bytes:
 
     Log rows never contain NUL (JSON escapes it), so a NUL marks preallocated space.
     """
+    return read_data(fd, offset)[0]
+
+
+def read_data(fd: int, offset: int) -> tuple[bytes, bytes]:
+    """``read_until_nul``, and the rest of the last block it read, from the NUL on (b"" when
+    the file ended first): what follows the data, for a caller that checks it is padding."""
     parts = []
     size = 1 << 12  # small first: usually nothing new follows, or one operation does
+    rest = b""
     while True:
         buf = os.pread(fd, size, offset)
         if not buf:
@@ -144,11 +151,25 @@ def read_until_nul(fd: int, offset: int) -> bytes:
         nul = buf.find(b"\0")
         if nul >= 0:
             parts.append(buf[:nul])
+            rest = buf[nul:]
             break
         parts.append(buf)
         offset += len(buf)
         size = min(size * 4, 1 << 26)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), rest
+
+
+def read_after(fd: int, offset: int) -> bytes:
+    """The bytes of ``fd`` from ``offset`` up to its last non-NUL byte (b"" if only NUL
+    bytes follow): data that zero padding or damage hides from ``read_until_nul``."""
+    parts = []
+    while True:
+        buf = os.pread(fd, 1 << 20, offset)
+        if not buf:
+            break
+        parts.append(buf)
+        offset += len(buf)
+    return b"".join(parts).rstrip(b"\0")
 
 
 def low_on_space(path: Path) -> bool:

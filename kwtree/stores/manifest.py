@@ -1,7 +1,12 @@
 """The manifest of a data directory: format version, creation time, replica id, the
 segment size every writer of the directory rotates at, and the mode of the files every
 writer creates (``file_mode``; absent in manifests written before it existed, which means
-the private default)."""
+the private default).
+
+Formats (docs/log-format.md): 1 — the original rows; 2 — every end marker carries a
+checksum of its operation and every sealed segment ends with a seal line naming its
+successor. kwtree reads and writes both, each in its own format, and moves a directory from
+1 to 2 only through ``kwtree upgrade`` (DESIGN §3: never silently)."""
 
 from __future__ import annotations
 
@@ -15,9 +20,10 @@ import orjson
 from kwtree.errors import FormatError
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomically
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "Manifest", "is_file_mode"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "OLDEST_FORMAT", "Manifest", "is_file_mode"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLDEST_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
 DEFAULT_SEGMENT_BYTES = 64 << 20
 
@@ -35,6 +41,11 @@ class Manifest:
     replica_id: str
     segment_bytes: int
     file_mode: int = PRIVATE_FILE_MODE
+
+    @property
+    def checksums(self) -> bool:
+        """True when the log carries checksums and seals (format 2 and later)."""
+        return self.format >= 2
 
     @classmethod
     def new(cls, segment_bytes: int | None = None, file_mode: int | None = None) -> Manifest:
@@ -54,10 +65,8 @@ class Manifest:
                 f"{directory} was written by a newer kwtree (format {found}); "
                 f"this version reads format {FORMAT_VERSION}: upgrade kwtree"
             )
-        if found < FORMAT_VERSION:  # pragma: no cover - there is no older format yet
-            raise FormatError(
-                f"{directory} uses the older format {found}; run `kwtree upgrade {directory}` first"
-            )
+        if found < OLDEST_FORMAT:
+            raise FormatError(f"{path} names format {found}, which no kwtree ever wrote; restore it from a backup")
         try:
             manifest = cls(found, float(raw["created_at"]), str(raw["replica_id"]), int(raw["segment_bytes"]),
                            raw.get("file_mode", PRIVATE_FILE_MODE))

@@ -64,7 +64,12 @@ from kwtree.stores import leftovers
 from kwtree.stores.files import PRIVATE_FILE_MODE, dir_mode, fsync_directory, open_file, read_until_nul, write_all
 from kwtree.stores.leftovers import ASIDE_TAG, STAGING_TAG
 from kwtree.stores.lock import LOCK_NAME, WriterLock
-from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.stores.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    OLDEST_FORMAT,
+    Manifest,
+)
 from kwtree.validate import clean_seconds
 
 __all__ = [
@@ -194,7 +199,7 @@ class Capture:
         header = {
             "kind": SNAPSHOT_KIND,
             "format": SNAPSHOT_FORMAT,
-            "tree_format": FORMAT_VERSION,
+            "tree_format": orjson.loads(self.manifest).get("format", FORMAT_VERSION),
             "created_at": time.time(),
             "source": str(self.directory.resolve()),
             **facts,
@@ -443,9 +448,10 @@ def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
         raise FormatError(f"{bad} bad snapshot format {found!r}")
     if found > SNAPSHOT_FORMAT:
         raise FormatError(f"{archive} was written by a newer kwtree (snapshot format {found}); upgrade kwtree to restore it")
-    if header.get("tree_format") != FORMAT_VERSION:
-        raise FormatError(f"{archive} holds a tree of format {header.get('tree_format')!r}; "
-                          f"this kwtree reads format {FORMAT_VERSION}")
+    tree_format = header.get("tree_format")
+    if type(tree_format) is not int or not OLDEST_FORMAT <= tree_format <= FORMAT_VERSION:
+        raise FormatError(f"{archive} holds a tree of format {tree_format!r}; "
+                          f"this kwtree reads formats {OLDEST_FORMAT} to {FORMAT_VERSION}")
     last = header.get("last_op_id")
     counts = header.get("counts")
     if not (last is None or is_op_id(last)) or type(counts) is not dict or any(
@@ -610,7 +616,9 @@ def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> No
 
 def _replay(directory: Path, snapshot: object) -> State:
     """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
-    events = EventLog(directory, Manifest.load(directory).segment_bytes, writable=False, preallocate=False)
+    manifest = Manifest.load(directory)
+    events = EventLog(directory, manifest.segment_bytes, writable=False, preallocate=False,
+                      checksums=manifest.checksums)
     collecting = gc.isenabled()
     gc.disable()  # as at open: replay allocates millions of objects that never form cycles
     try:
