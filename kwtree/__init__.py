@@ -16,6 +16,7 @@ from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
+    LimitExceededError,
     LLMError,
     LLMResponseError,
     LLMTimeoutError,
@@ -28,6 +29,7 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
+from kwtree.limits import Limits
 from kwtree.models import (
     ROOT_ID,
     Change,
@@ -66,6 +68,8 @@ __all__ = [
     "Keyword",
     "KeywordTree",
     "KwtreeError",
+    "LimitExceededError",
+    "Limits",
     "LLMError",
     "LLMResponseError",
     "LLMTimeoutError",

@@ -10,6 +10,7 @@ file-level work lives in ``kwtree.compaction`` and ``kwtree.stores.logswap``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -27,7 +28,7 @@ from kwtree.compaction import (
     history_operations,
 )
 from kwtree.embed import Embedder
-from kwtree.errors import StorageError
+from kwtree.errors import InvalidInputError, StorageError
 from kwtree.follower import follow
 from kwtree.indexes import Indexes
 from kwtree.repair import repair_under_lock
@@ -36,7 +37,7 @@ from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores import snapshot as snapshots
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
-from kwtree.validate import clean_choice, clean_flag
+from kwtree.validate import clean_choice, clean_flag, clean_path
 from kwtree.verify import Report, verify_directory
 
 __all__ = ["MaintenanceMethods"]
@@ -307,6 +308,12 @@ class MaintenanceMethods:
         checked first: InvalidInputError names the JSON path of the first problem, a missing
         file raises NotFoundError, a ``data_dir`` that is not new or empty InvalidInputError;
         then nothing is written. If the write fails, what the import created is removed."""
+        known = inspect.signature(cls).parameters
+        unknown = sorted(str(name) for name in options if name == "data_dir" or name not in known)
+        if unknown:
+            raise InvalidInputError(f"import_json got unknown option(s) {', '.join(unknown)}; the options are "
+                                    f"KeywordTree's: {', '.join(name for name in known if name != 'data_dir')}")
+        clean_path(data_dir, "data_dir")
         plan = exporting.read_export(path)
         was_new = exporting.prepare_import_target(data_dir)
         tree = cls(data_dir, **options)

@@ -63,7 +63,7 @@ from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
 from kwtree.stores.files import fsync_directory, read_until_nul, write_all
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
-from kwtree.validate import clean_seconds
+from kwtree.validate import clean_path, clean_seconds
 
 __all__ = [
     "COUNT_KEYS",
@@ -120,9 +120,7 @@ def clean_target(directory: Path, path: object) -> Path | None:
     """
     if path is None:
         return None
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidInputError(f"path must be a non-empty file path (str or os.PathLike), got {path!r}")
-    target = Path(os.path.abspath(os.fspath(path)))
+    target = Path(os.path.abspath(clean_path(path, "path")))
     home, where = directory.resolve(), target.parent.resolve()
     if home == where or home in where.parents:
         raise InvalidInputError(
@@ -399,9 +397,7 @@ def _unlink(path: Path) -> None:
 
 
 def _archive_path(snapshot: object) -> Path:
-    if not isinstance(snapshot, (str, os.PathLike)) or not os.fspath(snapshot):
-        raise InvalidInputError(f"snapshot must be the path of a snapshot file (str or os.PathLike), got {snapshot!r}")
-    path = Path(os.fspath(snapshot))
+    path = clean_path(snapshot, "snapshot")
     if not path.exists():
         raise NotFoundError(f"no snapshot file {path}")
     if not path.is_file():
