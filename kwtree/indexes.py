@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kwtree.embed import Embedder, content_hash, embed_queries
+from kwtree.embed import Embedder, content_hash, embed_documents, embed_queries
 from kwtree.errors import ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import Item, Outbox, run_worker
@@ -271,11 +271,11 @@ class Indexes:
         if not texts:
             return result
         try:
-            self._vectors.add(keys, self._embedder.embed(texts))
+            self._vectors.add(keys, embed_documents(self._embedder, texts))
         except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
             for key, text in zip(keys, texts, strict=True):
                 try:
-                    self._vectors.add([key], self._embedder.embed([text]))
+                    self._vectors.add([key], embed_documents(self._embedder, [text]))
                 except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
                     result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
         return result

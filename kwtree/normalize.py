@@ -85,14 +85,18 @@ _STEMMER = snowballstemmer.stemmer("english")
 _STEMMER_LOCK = threading.Lock()  # a Snowball stemmer keeps its word in its own fields
 _STEMS: dict[str, str] = {}
 _STEMS_LIMIT = 200_000
+#: Longer words are not stemmed: no English word is this long, and the Snowball stemmer's
+#: time grows with the square of a word's length (a 1 MB word took minutes).
+_MAX_STEM_CHARS = 64
 
 
 def _stem(word: str) -> str:
-    """The English (Porter2) stem of an ASCII word of four or more letters; others unchanged."""
+    """The English (Porter2) stem of an ASCII word of 4 to ``_MAX_STEM_CHARS`` letters;
+    others unchanged."""
     found = _STEMS.get(word)
     if found is not None:
         return found
-    if len(word) <= 3 or not word.isascii() or not word.isalpha():
+    if not 3 < len(word) <= _MAX_STEM_CHARS or not word.isascii() or not word.isalpha():
         return word
     with _STEMMER_LOCK:
         found = _STEMMER.stemWord(word)
