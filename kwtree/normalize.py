@@ -16,6 +16,8 @@ import unicodedata
 
 import snowballstemmer
 
+from kwtree.errors import InvalidInputError
+
 __all__ = ["CJK_CHARS", "STOPWORDS", "normalize_name", "terms", "tokenize"]
 
 _DROP_CATEGORIES = ("P", "Z", "C")
@@ -23,7 +25,10 @@ _ASCII_DROP = bytes(c for c in range(128) if unicodedata.category(chr(c))[0] in 
 
 
 def normalize_name(text: str) -> str:
-    """Return the lookup key of a keyword name or alias (may be empty for e.g. ``"..."``)."""
+    """Return the lookup key of a keyword name or alias (may be empty for e.g. ``"..."``).
+    Raises InvalidInputError if ``text`` is not a string."""
+    if type(text) is not str and not isinstance(text, str):
+        raise InvalidInputError(f"normalize_name takes a string, got {type(text).__name__}")
     if text.isascii():
         # Fast paths, same result as the general one: NFKC and casefold are identities on
         # ASCII except for case, and _ASCII_DROP is exactly ASCII's P*, Z* and C* characters.

@@ -48,6 +48,7 @@ from kwtree.state import State
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.validate import clean_path
 
 __all__ = [
     "SEVERITIES",
@@ -423,9 +424,7 @@ class _Examination:
 
 
 def _clean_directory(path: object) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidInputError(f"path must be a directory path (str or os.PathLike), got {type(path).__name__}")
-    directory = Path(path)
+    directory = clean_path(path, "path")
     if not directory.exists():
         raise NotFoundError(f"{directory} does not exist; pass the data directory of a tree")
     if not directory.is_dir():

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from helpers import log_bytes, snapshot
 
+import kwtree
 from kwtree import (
     InvalidInputError,
     KeywordTree,
+    KwtreeError,
     LimitExceededError,
     Limits,
     StorageError,
@@ -341,3 +343,22 @@ def test_the_cli_says_which_limit_refused_a_value(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: content of new info" in err and "1,048,577 bytes is over the limit of 1,048,576 bytes" in err
     assert "hint: the kwtree command uses the default limits" in err
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: kwtree.verify_directory(p), lambda p: kwtree.repair_directory(p),
+    lambda p: kwtree.restore(p, "restored"), lambda p: kwtree.restore("x.kwsnap", p),
+])
+@pytest.mark.parametrize("path", [123, None, "n" * 300, "a\0b", "\ud800"])
+def test_the_package_functions_refuse_what_is_not_a_path(call, path, tmp_path, monkeypatch):
+    # Before: OSError (name too long) from verify_directory and repair_directory, ValueError
+    # (NUL byte) from restore's data_dir.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KwtreeError):
+        call(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_normalize_name_refuses_what_is_not_a_string():
+    with pytest.raises(InvalidInputError, match="normalize_name takes a string, got int"):
+        kwtree.normalize_name(123)  # AttributeError before

@@ -25,6 +25,7 @@ from helpers import log_bytes, snapshot
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kwtree
 from kwtree import KeywordTree, KwtreeError, Limits, RelationType
 from kwtree.agent.clients import StubLLMClient
 from kwtree.embed import HashEmbedder
@@ -485,3 +486,54 @@ def test_hostile_limits_raise_kwtree_errors(values):
     except KwtreeError:
         return
     assert all(type(getattr(limits, key)) is int and getattr(limits, key) >= 1 for key in values)
+
+
+# --- the package's public functions -------------------------------------------------------
+
+#: Every public function of the kwtree package -> its parameters' strategies (world -> {name: strategy}).
+FUNCTIONS: dict[str, Any] = {
+    "normalize_name": lambda world: {"text": WORDS},
+    "verify_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)])},
+    "repair_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
+                                       "lock_timeout": st.floats(0, 1)},
+    "restore": lambda world: {"snapshot": _snapshot_files(world),
+                              "data_dir": st.sampled_from([str(world.scratch / "restored"), str(world.directory)]),
+                              "lock_timeout": st.floats(0, 1)},
+}
+PUBLIC_FUNCTIONS = sorted(name for name in kwtree.__all__ if inspect.isfunction(getattr(kwtree, name)))
+
+
+def test_every_public_function_has_a_fuzz_strategy(tmp_path):
+    world = build_world(tmp_path)
+    world.tree.close()
+    assert PUBLIC_FUNCTIONS == sorted(FUNCTIONS), "add a strategy to FUNCTIONS for each public function"
+    for name in PUBLIC_FUNCTIONS:
+        parameters = inspect.signature(getattr(kwtree, name)).parameters
+        assert sorted(parameters) == sorted(FUNCTIONS[name](world)), f"{name}'s parameters and strategies differ"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_hostile_arguments_to_public_functions_raise_kwtree_errors(name, tmp_path, monkeypatch):
+    world = build_world(tmp_path)
+    world.tree.close()
+    monkeypatch.chdir(world.scratch)
+    function = getattr(kwtree, name)
+    strategies = FUNCTIONS[name](world)
+    parameters = list(inspect.signature(function).parameters.values())
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        kwargs: dict[str, Any] = {}
+        for p in parameters:
+            if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
+                continue
+            hostile = PATH_HOSTILE if p.name in ("path", "snapshot", "data_dir") else HOSTILE
+            kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+        before_log = log_bytes(world.directory)
+        try:
+            function(**kwargs)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log
+
+    run()

@@ -700,10 +700,8 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
     altered, unsafe or truncated; ``data_dir`` not empty and not a tree), LockTimeoutError,
     StorageError.
     """
-    if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir):
-        raise InvalidInputError(f"data_dir must be a directory path (str or os.PathLike), got {data_dir!r}")
+    target = clean_path(data_dir, "data_dir")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
-    target = Path(data_dir)
     _archive_path(snapshot)
     replacing = target_replaces(target)
     created = _missing_parents(target)
