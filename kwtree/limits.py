@@ -150,9 +150,9 @@ _ADVICE = {
 
 def _describe(change: Change) -> str:
     entity = change.after
-    if type(entity) is Link:
+    if isinstance(entity, Link):
         return f"the link of info {entity.info_id} to keyword {entity.keyword_id}"
-    if type(entity) is Relation:
+    if isinstance(entity, Relation):
         return f"the relation {entity.from_id} -> {entity.to_id}"
     new = "new " if change.before is None else ""
     return f"{new}{type(entity).__name__.lower()} {entity.id}"
