@@ -87,9 +87,11 @@ DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
 Decide = Callable[[State, Stamp], list[Change]]
 T = TypeVar("T")
-#: errno values of a data_dir that cannot be a directory (the caller's path is wrong); any
-#: other OSError while opening is the disk's (StorageError).
-_BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EINVAL, errno.EISDIR})
+#: errno values of a data_dir that cannot be a directory (the caller's path is wrong: e.g. a
+#: part of it is a file, which mkdir reports as ENOTDIR or EEXIST); any other OSError while
+#: opening is the disk's (StorageError).
+_BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EEXIST, errno.ELOOP, errno.EINVAL,
+                              errno.EISDIR})
 #: Operations after which the MRU cache forgets the keywords they wrote.
 _MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
 

@@ -177,7 +177,7 @@ def test_a_data_dir_that_is_not_a_path_is_refused(data_dir, tmp_path, monkeypatc
 def test_a_data_dir_that_cannot_be_a_directory_is_refused(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(InvalidInputError, match="data_dir .*Not a directory"):
+    with pytest.raises(InvalidInputError, match="data_dir .* cannot be a kwtree directory"):
         KeywordTree(a_file / "under")  # NotADirectoryError before
     with pytest.raises(InvalidInputError, match="255 bytes"):
         KeywordTree(tmp_path / ("n" * 300))  # OSError ENAMETOOLONG before
