@@ -18,6 +18,7 @@ from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
+    LimitExceededError,
     LLMError,
     LLMResponseError,
     LLMTimeoutError,
@@ -30,6 +31,7 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
+from kwtree.limits import Limits
 from kwtree.models import (
     ROOT_ID,
     AgentOutcome,
@@ -76,6 +78,8 @@ __all__ = [
     "LLMResponseError",
     "LLMTimeoutError",
     "LLMUnavailableError",
+    "LimitExceededError",
+    "Limits",
     "Link",
     "MergeConflictError",
     "LockTimeoutError",

@@ -18,6 +18,7 @@ from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
 from kwtree.commands import Stamp
 from kwtree.commands import reorganize as reorganize_commands
 from kwtree.errors import AgentError, DuplicateKeywordError
+from kwtree.limits import Limits
 from kwtree.models import (
     ROOT_ID,
     AgentOutcome,
@@ -30,7 +31,7 @@ from kwtree.models import (
 )
 from kwtree.normalize import normalize_name
 from kwtree.state import State
-from kwtree.validate import clean_flag, clean_text
+from kwtree.validate import clean_flag, clean_json, clean_text
 
 __all__ = ["MAX_AGENT_LINKS", "ON_AGENT_FAILURE", "AgentMethods"]
 
@@ -57,6 +58,7 @@ class AgentMethods:
     _llm_client: LLMClient | None
     _actor: str
     _on_agent_failure: str
+    _limits: Limits
 
     def _check_open(self) -> None:  # provided by KeywordTree
         raise NotImplementedError
@@ -85,6 +87,7 @@ class AgentMethods:
         """
         self._check_open()
         text = clean_text(query, "query", allow_empty=False)
+        self._limits.check_text("query", text, "query_bytes")
         expand = clean_flag(llm_expand_query, "llm_expand_query")
         key = normalize_name(text)
         hits = self._read(lambda state: state.lookup_names(key)) if key else []
@@ -155,14 +158,15 @@ class AgentMethods:
                             descent.fallback, descent.error, summary)
 
     def _check_before_agent(self, decide: Decide) -> None:
-        """Run a command's checks on the current state without writing, so that bad input
-        fails before any (paid, slow) agent call. A duplicate name is not judged here: the
-        agent has not chosen the parent yet."""
+        """Run a command's checks (and the size limits) on the current state without writing,
+        so that bad input fails before any (paid, slow) agent call. A duplicate name is not
+        judged here: the agent has not chosen the parent yet."""
         stamp = Stamp("0" * 32, 0.0, self._actor)
         try:
-            self._read(lambda state: decide(state, stamp))
+            changes = self._read(lambda state: decide(state, stamp))
         except DuplicateKeywordError:
-            pass
+            return
+        self._limits.check_changes(changes)
 
     def _find_links(self, text: str) -> tuple[list[tuple[str, RelationType]], Descent]:
         """The keywords an info's text is about (see ``search.links_for_text``). AgentError if
@@ -203,9 +207,10 @@ class AgentMethods:
         if isinstance(plan, Mapping) and plan.get("steps") == []:
             return None
         steps = reorganize_commands.clean_plan(plan)
-        audit: dict[str, Any] = {"planner": str(plan.get("planner", "caller")), "steps": steps}
+        planner = str(plan.get("planner", "caller"))
+        audit: dict[str, Any] = {"planner": clean_json(planner, "plan['planner']"), "steps": steps}
         for kept in ("request", "dropped", "llm_error"):  # what an LLM was asked and what it got wrong
             if plan.get(kept):
-                audit[kept] = plan[kept]
+                audit[kept] = clean_json(plan[kept], f"plan[{kept!r}]")
         audit = {"reorganize": audit}
         return self._commit("reorganize", lambda s, st: reorganize_commands.apply_plan(s, st, plan), audit)

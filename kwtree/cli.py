@@ -42,6 +42,7 @@ from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
+    LimitExceededError,
     NotFoundError,
     UndoConflictError,
     VersionConflictError,
@@ -78,6 +79,8 @@ _HINTS: tuple[tuple[type[KwtreeError], str], ...] = (
     (UndoConflictError, "pass --force to undo it anyway"),
     (HasChildrenError, "pass --cascade to delete the whole subtree"),
     (VersionConflictError, "`kwtree get DIR ID` shows the current version"),
+    (LimitExceededError, ("the kwtree command uses the default limits (docs/api.md, Limits); "
+                          "store larger values from Python with KeywordTree(DIR, limits=Limits(...))")),
 )
 
 

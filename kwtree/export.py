@@ -55,6 +55,7 @@ from kwtree.validate import (
     clean_label,
     clean_metadata,
     clean_name_key,
+    clean_path,
     clean_relation_type,
     clean_text,
     clean_weight,
@@ -133,9 +134,7 @@ def write_export(data: ExportData, path: str | os.PathLike[str], format: str, so
 
 
 def _export_target(path: object) -> Path:
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidInputError(f"path must be a file path (str or os.PathLike), got {path!r}")
-    target = Path(path)
+    target = clean_path(path, "path")
     if target.is_dir():
         raise InvalidInputError(f"path {target} is a directory; give the path of the file to write")
     if not target.parent.is_dir():
@@ -414,8 +413,7 @@ def _list(doc: dict[str, Any], name: str, required: bool = False) -> list[Any]:
 def read_export(path: str | os.PathLike[str]) -> ImportPlan:
     """Read and check a JSON export; InvalidInputError names the JSON path of the first
     problem (a file that is missing or unreadable raises NotFoundError)."""
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidInputError(f"path must be a file path (str or os.PathLike), got {path!r}")
+    clean_path(path, "path")
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -574,7 +572,8 @@ class _Links:
         return {
             "info_id": iid,
             "keyword_id": kid,
-            "relation": _RELATIONS.get(relation) or _check("relation", clean_relation_type, relation),
+            "relation": (type(relation) is str and _RELATIONS.get(relation))
+            or _check("relation", clean_relation_type, relation),
             "created_by": _label(entry.get("created_by", "user"), "created_by"),
             "created_at": _time(entry.get("created_at"), "created_at"),
         }

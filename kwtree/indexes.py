@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kwtree.embed import Embedder, content_hash, embed_queries
+from kwtree.embed import Embedder, content_hash, embed_documents, embed_queries
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.outbox import ERROR_BACKOFF_MAX, WORKER_ERRORS, Item, Outbox, record_results, run_worker
@@ -291,13 +291,13 @@ class Indexes:
             return result
         self._unsaved = True
         try:
-            self._vectors.add(keys, self._embedder.embed(texts))
+            self._vectors.add(keys, embed_documents(self._embedder, texts))
         except (StorageError, LockTimeoutError):
             raise  # the store's disk or lock, not the texts: the worker tries again later
         except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
             for key, text in zip(keys, texts, strict=True):
                 try:
-                    self._vectors.add([key], self._embedder.embed([text]))
+                    self._vectors.add([key], embed_documents(self._embedder, [text]))
                 except (StorageError, LockTimeoutError):
                     raise
                 except Exception as exc:  # noqa: BLE001 -- recorded for the outbox

@@ -10,6 +10,7 @@ file-level work lives in ``kwtree.compaction`` and ``kwtree.stores.logswap``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -38,7 +39,7 @@ from kwtree.stores import logswap
 from kwtree.stores import snapshot as snapshots
 from kwtree.stores.eventlog import encode_seal
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
-from kwtree.validate import clean_choice, clean_flag
+from kwtree.validate import clean_choice, clean_flag, clean_path
 from kwtree.verify import Report, verify_directory
 
 __all__ = ["MaintenanceMethods"]
@@ -330,6 +331,12 @@ class MaintenanceMethods:
         then nothing is written. If the write fails, what the import created is removed.
         An import that was killed leaves a tree holding only its ``init`` (or less): importing
         into it again resumes (any other tree is refused as not empty)."""
+        known = inspect.signature(cls).parameters
+        unknown = sorted(str(name) for name in options if name == "data_dir" or name not in known)
+        if unknown:
+            raise InvalidInputError(f"import_json got unknown option(s) {', '.join(unknown)}; the options are "
+                                    f"KeywordTree's: {', '.join(name for name in known if name != 'data_dir')}")
+        clean_path(data_dir, "data_dir")
         plan = exporting.read_export(path)
         was_new = exporting.prepare_import_target(data_dir)
         tree = cls(data_dir, **options)

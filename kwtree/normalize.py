@@ -16,6 +16,8 @@ import unicodedata
 
 import snowballstemmer
 
+from kwtree.errors import InvalidInputError
+
 __all__ = ["CJK_CHARS", "STOPWORDS", "normalize_name", "terms", "tokenize"]
 
 _DROP_CATEGORIES = ("P", "Z", "C")
@@ -23,7 +25,10 @@ _ASCII_DROP = bytes(c for c in range(128) if unicodedata.category(chr(c))[0] in 
 
 
 def normalize_name(text: str) -> str:
-    """Return the lookup key of a keyword name or alias (may be empty for e.g. ``"..."``)."""
+    """Return the lookup key of a keyword name or alias (may be empty for e.g. ``"..."``).
+    Raises InvalidInputError if ``text`` is not a string."""
+    if type(text) is not str and not isinstance(text, str):
+        raise InvalidInputError(f"normalize_name takes a string, got {type(text).__name__}")
     if text.isascii():
         # Fast paths, same result as the general one: NFKC and casefold are identities on
         # ASCII except for case, and _ASCII_DROP is exactly ASCII's P*, Z* and C* characters.
@@ -85,14 +90,18 @@ _STEMMER = snowballstemmer.stemmer("english")
 _STEMMER_LOCK = threading.Lock()  # a Snowball stemmer keeps its word in its own fields
 _STEMS: dict[str, str] = {}
 _STEMS_LIMIT = 200_000
+#: Longer words are not stemmed: no English word is this long, and the Snowball stemmer's
+#: time grows with the square of a word's length (a 1 MB word took minutes).
+_MAX_STEM_CHARS = 64
 
 
 def _stem(word: str) -> str:
-    """The English (Porter2) stem of an ASCII word of four or more letters; others unchanged."""
+    """The English (Porter2) stem of an ASCII word of 4 to ``_MAX_STEM_CHARS`` letters;
+    others unchanged."""
     found = _STEMS.get(word)
     if found is not None:
         return found
-    if len(word) <= 3 or not word.isascii() or not word.isalpha():
+    if not 3 < len(word) <= _MAX_STEM_CHARS or not word.isascii() or not word.isalpha():
         return word
     with _STEMMER_LOCK:
         found = _STEMMER.stemWord(word)

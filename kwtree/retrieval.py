@@ -13,6 +13,7 @@ from kwtree import recall as fusion
 from kwtree.commands import require_keyword
 from kwtree.context import render_context
 from kwtree.indexes import Indexes
+from kwtree.limits import Limits
 from kwtree.models import Hit, RelationType
 from kwtree.state import State
 from kwtree.validate import (
@@ -35,6 +36,7 @@ class RetrievalMethods:
 
     _indexes: Indexes
     _weights: fusion.RecallWeights
+    _limits: Limits
 
     def _check_open(self) -> None:  # provided by KeywordTree
         raise NotImplementedError
@@ -65,6 +67,7 @@ class RetrievalMethods:
         """
         self._check_open()
         text = clean_text(query, "query", allow_empty=False)
+        self._limits.check_text("query", text, "query_bytes")
         clean_int(k, "k", 1, 1000)
         clean_choice(mode, "mode", fusion.MODES)
         kind = None if relation is None else clean_relation_type(relation)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gc
 import logging
 import math
@@ -39,11 +40,13 @@ from kwtree.errors import (
     LockTimeoutError,
     NotFoundError,
     ReadOnlyError,
+    StorageError,
 )
 from kwtree.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
 from kwtree.history import find_operation, read_history
 from kwtree.indexes import Indexes
+from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.maintenance import MaintenanceMethods
 from kwtree.models import (
     EMPTY_METADATA,
@@ -73,8 +76,10 @@ from kwtree.validate import (
     clean_int,
     clean_label,
     clean_name_key,
+    clean_path,
     clean_relation_type,
     clean_seconds,
+    shown,
 )
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
@@ -85,6 +90,11 @@ DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
 Decide = Callable[[State, Stamp], list[Change]]
 T = TypeVar("T")
+#: errno values of a data_dir that cannot be a directory (the caller's path is wrong: e.g. a
+#: part of it is a file, which mkdir reports as ENOTDIR or EEXIST); any other OSError while
+#: opening is the disk's (StorageError).
+_BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EEXIST, errno.ELOOP, errno.EINVAL,
+                              errno.EISDIR})
 #: Operations after which the MRU cache forgets the keywords they wrote.
 _MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
 
@@ -124,6 +134,11 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
     ``0o640`` to share a tree with a group) is recorded in the manifest, so every process
     that writes the tree creates files with it; passed to a writable open of an existing
     tree with another mode, it re-modes the tree's own files and records the new mode.
+
+    ``limits`` (a :class:`kwtree.Limits`) bounds the size of every stored field and of
+    queries; a write over a limit raises LimitExceededError and writes nothing. Every
+    argument is checked: a bad one raises InvalidInputError, a directory the system refuses
+    to create or open StorageError (InvalidInputError when the path cannot be a directory).
     """
 
     def __init__(
@@ -146,11 +161,17 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         recall_weights: RecallWeights | None = None,
         on_agent_failure: str = "fallback",
         file_mode: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self._closed = True  # until the open below succeeds
         self._indexes: Indexes | None = None  # type: ignore[assignment]
+        data_path = clean_path(data_dir, "data_dir")
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidInputError(f"limits must be a kwtree.Limits, got {type(limits).__name__}")
+        self._limits = limits or DEFAULT_LIMITS
         clean_choice(durability, "durability", DURABILITY_MODES)
         self._actor = clean_label(actor, "actor")
+        self._limits.check_text("actor", self._actor, "label_bytes")
         self._bound = _clean_as_of(as_of)
         clean_flag(read_only, "read_only")
         if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
@@ -181,10 +202,10 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         if file_mode is not None and not is_file_mode(file_mode):
             raise InvalidInputError(
                 f"file_mode must be an int between 0o600 and 0o666 that lets the owner read and write "
-                f"(e.g. 0o600, 0o640 or 0o660), got {file_mode!r}"
+                f"(e.g. 0o600, 0o640 or 0o660), got {shown(file_mode)}"
             )
         self._file_mode = file_mode  # the manifest's, once open
-        self._dir = Path(data_dir)
+        self._dir = data_path
         self._writable = not read_only and self._bound is None
         self._durable = durability == "full"
         self._mutex = threading.Lock()  # serialises this process's writes and refreshes
@@ -203,11 +224,13 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             self._closed = False
             if self._writable and ROOT_ID not in self._state.keywords:
                 self._commit("init", _create_root)
-        except BaseException:
+        except BaseException as exc:
             self._closed = True
             if self._indexes is not None:
                 self._indexes.close()
             release(self._log, self._lock)
+            if isinstance(exc, OSError):
+                raise _open_error(self._dir, exc) from exc
             raise
         # Descriptors are released even if the caller never closes the tree (but only
         # close() trims the log's preallocated padding).
@@ -346,6 +369,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                 changes = decide(self._state, Stamp(op_id, timestamp, self._actor))
                 if not changes:
                     return None
+                self._limits.check_changes(changes)
                 op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
                 self._log.append(encode_operation(op), op_id, sync=self._durable)
                 with self._state_lock:
@@ -421,7 +445,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         """Live keywords whose name or an alias equals ``name`` after normalisation
         (case, width, punctuation and spacing ignored), oldest match first."""
         self._check_open()
-        key = clean_name_key(name)[1]
+        text, key = clean_name_key(name)
+        self._limits.check_text("name", text, "query_bytes")
         with self._state_lock:
             state = self._state
             return [state.keywords[kid] for kid in state.lookup_names(key)]
@@ -744,6 +769,16 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         result["log_bytes"] = self._log.size_bytes()
         result["log_segments"] = len(self._log.segments)
         return result
+
+
+def _open_error(directory: Path, exc: OSError) -> InvalidInputError | StorageError:
+    """The KwtreeError for an OSError met while opening or creating ``directory``."""
+    reason = exc.strerror or str(exc)
+    where = exc.filename if exc.filename is not None else directory
+    if exc.errno in _BAD_PATH_ERRNOS:
+        return InvalidInputError(f"data_dir {directory} cannot be a kwtree directory: {reason} ({where}); pass another path")
+    return StorageError(f"cannot open or create the tree in {directory}: {reason} ({where}); "
+                        f"check the permissions and free space there")
 
 
 def _holds_foreign_files(directory: Path) -> bool:

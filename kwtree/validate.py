@@ -4,42 +4,82 @@ InvalidInputError with a message that names the argument and says what is allowe
 from __future__ import annotations
 
 import math
+import os
+import reprlib
 import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import orjson
 
 from kwtree.errors import InvalidInputError
 from kwtree.models import EMPTY_METADATA, RelationType
 from kwtree.normalize import normalize_name
 
 __all__ = [
+    "MAX_METADATA_DEPTH",
     "check_patch",
+    "check_unicode",
     "clean_aliases",
     "clean_choice",
     "clean_id",
     "clean_int",
+    "clean_json",
     "clean_label",
     "clean_metadata",
     "clean_name",
     "clean_name_key",
+    "clean_path",
     "clean_relation_type",
     "clean_text",
     "clean_weight",
+    "shown",
 ]
 
 _MAX_INT = 2**63 - 1
+#: Metadata may nest dicts and lists this deep (orjson refuses about 255 levels, and a deep
+#: value would cost a recursion per level everywhere it is read); deeper is refused.
+MAX_METADATA_DEPTH = 64
+#: The longest file name (one part of a path) Linux, macOS and Windows file systems take.
+_NAME_MAX = 255
+#: A metadata key longer than this is cut (with "…") where an error message names its path.
+_PATH_KEY_CHARS = 40
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 80, 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to a readable length and depth, for error messages: a caller's
+    value may be 50 MB long or nested thousands of levels deep."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # noqa: BLE001 -- a hostile __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
 
 
 def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def check_unicode(text: str, field: str) -> None:
+    """Refuse a lone surrogate (U+D800..U+DFFF), which has no UTF-8 form and so cannot be
+    stored; such strings come from decoding bytes with ``errors="surrogateescape"``."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{field}: lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}; text must be valid "
+            f"Unicode: decode bytes with errors='replace', or remove the character"
+        ) from None
+
+
 def clean_id(value: object, field: str) -> str:
     if type(value) is not str or not value:
-        raise InvalidInputError(f"{field} must be a non-empty id string, got {value!r}")
+        raise InvalidInputError(f"{field} must be a non-empty id string, got {shown(value)}")
     return value
 
 
@@ -52,12 +92,14 @@ def clean_name_key(value: object, field: str = "name") -> tuple[str, str]:
         raise InvalidInputError(f"{field} must not be empty or only whitespace")
     # isprintable() is a fast C check that is True for nearly every real name; only when it
     # is False do we look for the control characters (newline, tab ...) that are refused.
-    if not name.isprintable() and any(unicodedata.category(ch) == "Cc" for ch in name):
-        raise InvalidInputError(f"{field} {name!r} contains a control character such as a newline or tab")
+    if not name.isprintable():
+        if any(unicodedata.category(ch) == "Cc" for ch in name):
+            raise InvalidInputError(f"{field} {shown(name)} contains a control character such as a newline or tab")
+        check_unicode(name, field)
     key = normalize_name(name)
     if not key:
         raise InvalidInputError(
-            f"{field} {name!r} has no letters, digits or symbols left after normalisation "
+            f"{field} {shown(name)} has no letters, digits or symbols left after normalisation "
             f"(punctuation and spaces are ignored for lookup)"
         )
     return name, key
@@ -90,6 +132,7 @@ def clean_text(value: object, field: str, *, allow_empty: bool) -> str:
         raise InvalidInputError(f"{field} must be a string, got {_type_name(value)}")
     if not allow_empty and not value.strip():
         raise InvalidInputError(f"{field} must not be empty or only whitespace")
+    check_unicode(value, field)
     return str(value)
 
 
@@ -97,45 +140,64 @@ def clean_label(value: object, field: str) -> str:
     """A short non-empty label such as a relation type, an actor or ``created_by``."""
     text = clean_text(value, field, allow_empty=False).strip()
     if not text.isprintable() and any(unicodedata.category(ch) == "Cc" for ch in text):
-        raise InvalidInputError(f"{field} {text!r} contains a control character")
+        raise InvalidInputError(f"{field} {shown(text)} contains a control character")
     return text
 
 
-def _check_json(value: Any, where: str) -> None:
+def _key_path(where: str, key: str) -> str:
+    part = key if len(key) <= _PATH_KEY_CHARS else key[:_PATH_KEY_CHARS] + "…"
+    return f"{where}.{part}" if part.isidentifier() else f"{where}[{part!r}]"
+
+
+def _plain_json(value: Any, where: str, depth: int) -> Any:
+    """``value`` as plain JSON (dicts, lists, str, int, float, bool, None): a copy in which any
+    Mapping is a dict and any tuple a list, or InvalidInputError naming the path of the first
+    value that is not JSON. Recursion stops at ``MAX_METADATA_DEPTH`` levels."""
     kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return
+    if value is None or kind is bool:
+        return value
+    if kind is str:
+        check_unicode(value, where)
+        return value
     if kind is int:
         if not -_MAX_INT - 1 <= value <= _MAX_INT:
-            raise InvalidInputError(f"{where}: integer {value} does not fit in 64 bits")
-        return
+            raise InvalidInputError(f"{where}: integer {shown(value)} does not fit in 64 bits")
+        return value
     if kind is float:
         if not math.isfinite(value):
             raise InvalidInputError(f"{where}: {value} is not a finite number (JSON has no NaN or infinity)")
-        return
+        return value
+    if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_METADATA_DEPTH:
+        raise InvalidInputError(f"{where}: nested deeper than {MAX_METADATA_DEPTH} levels; flatten it")
     if isinstance(value, Mapping):
+        plain = {}
         for key, item in value.items():
             if type(key) is not str:
-                raise InvalidInputError(f"{where}: keys must be strings, got {key!r}")
-            _check_json(item, f"{where}[{key!r}]")
-        return
+                raise InvalidInputError(f"{where}: keys must be strings, got {_type_name(key)} {shown(key)}")
+            check_unicode(key, f"{where} key")
+            inner = _key_path(where, key)
+            plain[key] = _plain_json(item, inner, depth + 1)
+        return plain
     if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]")
-        return
+        return [_plain_json(item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value)]
     raise InvalidInputError(f"{where}: {_type_name(value)} is not JSON (use str, int, float, bool, None, list, dict)")
 
 
+def clean_json(value: object, field: str) -> Any:
+    """Any JSON value (as ``clean_metadata`` checks it), as a plain copy."""
+    return _plain_json(value, field, 0)
+
+
 def clean_metadata(value: object) -> Mapping[str, Any]:
-    """A JSON object, stored as its canonical JSON form (tuples become lists)."""
+    """A JSON object, stored as its canonical JSON form (tuples become lists), nested at most
+    ``MAX_METADATA_DEPTH`` levels."""
     if value is None:
         return EMPTY_METADATA
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"metadata must be a dict, got {_type_name(value)}")
     if not value:
         return EMPTY_METADATA
-    _check_json(value, "metadata")
-    return MappingProxyType(orjson.loads(orjson.dumps(dict(value))))
+    return MappingProxyType(_plain_json(value, "metadata", 0))
 
 
 def check_patch(patch: object, allowed: tuple[str, ...], hint: str) -> Mapping[str, Any]:
@@ -157,36 +219,55 @@ def clean_relation_type(value: object) -> RelationType:
         return RelationType(value)
     except ValueError:
         allowed = ", ".join(repr(m.value) for m in RelationType)
-        raise InvalidInputError(f"relation must be a RelationType or one of {allowed}, got {value!r}") from None
+        raise InvalidInputError(f"relation must be a RelationType or one of {allowed}, got {shown(value)}") from None
 
 
 def clean_weight(value: object) -> float:
     if type(value) is bool or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInputError(f"weight must be a finite number, got {value!r}")
+        raise InvalidInputError(f"weight must be a finite number, got {shown(value)}")
     return float(value)
 
 
 def clean_int(value: object, field: str, minimum: int, maximum: int | None = None) -> int:
     if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
         limit = f" and at most {maximum}" if maximum is not None else ""
-        raise InvalidInputError(f"{field} must be an integer of at least {minimum}{limit}, got {value!r}")
+        raise InvalidInputError(f"{field} must be an integer of at least {minimum}{limit}, got {shown(value)}")
     return value
 
 
 def clean_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise InvalidInputError(f"{field} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        raise InvalidInputError(f"{field} must be one of {', '.join(map(repr, choices))}, got {shown(value)}")
     return value  # type: ignore[return-value]
 
 
 def clean_flag(value: object, field: str) -> bool:
     if type(value) is not bool:
-        raise InvalidInputError(f"{field} must be True or False, got {value!r}")
+        raise InvalidInputError(f"{field} must be True or False, got {shown(value)}")
     return value  # type: ignore[return-value]
+
+
+def clean_path(value: object, field: str) -> Path:
+    """A file-system path: a non-empty str or os.PathLike that the OS can take as a name (no
+    NUL byte, no lone surrogate but those of ``surrogateescape``, no part over 255 bytes)."""
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if type(path) is not str or not path:
+        raise InvalidInputError(f"{field} must be a file path (a non-empty str or os.PathLike), got {shown(value)}")
+    if "\0" in path:
+        raise InvalidInputError(f"{field} {shown(path)} contains a NUL byte, which no file name may hold")
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{field} {shown(path)} cannot be a file name: it holds a lone surrogate "
+                                f"U+{ord(path[exc.start]):04X} at index {exc.start}") from None
+    if any(len(part) > _NAME_MAX for part in encoded.split(b"/")):
+        raise InvalidInputError(f"{field} {shown(path)} has a part longer than {_NAME_MAX} bytes, "
+                                f"which file systems refuse; use a shorter name")
+    return Path(path)
 
 
 def clean_seconds(value: object, field: str) -> float:
     """A duration in seconds: an int or float >= 0 (not a bool)."""
     if type(value) not in (int, float) or not value >= 0:  # type: ignore[operator]
-        raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {value!r}")
+        raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {shown(value)}")
     return float(value)  # type: ignore[arg-type]

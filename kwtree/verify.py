@@ -61,6 +61,7 @@ from kwtree.verify_segments import (
     scratch_state,
     short,
 )
+from kwtree.validate import clean_path
 
 __all__ = [
     "SEVERITIES",
@@ -216,9 +217,7 @@ class _Examination:
 
 
 def _clean_directory(path: object) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidInputError(f"path must be a directory path (str or os.PathLike), got {type(path).__name__}")
-    directory = Path(path)
+    directory = clean_path(path, "path")
     if not directory.exists():
         raise NotFoundError(f"{directory} does not exist; pass the data directory of a tree")
     if not directory.is_dir():

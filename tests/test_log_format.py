@@ -127,7 +127,7 @@ def test_public_api_is_pinned():
     assert sorted(public_names) == sorted([
         "ROOT_ID", "AgentError", "AgentOutcome", "Change", "ClosedError", "CompactionReport", "CorruptLogError", "CycleError", "DamagedDirectoryError",
         "DiskFullError", "DuplicateKeywordError", "Finding", "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
-        "KwtreeError", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
+        "KwtreeError", "LimitExceededError", "Limits", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
         "Link", "LockTimeoutError", "MergeConflictError", "NotFoundError", "Operation", "ReadOnlyError",
         "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",
         "VersionConflictError", "normalize_name", "repair_directory", "restore", "verify_directory",

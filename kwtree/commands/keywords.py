@@ -350,7 +350,7 @@ def _batch_keyword(
         name,
         () if aliases is None else clean_aliases(aliases, key),
         parent.id,
-        description if type(description) is str else clean_text(description, "description", allow_empty=True),
+        clean_text(description, "description", allow_empty=True),
         EMPTY_METADATA if metadata is None else clean_metadata(metadata),
         1,
         ts,

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.errors import FormatError, StorageError, storage_error
+from kwtree.errors import FormatError, storage_error
 from kwtree.events import is_op_id, with_checksum
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,

@@ -70,7 +70,7 @@ from kwtree.stores.manifest import (
     OLDEST_FORMAT,
     Manifest,
 )
-from kwtree.validate import clean_seconds
+from kwtree.validate import clean_path, clean_seconds
 
 __all__ = [
     "COUNT_KEYS",
@@ -127,9 +127,7 @@ def clean_target(directory: Path, path: object) -> Path | None:
     """
     if path is None:
         return None
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidInputError(f"path must be a non-empty file path (str or os.PathLike), got {path!r}")
-    target = Path(os.path.abspath(os.fspath(path)))
+    target = Path(os.path.abspath(clean_path(path, "path")))
     home, where = directory.resolve(), target.parent.resolve()
     if home == where or home in where.parents:
         raise InvalidInputError(
@@ -405,9 +403,7 @@ def _unlink(path: Path) -> None:
 
 
 def _archive_path(snapshot: object) -> Path:
-    if not isinstance(snapshot, (str, os.PathLike)) or not os.fspath(snapshot):
-        raise InvalidInputError(f"snapshot must be the path of a snapshot file (str or os.PathLike), got {snapshot!r}")
-    path = Path(os.fspath(snapshot))
+    path = clean_path(snapshot, "snapshot")
     if not path.exists():
         raise NotFoundError(f"no snapshot file {path}")
     if not path.is_file():
@@ -770,10 +766,8 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
     altered, unsafe or truncated; ``data_dir`` not empty and not a tree), LockTimeoutError,
     StorageError.
     """
-    if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir):
-        raise InvalidInputError(f"data_dir must be a directory path (str or os.PathLike), got {data_dir!r}")
+    target = clean_path(data_dir, "data_dir")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
-    target = Path(data_dir)
     _archive_path(snapshot)
     replacing = target_replaces(target)
     created = _missing_parents(target)

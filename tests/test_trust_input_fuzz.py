@@ -1,0 +1,542 @@
+"""Hostile input to every public call of KeywordTree, its constructor, ``import_json`` and
+``Limits``: each call either succeeds or raises a KwtreeError, and a call that raises leaves
+the log bytes and every public read (``helpers.snapshot``) exactly as they were.
+
+The methods and their parameters are read from KeywordTree itself, so a new public method or
+parameter without a strategy here fails ``test_every_public_method_has_a_fuzz_strategy``.
+Each argument is drawn from a plausible strategy (live, deleted and unknown ids of a small
+tree, names, texts, JSON) or a hostile one: wrong types, None, huge integers, NaN and
+infinities, lone surrogates, NUL and control characters, deep nesting, values over the size
+limits. Paths are drawn only inside the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import log_bytes, snapshot
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kwtree
+from kwtree import KeywordTree, KwtreeError, Limits, RelationType
+from kwtree.agent.clients import StubLLMClient
+from kwtree.embed import HashEmbedder
+from kwtree.recall import RecallWeights
+
+UNKNOWN_ID = "f" * 32
+UNKNOWN_OP = "0" * 32
+DEFAULT = Limits()
+
+# --- hostile values -------------------------------------------------------------------------
+
+_SPECIAL = ["\ud800", "\udfff", "\0", "\n", "\t", "\r", "\x1b", "\x7f", "\u2028", "\ufeff", "\u0301", "北", "😀", " ", "/"]
+TEXT = st.lists(st.one_of(st.characters(), st.sampled_from(_SPECIAL)), max_size=12).map("".join)
+#: Text a caller could mean (no lone surrogates; control characters still come up).
+WORDS = st.text(max_size=12)
+
+
+def _nested(depth: int, kind: type) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value} if kind is dict else [value]
+    return value
+
+
+# Built once: a few megabytes each would be slow to draw example by example.
+OVERSIZED = (
+    "x" * (DEFAULT.content_bytes + 1),
+    "名" * (DEFAULT.name_bytes // 3 + 1),
+    "q" * (DEFAULT.query_bytes + 1),
+    "y" * (DEFAULT.label_bytes + 1),
+)
+DEEP = tuple(_nested(depth, kind) for depth in (64, 65, 300, 900) for kind in (dict, list))
+
+
+class Opaque:
+    """An object that is nothing kwtree knows."""
+
+
+SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**40, -1, 0]),
+    st.floats(),
+    st.sampled_from([math.nan, math.inf, -math.inf, -0.0]),
+    st.binary(max_size=6),
+    TEXT,
+    st.builds(Opaque),
+    st.just(frozenset({1, 2})),
+)
+HOSTILE = st.one_of(
+    st.recursive(
+        SCALAR,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.tuples(inner, inner),
+            st.dictionaries(st.one_of(TEXT, st.integers(), st.none()), inner, max_size=3),
+        ),
+        max_leaves=6,
+    ),
+    st.sampled_from(OVERSIZED),
+    st.sampled_from(DEEP),
+)
+#: Hostile values that may be passed where a path is expected: never an absolute path.
+PATH_HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.binary(max_size=4), st.builds(Opaque),
+    st.sampled_from(["", "\0", "a\0b", "x\ud800y", "n" * 300, "."]),
+)
+JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=12)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+# --- a small tree to aim at -----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class World:
+    directory: Path
+    scratch: Path  # where output paths are drawn (and the working directory)
+    keywords: list[str]
+    infos: list[str]
+    gone_keyword: str
+    gone_info: str
+    op_ids: list[str]
+    snapshot_file: str
+    export_file: str
+    tree: KeywordTree
+
+    def current(self) -> KeywordTree:
+        """The tree, reopened if a fuzzed ``close`` closed it."""
+        if "closed" in repr(self.tree):
+            self.tree = open_tree(self.directory)
+        return self.tree
+
+
+def open_tree(directory: Path, **options: Any) -> KeywordTree:
+    return KeywordTree(directory, durability="none", worker=False, **options)
+
+
+def build_world(tmp_path: Path) -> World:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    tree = open_tree(tmp_path / "tree")
+    a = tree.create_keyword("Alpha", aliases=["A1"], metadata={"m": [1, 2]}, llm_auto_place=False)
+    b = tree.create_keyword("Beta", a.id, description="the second", llm_auto_place=False)
+    c = tree.create_keyword("Gamma", llm_auto_place=False)
+    gone = tree.create_keyword("Gone", llm_auto_place=False)
+    tree.delete_keyword(gone.id)
+    first = tree.create_info("first memo about alpha", source="chat", keyword_ids=[a.id])
+    second = tree.create_info("second memo", keyword_ids=[b.id, c.id], metadata={"k": "v"})
+    dead = tree.create_info("dead memo")
+    tree.delete_info(dead.id)
+    tree.relate(a.id, b.id, "see_also", reason="why")
+    snap = tree.snapshot(tmp_path / "world.kwsnap")
+    export = tree.export(tmp_path / "world.json")["path"]
+    op_ids = [op.op_id for op in tree.history()]
+    return World(tree.data_dir, scratch, [a.id, b.id, c.id], [first.id, second.id], gone.id, dead.id, op_ids,
+                 snap, export, tree)
+
+
+def _output_path(world: World) -> st.SearchStrategy[Any]:
+    """A path to write to: inside the scratch directory, in a missing directory, the scratch
+    directory itself, or a hostile value."""
+    name = TEXT.map(lambda text: text.replace("/", "_").replace("..", "_") or "empty")
+    return st.one_of(
+        name.map(lambda n: str(world.scratch / n)),
+        name.map(lambda n: world.scratch / "missing" / n),
+        st.just(str(world.scratch)),
+        PATH_HOSTILE,
+    )
+
+
+def _garbage_file(world: World) -> str:
+    path = world.scratch.parent / "garbage.bin"
+    if not path.exists():
+        path.write_bytes(b"\0not an archive\xff")
+    return str(path)
+
+
+def plausible(world: World) -> dict[str, st.SearchStrategy[Any]]:
+    """Strategies for the parameters of KeywordTree's methods, by parameter name."""
+    kw = st.sampled_from([*world.keywords, "root", world.gone_keyword, UNKNOWN_ID])
+    info = st.sampled_from([*world.infos, world.gone_info, UNKNOWN_ID])
+    name = st.one_of(st.sampled_from(["Alpha", "beta", "Delta", "A1", "新しい", "C++"]), WORDS)
+    text = st.one_of(st.sampled_from(["a memo about alpha", "", "  "]), WORDS)
+    metadata = st.one_of(st.none(), st.dictionaries(WORDS, JSON, max_size=3))
+    patch_value = st.one_of(text, metadata, st.lists(name, max_size=2))
+    relation = st.sampled_from([*RelationType, *(r.value for r in RelationType), "PRIMARY", "bogus"])
+    step = st.fixed_dictionaries(
+        {"op": st.sampled_from(["merge", "move", "group", "bogus"])},
+        optional={"src_id": kw, "dst_id": kw, "keyword_id": kw, "new_parent_id": kw, "parent_id": kw,
+                  "name": name, "member_ids": st.lists(kw, max_size=2), "reason": text, "description": text},
+    )
+    return {
+        "keyword_id": kw, "new_parent_id": kw, "src_id": kw, "dst_id": kw, "from_id": kw, "to_id": kw,
+        "parent_id": st.one_of(st.none(), kw), "scope_id": st.one_of(st.none(), kw),
+        "under": st.one_of(st.none(), kw), "info_id": info, "entity_id": st.one_of(st.none(), kw, info),
+        "keyword_ids": st.one_of(st.none(), st.lists(st.one_of(kw, info), max_size=3)),
+        "name": name, "alias": name, "query": text, "content": text, "source": text, "description": text,
+        "reason": text, "created_by": name, "type": st.one_of(st.none(), name),
+        "aliases": st.one_of(st.none(), st.lists(name, max_size=3)), "metadata": metadata,
+        "patch": st.dictionaries(st.sampled_from(["name", "aliases", "description", "metadata", "content",
+                                                  "source", "parent_id"]), patch_value, max_size=3),
+        "version": st.one_of(st.none(), st.integers(0, 4)), "relation": st.one_of(st.none(), relation),
+        "weight": st.floats(), "cascade": st.booleans(), "force": st.booleans(), "auto_link": st.booleans(),
+        "llm_auto_place": st.booleans(), "llm_expand_query": st.booleans(), "keep_history": st.booleans(),
+        "info_policy": st.sampled_from(["reattach", "delete", "keep", "other"]),
+        "direction": st.sampled_from(["out", "in", "both", "up"]),
+        "mode": st.sampled_from(["hybrid", "bm25", "vector", "magic"]),
+        "format": st.sampled_from(["json", "markdown", "xml"]),
+        "page": st.integers(-1, 3), "size": st.integers(0, 20), "k": st.integers(0, 20),
+        "limit": st.one_of(st.none(), st.integers(-1, 5)), "max_tokens": st.integers(0, 3000),
+        "timeout": st.one_of(st.none(), st.floats(0, 5)),
+        "op_id": st.sampled_from([*world.op_ids, UNKNOWN_OP]),
+        "plan": st.fixed_dictionaries(
+            {"steps": st.lists(st.one_of(step, HOSTILE), max_size=3)},
+            optional={"planner": st.one_of(text, HOSTILE), "request": HOSTILE, "dropped": HOSTILE,
+                      "llm_error": HOSTILE},
+        ),
+        "path": _output_path(world),
+    }
+
+
+def _keyword_specs(world: World) -> st.SearchStrategy[Any]:
+    by_name = plausible(world)
+    spec = st.fixed_dictionaries(
+        {"name": by_name["name"]},
+        optional={"aliases": by_name["aliases"], "description": by_name["description"],
+                  "metadata": by_name["metadata"], "parent_id": by_name["parent_id"],
+                  "parent_ref": st.sampled_from(["r1", "r2"]), "ref": st.sampled_from(["r1", "r2"]),
+                  "bogus": st.just(1)},
+    )
+    return st.lists(st.one_of(spec, HOSTILE), max_size=3)
+
+
+def _info_specs(world: World) -> st.SearchStrategy[Any]:
+    by_name = plausible(world)
+    spec = st.fixed_dictionaries(
+        {"content": by_name["content"]},
+        optional={"source": by_name["source"], "metadata": by_name["metadata"],
+                  "keyword_ids": by_name["keyword_ids"], "bogus": st.just(1)},
+    )
+    return st.lists(st.one_of(spec, HOSTILE), max_size=3)
+
+
+def _patch(world: World, fields: tuple[str, ...]) -> st.SearchStrategy[Any]:
+    """A patch of some of ``fields`` (sometimes with a field that is not one of them)."""
+    by_name = plausible(world)
+    return st.fixed_dictionaries({}, optional={**{field: by_name[field] for field in fields},
+                                               "parent_id": by_name["parent_id"]})
+
+
+def _snapshot_files(world: World) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.sampled_from([world.snapshot_file, _garbage_file(world), str(world.scratch / "missing.kwsnap"),
+                         str(world.scratch)]),
+        PATH_HOSTILE,
+    )
+
+
+#: JSON texts nested too deep for orjson (and Python's json) to write.
+DEEP_JSON = tuple(opening * depth + "1" + closing * depth
+                  for depth in (64, 65, 300, 3000) for opening, closing in (('{"a":', "}"), ("[", "]")))
+
+
+def _export_files(world: World) -> st.SearchStrategy[Any]:
+    """The world's export, or an export with one field replaced by hostile JSON, or not JSON."""
+    value = st.one_of(JSON.map(json.dumps), st.sampled_from(DEEP_JSON))
+    doc = st.builds(_damaged_export, st.just(world), st.integers(0, 10_000), value)
+    return st.one_of(st.just(world.export_file), doc, st.just(_garbage_file(world)), PATH_HOSTILE)
+
+
+def _damaged_export(world: World, where: int, value: str) -> str:
+    """A copy of the world's export with the field number ``where`` (counting every field of
+    every entry) replaced by the JSON text ``value``."""
+    doc = json.loads(Path(world.export_file).read_text("utf-8"))
+    fields = [(entry, key) for section in ("keywords", "infos", "links", "relations") for entry in doc[section]
+              for key in entry]
+    entry, key = fields[where % len(fields)]
+    entry[key] = "__FUZZED__"
+    path = world.scratch.parent / f"damaged-{where}.json"
+    path.write_text(json.dumps(doc).replace('"__FUZZED__"', value, 1), "utf-8")
+    return str(path)
+
+
+def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
+    """Strategies for KeywordTree's constructor arguments, by parameter name."""
+    base = world.scratch.parent
+    fresh = TEXT.map(lambda text: str(base / "new" / (text.replace("/", "_").replace("..", "_") or "empty")))
+    return {
+        "data_dir": st.one_of(
+            fresh, st.just(str(world.directory)), st.just(world.export_file),
+            st.just(world.export_file + "/under-a-file"), st.just(str(base / ("n" * 300))), PATH_HOSTILE,
+        ),
+        "durability": st.sampled_from(["full", "none", "fast"]),
+        "actor": st.one_of(st.just("agent-1"), TEXT),
+        "as_of": st.one_of(st.none(), st.sampled_from([*world.op_ids, UNKNOWN_OP]), st.floats()),
+        "read_only": st.booleans(),
+        "lock_timeout": st.floats(0, 2),
+        "segment_bytes": st.one_of(st.none(), st.integers()),
+        "llm_client": st.one_of(st.none(), st.builds(StubLLMClient)),
+        "mru_capacity": st.integers(-1, 300),
+        "max_candidates": st.integers(-1, 60),
+        "descend_max_rounds": st.integers(-1, 8),
+        "embedder": st.one_of(st.none(), st.builds(HashEmbedder, st.sampled_from([16, 64]))),
+        "worker": st.booleans(),
+        "embed_async": st.booleans(),
+        "recall_weights": st.one_of(st.none(), st.builds(RecallWeights)),
+        "limits": st.one_of(st.none(), st.builds(Limits), st.builds(Limits, content_bytes=st.integers(1, 100))),
+        # Options of other branches of issue 13 (used once KeywordTree takes them).
+        "on_agent_failure": st.sampled_from(["fallback", "raise", "ignore"]),
+        "file_mode": st.one_of(st.none(), st.sampled_from([0o600, 0o640, 0o660, 0o666, 0o644, 0o700, 0o400])),
+    }
+
+
+#: Every public name of KeywordTree -> overrides of the by-name strategies for its parameters.
+#: A name missing here fails test_every_public_method_has_a_fuzz_strategy.
+FUZZED: dict[str, Any] = {
+    **{name: {} for name in (
+        "add_alias", "agent_stats", "apply_reorganize_plan", "close", "compact", "context", "create_info",
+        "create_keyword", "data_dir", "delete_info", "delete_keyword", "export", "find_keywords", "get_children",
+        "file_mode", "get_info", "get_infos_of_keyword", "get_keyword", "get_keywords_of_info", "get_path",
+        "get_relations",
+        "history", "last_op_id", "link_info", "merge_keywords", "move_keyword", "outbox_status", "recall",
+        "refresh", "relate", "remove_alias", "reorganize", "repair", "retry_dead", "search", "snapshot",
+        "tree_metrics", "undo", "unlink_info", "unrelate", "update_info", "update_keyword", "verify",
+        "wait_indexed",
+    )},
+    "update_keyword": {"patch": lambda world: _patch(world, ("name", "aliases", "description", "metadata"))},
+    "update_info": {"patch": lambda world: _patch(world, ("content", "source", "metadata"))},
+    "batch_create_keywords": {"specs": _keyword_specs},
+    "batch_create_infos": {"specs": _info_specs},
+    "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
+    "restore": {"snapshot": _snapshot_files},
+    "import_json": {"path": _export_files, "data_dir": lambda world: constructor_strategies(world)["data_dir"],
+                    "options": None},  # options: drawn from the constructor's strategies
+}
+
+PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))
+
+
+def _parameters(name: str) -> list[inspect.Parameter]:
+    member = inspect.getattr_static(KeywordTree, name)
+    if isinstance(member, property):
+        return []
+    return [p for p in inspect.signature(getattr(KeywordTree, name)).parameters.values() if p.name != "self"]
+
+
+def _strategy(world: World, method: str, parameter: str) -> st.SearchStrategy[Any] | None:
+    override = FUZZED.get(method, {}).get(parameter)
+    if override is not None:
+        return override(world)  # type: ignore[no-any-return]
+    return plausible(world).get(parameter)
+
+
+def test_every_public_method_has_a_fuzz_strategy(tmp_path):
+    world = build_world(tmp_path)
+    try:
+        missing = [name for name in PUBLIC if name not in FUZZED]
+        assert not missing, f"public methods without a fuzz strategy: {missing}; add them to FUZZED"
+        lacking = [
+            f"{name}({p.name})" for name in PUBLIC for p in _parameters(name)
+            if p.kind is not p.VAR_KEYWORD and _strategy(world, name, p.name) is None
+        ]
+        assert not lacking, f"parameters without a fuzz strategy: {lacking}"
+        ctor = [p.name for p in inspect.signature(KeywordTree).parameters.values()]
+        lacking_ctor = sorted(set(ctor) - set(constructor_strategies(world)))
+        assert not lacking_ctor, f"constructor parameters without a fuzz strategy: {lacking_ctor}"
+        limits = [f.name for f in dataclasses.fields(Limits)]
+        assert limits, "Limits has fields to fuzz"
+    finally:
+        world.current().close()
+
+
+def _draw_arguments(data: Any, world: World, name: str) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for one call: each plausible, except those of a drawn set (none, one, or
+    any) that are hostile; a parameter with a default is sometimes left out."""
+    parameters = _parameters(name)
+    names = [p.name for p in parameters if p.kind is not p.VAR_KEYWORD]
+    choice = st.sampled_from(names) if names else st.nothing()
+    hostile = data.draw(st.one_of(st.just(set()), st.sets(choice, min_size=1, max_size=1), st.sets(choice)),
+                        label="hostile parameters")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for p in parameters:
+        if p.kind is p.VAR_KEYWORD:
+            kwargs.update(_draw_options(data, world))
+            continue
+        if p.default is not p.empty and p.name not in hostile and data.draw(st.booleans(), label=f"{p.name} left out"):
+            continue
+        if p.name in hostile:
+            strategy = PATH_HOSTILE if "path" in p.name or p.name in ("snapshot", "data_dir") else HOSTILE
+        else:
+            strategy = _strategy(world, name, p.name)
+        assert strategy is not None
+        value = data.draw(strategy, label=p.name)
+        if p.kind is p.KEYWORD_ONLY:
+            kwargs[p.name] = value
+        else:
+            args.append(value)
+    return args, kwargs
+
+
+def _draw_options(data: Any, world: World) -> dict[str, Any]:
+    """Constructor options for import_json (sometimes an unknown or a hostile one)."""
+    strategies = constructor_strategies(world)
+    names = data.draw(st.lists(st.sampled_from([*strategies, "bogus"]), max_size=3, unique=True), label="options")
+    options = {"durability": "none", "worker": False}
+    for option in names:
+        if option != "data_dir":
+            options[option] = data.draw(st.one_of(strategies.get(option, HOSTILE), HOSTILE), label=option)
+    return options
+
+
+def _call(world: World, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    if name == "import_json":
+        return KeywordTree.import_json(*args, **kwargs)
+    member = getattr(world.current(), name)
+    if isinstance(inspect.getattr_static(KeywordTree, name), property):
+        return member
+    return member(*args, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PUBLIC)
+def test_hostile_arguments_raise_kwtree_errors_and_change_nothing(name, tmp_path, monkeypatch):
+    world = build_world(tmp_path)
+    monkeypatch.chdir(world.scratch)  # a relative path argument lands here
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        tree = world.current()
+        args, kwargs = _draw_arguments(data, world, name)
+        before_log, before = log_bytes(world.directory), snapshot(tree)
+        target = args[1] if name == "import_json" and len(args) > 1 else None
+        existed = _exists(target)
+        try:
+            result = _call(world, name, args, kwargs)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log, f"{name} raised but changed the log"
+            assert snapshot(world.current()) == before, f"{name} raised but changed what reads return"
+            if target is not None and not existed:
+                assert not _exists(target), f"a failed import_json left {target!r} behind"
+            return
+        if isinstance(result, KeywordTree):  # import_json
+            result.close()
+
+    try:
+        run()
+    finally:
+        world.current().close()
+
+
+def _exists(target: Any) -> bool:
+    try:
+        return isinstance(target, (str, os.PathLike)) and os.path.lexists(target)
+    except ValueError:  # a NUL byte
+        return False
+
+
+@pytest.mark.slow
+def test_hostile_constructor_arguments_raise_kwtree_errors(tmp_path, monkeypatch):
+    world = build_world(tmp_path)
+    world.tree.close()
+    monkeypatch.chdir(world.scratch)
+    strategies = constructor_strategies(world)
+    parameters = list(inspect.signature(KeywordTree).parameters.values())
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        kwargs: dict[str, Any] = {}
+        for p in parameters:
+            if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
+                continue
+            hostile = PATH_HOSTILE if p.name == "data_dir" else HOSTILE
+            kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+        before_log = log_bytes(world.directory)
+        target = kwargs.get("data_dir")
+        existed = _exists(target)
+        try:
+            tree = KeywordTree(**kwargs)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log
+            if not existed:
+                assert not _exists(target), f"a failed open left {target!r} behind"
+            return
+        tree.close()
+
+    run()
+
+
+@given(values=st.dictionaries(st.sampled_from([f.name for f in dataclasses.fields(Limits)]),
+                              st.one_of(st.integers(-2, 2**70), HOSTILE), max_size=3))
+def test_hostile_limits_raise_kwtree_errors(values):
+    try:
+        limits = Limits(**values)
+    except KwtreeError:
+        return
+    assert all(type(getattr(limits, key)) is int and getattr(limits, key) >= 1 for key in values)
+
+
+# --- the package's public functions -------------------------------------------------------
+
+#: Every public function of the kwtree package -> its parameters' strategies (world -> {name: strategy}).
+FUNCTIONS: dict[str, Any] = {
+    "normalize_name": lambda world: {"text": WORDS},
+    "verify_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)])},
+    "repair_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
+                                       "lock_timeout": st.floats(0, 1)},
+    "restore": lambda world: {"snapshot": _snapshot_files(world),
+                              "data_dir": st.sampled_from([str(world.scratch / "restored"), str(world.directory)]),
+                              "lock_timeout": st.floats(0, 1)},
+}
+PUBLIC_FUNCTIONS = sorted(name for name in kwtree.__all__ if inspect.isfunction(getattr(kwtree, name)))
+
+
+def test_every_public_function_has_a_fuzz_strategy(tmp_path):
+    world = build_world(tmp_path)
+    world.tree.close()
+    assert PUBLIC_FUNCTIONS == sorted(FUNCTIONS), "add a strategy to FUNCTIONS for each public function"
+    for name in PUBLIC_FUNCTIONS:
+        parameters = inspect.signature(getattr(kwtree, name)).parameters
+        assert sorted(parameters) == sorted(FUNCTIONS[name](world)), f"{name}'s parameters and strategies differ"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_hostile_arguments_to_public_functions_raise_kwtree_errors(name, tmp_path, monkeypatch):
+    world = build_world(tmp_path)
+    world.tree.close()
+    monkeypatch.chdir(world.scratch)
+    function = getattr(kwtree, name)
+    strategies = FUNCTIONS[name](world)
+    parameters = list(inspect.signature(function).parameters.values())
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        kwargs: dict[str, Any] = {}
+        for p in parameters:
+            if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
+                continue
+            hostile = PATH_HOSTILE if p.name in ("path", "snapshot", "data_dir") else HOSTILE
+            kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+        before_log = log_bytes(world.directory)
+        try:
+            function(**kwargs)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log
+
+    run()
