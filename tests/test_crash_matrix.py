@@ -53,8 +53,7 @@ REWRITES = {"compact", "restore"}
 KILLS_PER_ROW = 8 if os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough" else 1
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
 MAX_KILL_DELAY = 0.3  # seconds: the latest a kill comes after the child starts the action
-RECENT = 8  # the newest acknowledged operations whose as_of views are checked after each kill
-AS_OF_SAMPLE = 4  # ... and a sample of older ones
+AS_OF_SAMPLE = 4  # acknowledged operations of earlier runs whose as_of views are checked again
 
 
 def live_digest(tree: KeywordTree) -> str:
@@ -350,19 +349,21 @@ class Row:
                 assert in_flight is not None and history[:-1] == before_history, (
                     f"{self.row}: after the kill the log holds {len(history)} operations, the child had "
                     f"acknowledged {len(before_history)} and had at most one in flight ({in_flight})")
-            self.check_as_of(history)
+            self.check_as_of(history, acked)
             self.check_acknowledged_work(in_flight, digest)
         self.state = (history, digest, live)
 
-    def check_as_of(self, history: list[str]) -> None:
+    def check_as_of(self, history: list[str], this_run: list[dict[str, Any]]) -> None:
         """Each acknowledged operation the log still holds as the child saw it: an as_of view
-        there has the digest the child recorded (this run's, and a sample of earlier ones)."""
+        there has the digest the child recorded (every one of this run, a sample of earlier
+        runs' ones: those were checked after their own kill)."""
         for record in self.records[self.epoch:]:  # acknowledged after the last rewrite: still there
             assert history[:len(record["history"])] == record["history"], \
                 f"{self.row}: acknowledged operation {record['op']} ({record['ack']}) is not in the log"
         still = [r for r in self.records if r["op"] and history[:len(r["history"])] == r["history"]]
         sample = self.rng.sample(still, min(AS_OF_SAMPLE, len(still)))
-        for record in {id(r): r for r in [*still[-RECENT:], *sample]}.values():
+        now = [r for r in this_run if r in still]
+        for record in {id(r): r for r in [*now, *sample]}.values():
             with KeywordTree(self.dir, as_of=record["op"]) as then:
                 assert reads_digest(then) == record["digest"], \
                     f"{self.row}: as_of={record['op']} ({record['ack']}) differs from what the writer saw"
