@@ -178,7 +178,7 @@ def _first_difference(got: Any, expected: Any, where: str = "") -> str | None:
     if isinstance(got, dict) and isinstance(expected, dict):
         for key in sorted(set(got) | set(expected), key=str):
             if key not in got or key not in expected:
-                return f"{where}[{key!r}]: only in {'the expected' if key in expected else 'the checked'} reads"
+                return f"{where}[{key!r}]: only in {'the expected' if key in expected else 'the checked'} answer"
             found = _first_difference(got[key], expected[key], f"{where}[{key!r}]")
             if found:
                 return found

@@ -225,7 +225,7 @@ def test_strategies_give_calls_kwtree_accepts(tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.slow
 class TestKwtreeStateMachine(KwtreeStateMachine.TestCase):
-    settings = settings(stateful_step_count=25)
+    settings = settings(stateful_step_count=15)
 
 
 class RememberingMachine(KwtreeStateMachine):
@@ -240,4 +240,4 @@ class RememberingMachine(KwtreeStateMachine):
 
 @pytest.mark.slow
 class TestRememberingMachine(RememberingMachine.TestCase):
-    settings = settings(stateful_step_count=25)
+    settings = settings(stateful_step_count=15)
