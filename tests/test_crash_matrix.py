@@ -20,7 +20,7 @@ to what the child saw, acknowledged imports open to what the child saw; after a 
 ``kwtree worker`` every info gets embedded.
 
 Under the default profile each row is killed once; KWTREE_HYPOTHESIS_PROFILE=thorough kills
-each of the 26 rows 8 times (208 kills).
+each of the 27 rows 8 times (216 kills).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from kwtree.testing import WORDS, known_ids, public_reads, reads_digest
 
 WRITES = [
     "create_keyword", "create_keyword_auto_placed", "update_keyword", "add_alias", "remove_alias",
-    "move_keyword", "merge_keywords", "delete_keyword", "create_info", "update_info", "delete_info",
+    "move_keyword", "merge_keywords", "delete_keyword", "create_info", "create_info_auto_linked", "update_info",
+    "delete_info",
     "link_info", "unlink_info", "relate", "unrelate", "batch_create_keywords", "batch_create_infos",
     "undo", "apply_reorganize_plan",
 ]
@@ -50,7 +51,8 @@ MAINTENANCE = ["compact", "snapshot", "restore", "import_json", "repair", "worke
 ROWS = WRITES + MAINTENANCE
 #: Actions after which the log no longer holds the operations acknowledged before them.
 REWRITES = {"compact", "restore"}
-KILLS_PER_ROW = 8 if os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough" else 1
+THOROUGH_KILLS_PER_ROW = 8
+KILLS_PER_ROW = THOROUGH_KILLS_PER_ROW if os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough" else 1
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
 MAX_KILL_DELAY = 0.3  # seconds: the latest a kill comes after the child starts the action
 AS_OF_SAMPLE = 4  # acknowledged operations of earlier runs whose as_of views are checked again
@@ -175,6 +177,9 @@ class Writer:
         elif row == "create_info":
             kid = self.keyword()
             self.do(row, lambda: t.create_info(self.text(), keyword_ids=[kid]))
+        elif row == "create_info_auto_linked":  # the offline navigator picks the keywords
+            self.keyword()
+            self.do(row, lambda: t.create_info(self.text(), auto_link=True))
         elif row == "update_info":
             iid = self.info()
             self.do(row, lambda: t.update_info(iid, {"content": self.text()}))
@@ -420,6 +425,10 @@ def test_sigkill_during(row: str, tmp_path: Path, children: Callable[..., Any]) 
     for _ in range(KILLS_PER_ROW):
         matrix.run_once(children)
     assert matrix.kills == KILLS_PER_ROW
+
+
+def test_the_thorough_profile_kills_at_least_200_times() -> None:
+    assert len(ROWS) * THOROUGH_KILLS_PER_ROW >= 200
 
 
 if __name__ == "__main__":
