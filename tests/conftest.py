@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import Child
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -41,3 +42,18 @@ def tree(tree_dir: Path):
     t = KeywordTree(tree_dir, durability="none")
     yield t
     t.close()
+
+
+@pytest.fixture
+def children():
+    """Start child processes (helpers.Child); any still running at the end is killed."""
+    started: list[Child] = []
+
+    def start(code: str, *args: object) -> Child:
+        child = Child(code, *args)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        child.cleanup()

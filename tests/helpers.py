@@ -1,69 +1,20 @@
-"""Test helpers: a snapshot of every public read, and small tree builders."""
+"""Test helpers: a snapshot of every public read (``kwtree.testing.public_reads``), copies
+of data directories, and child processes."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
-from collections.abc import Iterable
+import sys
+import textwrap
 from pathlib import Path
-from typing import Any
 
-from kwtree import KeywordTree, KwtreeError, RelationType
+from kwtree.testing import public_reads as snapshot
 
+__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes", "snapshot"]
 
-def _read(call, *args: Any) -> Any:
-    """The value of a public read, or the error type and message it raised."""
-    try:
-        return call(*args)
-    except KwtreeError as exc:
-        return ("error", type(exc).__name__, str(exc))
-
-
-def snapshot(tree: KeywordTree, keyword_ids: Iterable[str] = (), info_ids: Iterable[str] = ()) -> dict[str, Any]:
-    """Every public read of ``tree`` about the given ids, plus everything reachable from the
-    root, as plain values that compare with ==. Two trees with equal snapshots answer every
-    public read about those entities the same way."""
-    kids = {"root"}
-    kids.update(keyword_ids)
-    stack = ["root"]
-    while stack:  # everything reachable from the root
-        for child in tree.get_children(stack.pop()):
-            kids.add(child.id)
-            stack.append(child.id)
-    iids = set(info_ids)
-    for kid in list(kids):
-        for info in _read(tree.get_infos_of_keyword, kid, None, 0, 10_000) or []:
-            if not isinstance(info, str):
-                iids.add(info.id)
-    snap: dict[str, Any] = {"keywords": {}, "infos": {}, "names": {}}
-    names: set[str] = set()
-    for kid in sorted(kids):
-        keyword = _read(tree.get_keyword, kid)
-        entry: dict[str, Any] = {"keyword": keyword}
-        if not isinstance(keyword, tuple):
-            names.add(keyword.name)
-            names.update(keyword.aliases)
-            entry["children"] = [k.id for k in tree.get_children(kid)]
-            entry["path"] = [k.id for k in tree.get_path(kid)]
-            entry["infos"] = [i.id for i in tree.get_infos_of_keyword(kid, None, 0, 10_000)]
-            for relation in RelationType:
-                entry[f"infos_{relation.value}"] = [i.id for i in tree.get_infos_of_keyword(kid, relation, 0, 10_000)]
-            entry["relations"] = sorted(
-                (r.from_id, r.to_id, r.type, r.weight, r.reason, r.version) for r in tree.get_relations(kid, direction="both")
-            )
-        snap["keywords"][kid] = entry
-    for iid in sorted(iids):
-        info = _read(tree.get_info, iid)
-        entry = {"info": info}
-        if not isinstance(info, tuple):
-            entry["keywords"] = [(k.id, r.value) for k, r in tree.get_keywords_of_info(iid)]
-        snap["infos"][iid] = entry
-    for name in sorted(names):
-        snap["names"][name] = [k.id for k in tree.find_keywords(name)]
-    metrics = tree.tree_metrics()
-    snap["metrics"] = {k: v for k, v in metrics.items() if k not in ("log_bytes", "log_segments")}
-    snap["last_op_id"] = tree.last_op_id
-    return snap
+HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
 
 
 def copy_tree_dir(source: Path, target: Path) -> Path:
@@ -92,3 +43,61 @@ def child_line(proc: subprocess.Popen[str], hang: float) -> str:
         proc.wait(hang)
         raise AssertionError(f"child exited ({proc.returncode}) early: {proc.stderr.read()}")  # type: ignore[union-attr]
     return line.rstrip("\n")
+
+
+class Child:
+    """A Python child process running ``code`` (or a script: ``code`` a path ending in .py);
+    talks line by line over stdin/stdout. The ``children`` fixture (conftest.py) starts them
+    and kills what is left at the end of the test."""
+
+    def __init__(self, code: str, *args: object) -> None:
+        program = [code] if code.endswith(".py") else ["-c", textwrap.dedent(code)]
+        self.proc = subprocess.Popen(
+            [sys.executable, *program, *map(str, args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def readline(self) -> str:
+        return child_line(self.proc, HANG)
+
+    def expect(self, prefix: str) -> str:
+        line = self.readline()
+        assert line.startswith(prefix), line
+        return line
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+
+    def finish(self) -> str:
+        """Close stdin, wait for a clean exit and return the rest of stdout."""
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        out = self._rest()
+        assert self.proc.wait(HANG) == 0, self.proc.stderr.read()  # type: ignore[union-attr]
+        return out
+
+    def _rest(self) -> str:
+        # Through the same file object as readline: communicate() reads the raw pipe and would
+        # miss the lines readline had already buffered (it lost acknowledged writes here).
+        return self.proc.stdout.read()  # type: ignore[union-attr]
+
+    def wait_exit(self) -> None:
+        """Close stdin and wait for a clean exit (stdout is read by someone else)."""
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        assert self.proc.wait(HANG) == 0, self.proc.stderr.read()  # type: ignore[union-attr]
+
+    def kill(self) -> str:
+        """SIGKILL the child; return every complete line it had written (they were acknowledged)."""
+        self.proc.send_signal(signal.SIGKILL)
+        out = self._rest()
+        assert self.proc.wait(HANG) == -signal.SIGKILL, self.proc.stderr.read()  # type: ignore[union-attr]
+        return out
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=HANG)

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from kwtree.embed import HashEmbedder, embed_queries
 from kwtree.indexes import serve_outbox
 from kwtree.models import Hit
 from kwtree.stores.vectors import DEFAULT_EXACT_BELOW
+from kwtree.testing import assert_caches_rebuildable
 
 LIMIT = 30.0  # seconds a wait_indexed may take before the test fails
 MODES = ("bm25", "vector", "hybrid")
@@ -238,27 +239,38 @@ def text_matches(tree: KeywordTree, query: str, under: str | None = None) -> set
     return {hit.info.id for hit in tree.recall(query, k=1000, under=under, mode="bm25") if hit.bm25 is not None}
 
 
-def play(steps: list[tuple], base: Path) -> tuple[History, KeywordTree, KeywordTree]:
+def play(steps: list[tuple], base: Path, check: Callable[[KeywordTree], None] | None = None,
+         ) -> tuple[History, KeywordTree, KeywordTree]:
+    """Play ``steps``; call ``check`` on the history's tree before it closes; return fresh
+    trees on a copy with the caches and on a copy without."""
     history = History(base / "tree")
     for step in steps:
         note(repr(step))
         history.play(step)
+    if check is not None:
+        check(history.tree)
     kept, rebuilt = history.finish(base)
     return history, kept, rebuilt
 
 
+def caches_rebuildable(tree: KeywordTree) -> None:
+    """kwtree.testing's checker for invariant 4, with the options of ``open_tree``. Vector and
+    hybrid recall are left out until lost vector caches are rebuilt (issue 13 item 2, the
+    trust-vectors branch; tests/test_trust_testing.py pins that case as a strict xfail)."""
+    assert_caches_rebuildable(tree, QUERIES, modes=("bm25",), timeout=LIMIT, embed_async=False, worker=False)
+
+
 @given(steps=HISTORY)
 def test_reads_search_and_text_matches_are_the_same_after_losing_every_cache(steps: list[tuple]) -> None:
+    """kwtree.testing.assert_caches_rebuildable (reads, search, the infos full text
+    matches), then what only this suite checks: hits are current, and the full-text matches
+    under every keyword."""
     base = Path(tempfile.mkdtemp(prefix="kwtree-cache-"))
     kept = rebuilt = None
     try:
-        history, kept, rebuilt = play(steps, base)
-        assert snapshot(rebuilt, history.keyword_ids, history.info_ids) == \
-            snapshot(kept, history.keyword_ids, history.info_ids)
+        history, kept, rebuilt = play(steps, base, caches_rebuildable)
         scopes = [ROOT_ID, *history._live(history.keyword_ids, kept.get_keyword)]
         for query in QUERIES:
-            assert rebuilt.search(query) == kept.search(query)
-            assert text_matches(rebuilt, query) == text_matches(kept, query)
             for tree in (kept, rebuilt):
                 for mode in MODES:
                     check_hits(tree, query, tree.recall(query, k=20, mode=mode))

@@ -14,93 +14,18 @@ from __future__ import annotations
 import json
 import queue
 import random
-import signal
-import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import orjson
 import pytest
-from helpers import child_line, log_bytes, snapshot
+from helpers import Child, log_bytes, snapshot
 
 from kwtree import KeywordTree, LockTimeoutError
 from kwtree.stores.lock import FileLockBackend, FlockBackend, WriterLock
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
-
-
-# --- child processes ------------------------------------------------------------------------
-
-
-class Child:
-    """A Python child process running ``code``; talks line by line over stdin/stdout."""
-
-    def __init__(self, code: str, *args: object) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
-
-    def readline(self) -> str:
-        return child_line(self.proc, HANG)
-
-    def expect(self, prefix: str) -> str:
-        line = self.readline()
-        assert line.startswith(prefix), line
-        return line
-
-    def send(self, line: str) -> None:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def finish(self) -> str:
-        """Close stdin, wait for a clean exit and return the rest of stdout."""
-        self.proc.stdin.close()
-        out = self._rest()
-        assert self.proc.wait(HANG) == 0, self.proc.stderr.read()
-        return out
-
-    def _rest(self) -> str:
-        # Through the same file object as readline: communicate() reads the raw pipe and would
-        # miss the lines readline had already buffered (it lost acknowledged writes here).
-        return self.proc.stdout.read()
-
-    def wait_exit(self) -> None:
-        """Close stdin and wait for a clean exit (stdout is read by someone else)."""
-        self.proc.stdin.close()
-        assert self.proc.wait(HANG) == 0, self.proc.stderr.read()
-
-    def kill(self) -> str:
-        """SIGKILL the child; return every complete line it had written (they were acknowledged)."""
-        self.proc.send_signal(signal.SIGKILL)
-        out = self._rest()
-        assert self.proc.wait(HANG) == -signal.SIGKILL
-        return out
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate(timeout=HANG)
-
-
-@pytest.fixture
-def children():
-    started: list[Child] = []
-
-    def start(code: str, *args: object) -> Child:
-        child = Child(code, *args)
-        started.append(child)
-        return child
-
-    yield start
-    for child in started:
-        child.cleanup()
 
 
 def log_ops(data_dir: Path) -> list[str]:

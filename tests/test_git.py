@@ -27,8 +27,6 @@ from test_properties import (
     FORK_STEP,
     apply_fork_step,
     build_base,
-    check_inert,
-    check_structure,
     split_operations,
     write_merged,
 )
@@ -42,6 +40,7 @@ from kwtree import (
 )
 from kwtree import git as kwgit
 from kwtree.cli import main
+from kwtree.testing import assert_tree_shape
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")
 
@@ -389,8 +388,7 @@ def test_two_clones_merge_without_conflict_into_one_tree(tmp_path: Path, layout:
     kids = [ROOT_ID, *ids.values(), child]
     for clone in clones.values():
         with KeywordTree(clone / inside, read_only=True) as view:
-            check_structure(view, kids, [info, *notes])
-            check_inert(view, kids, [info, *notes])
+            assert_tree_shape(view, kids, [info, *notes])
             parents = (view.get_keyword(ids["x"]).parent_id, view.get_keyword(ids["y"]).parent_id)
             if move_a < move_b:  # the later move would close a cycle: it is skipped
                 assert parents == (ids["y"], ROOT_ID)
@@ -482,8 +480,7 @@ def test_merge_driver_output_replays_like_any_union(random_steps, data) -> None:
         snaps = []
         for n, ops in enumerate((split_operations(merged), plain)):
             with KeywordTree(write_merged(work / f"merged-{n}", forks["A"], ops), read_only=True) as view:
-                check_structure(view, all_kids, all_iids)
-                check_inert(view, all_kids, all_iids)
+                assert_tree_shape(view, all_kids, all_iids)
                 snaps.append(snapshot(view, all_kids, all_iids))
         assert snaps[0] == snaps[1]
         assert orjson.loads(merged.splitlines()[0])["entity"] == "keyword"  # the root's creation first

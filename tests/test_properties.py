@@ -65,15 +65,23 @@ from kwtree import (
     VersionConflictError,
 )
 from kwtree.normalize import normalize_name
+from kwtree.testing import (
+    ACTIONS,
+    NAMES,
+    UNKNOWN_ID,
+    LoggedOperation,
+    Step,
+    apply_step,
+    assert_merge_converges,
+    assert_replay_equivalent,
+    assert_tree_shape,
+    log_operations,
+    write_log,
+)
 
 # --- vocabulary -------------------------------------------------------------------------------
 
-#: Names that collide after normalisation (case, full width, punctuation, spaces, ß/ss, ligatures,
-#: roman numerals) next to names that must stay distinct ("C++", "C#").
-NAMES = [
-    "Py", "py", "Ｐｙ", "p-y", "P y", "北京", "北 京", "北京。", "Go", "go!", "Straße", "STRASSE",
-    "ﬁ", "fi", "C++", "C#", "Ⅸ", "ix",
-]
+#: NAMES (kwtree.testing) collide after normalisation; these are refused.
 BAD_NAMES = ["", "   ", "...", "a\tb"]
 
 
@@ -95,8 +103,8 @@ REL_TYPE = rarely(st.sampled_from(["related_to", "part_of", " see_also "]), st.s
 INFO_RELATION = rarely(st.sampled_from([*RelationType, "example", "source"]), st.just("bogus"))
 WEIGHT = rarely(st.sampled_from([1.0, 0.5, 2]), st.sampled_from([float("nan"), True, "1"]))
 
-#: an id no entity has; a malformed op id; well-formed op ids before and after every operation
-UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
+#: a malformed op id; well-formed op ids before and after every operation (UNKNOWN_ID, an id no
+#: entity has, comes from kwtree.testing)
 NOT_AN_OP = "not-an-op-id"
 EARLY_OP = "0" * 32  # a well-formed op id before every operation
 LATE_OP = "f" * 32  # a well-formed op id after every operation
@@ -145,38 +153,6 @@ def subtree_ids(tree: KeywordTree, kid: str) -> list[str]:
             found.append(child.id)
             stack.append(child.id)
     return found
-
-
-def check_structure(tree: KeywordTree, known_keywords: Iterable[str], known_infos: Iterable[str]) -> set[str]:
-    """The live tree is a tree rooted at the root: acyclic, every live keyword reachable,
-    parent_id / level / get_path consistent, and the metrics count what the reads show."""
-    root = tree.get_keyword(ROOT_ID)
-    assert root.parent_id is None and root.level == 0 and not root.deleted
-    seen: dict[str, list[str]] = {ROOT_ID: [ROOT_ID]}
-    stack = [ROOT_ID]
-    while stack:
-        node = stack.pop()
-        for child in tree.get_children(node):
-            assert child.id not in seen, f"keyword {child.id} reached twice: a cycle or a shared child"
-            assert not child.deleted
-            assert child.parent_id == node, (child.id, child.parent_id, node)
-            path_ids = [*seen[node], child.id]
-            seen[child.id] = path_ids
-            path = tree.get_path(child.id)
-            assert [k.id for k in path] == path_ids
-            assert path[0].id == ROOT_ID and path[-1].id == child.id
-            assert child.level == len(path) - 1
-            stack.append(child.id)
-    for kid in known_keywords:
-        if is_live_keyword(tree, kid):
-            assert kid in seen, f"live keyword {kid} is not reachable from the root"
-    metrics = tree.tree_metrics()
-    assert metrics["keywords"] == len(seen) - 1, "a live keyword exists that get_children never shows"
-    live_infos = [iid for iid in dict.fromkeys(known_infos) if is_live_info(tree, iid)]
-    assert metrics["infos"] == len(live_infos)
-    depths = [len(path) - 1 for kid, path in seen.items() if kid != ROOT_ID]
-    assert metrics["depth_max"] == max(depths, default=0)
-    return set(seen)
 
 
 def _normal_entity(value: Any) -> Any:
@@ -828,14 +804,13 @@ class KwtreeMachine(RuleBasedStateMachine):
     @invariant()
     def tree_is_a_tree(self) -> None:
         if self.tree is not None:
-            check_structure(self.t, self.keyword_ids, self.info_ids)
+            assert_tree_shape(self.t, self.keyword_ids, self.info_ids)
 
     def check_reopen(self) -> None:
-        with KeywordTree(self.dir, read_only=True) as again:
-            assert snapshot(again, self.keyword_ids, self.info_ids) == self.snap()
-            assert [op.op_id for op in again.history()] == self.order
-            with pytest.raises(ReadOnlyError):
-                again.create_keyword("never")
+        assert_replay_equivalent(self.t, self.keyword_ids, self.info_ids)
+        assert [op.op_id for op in self.t.history()] == self.order
+        with KeywordTree(self.dir, read_only=True) as again, pytest.raises(ReadOnlyError):
+            again.create_keyword("never")
 
     @rule()
     def reopen(self) -> None:
@@ -949,7 +924,7 @@ def test_undo_of_a_creation_with_later_dependents_keeps_undo_working(tree, depen
     tree.undo(depends, force=True)  # nothing left to do if the undo above retired it
     if tree.last_op_id != before:
         undo_newest_restores_previous_state(tree, *ids)
-    check_structure(tree, ids[0], ids[1])
+    assert_tree_shape(tree, ids[0], ids[1])
 
 
 def test_forced_undo_restores_a_parent_revived_by_the_same_undo(tree) -> None:
@@ -995,9 +970,7 @@ def test_normalize_name_ascii_fast_paths_match_reference(text: str) -> None:
 
 # --- merged histories (DESIGN §3 last bullet, §4.3) -------------------------------------------
 
-FORK_ACTIONS = ["create", "move", "delete", "rename", "describe", "merge", "info", "link", "unlink",
-                "relate", "unrelate", "delete_info", "update_info", "undo"]
-FORK_STEP = st.tuples(st.sampled_from("AB"), st.sampled_from(FORK_ACTIONS),
+FORK_STEP = st.tuples(st.sampled_from("AB"), st.sampled_from(ACTIONS),
                       st.integers(0, 63), st.integers(0, 63), st.integers(0, 63))
 
 
@@ -1017,82 +990,14 @@ def build_base(path: Path) -> tuple[list[str], list[str]]:
 
 
 def apply_fork_step(tree: KeywordTree, kids: list[str], iids: list[str], action: str, x: int, y: int, z: int) -> None:
-    """One write on a fork; invalid ones simply fail (and write nothing)."""
-
-    def pick(seq: list[str], i: int) -> str:
-        return seq[i % len(seq)] if seq else UNKNOWN_ID
-
-    try:
-        if action == "create":
-            kids.append(tree.create_keyword(NAMES[z % len(NAMES)], pick(kids, x)).id)
-        elif action == "move":
-            tree.move_keyword(pick(kids, x), pick(kids, y))
-        elif action == "delete":
-            tree.delete_keyword(pick(kids, x), cascade=True, info_policy=("reattach", "delete", "keep")[z % 3])
-        elif action in ("rename", "describe"):
-            k = tree.get_keyword(pick(kids, x))
-            patch = {"name": NAMES[z % len(NAMES)]} if action == "rename" else {"description": f"d{z}"}
-            tree.update_keyword(k.id, patch, k.version)
-        elif action == "merge":
-            tree.merge_keywords(pick(kids, x), pick(kids, y))
-        elif action == "info":
-            iids.append(tree.create_info(f"note {z}", keyword_ids=[pick(kids, x)]).id)
-        elif action == "link":
-            tree.link_info(pick(iids, x), pick(kids, y), list(RelationType)[z % 4])
-        elif action == "unlink":
-            tree.unlink_info(pick(iids, x), pick(kids, y))
-        elif action == "relate":
-            tree.relate(pick(kids, x), pick(kids, y), ("related_to", "part_of")[z % 2], weight=1.0 + z % 3)
-        elif action == "unrelate":
-            tree.unrelate(pick(kids, x), pick(kids, y))
-        elif action == "delete_info":
-            tree.delete_info(pick(iids, x))
-        elif action == "update_info":
-            tree.update_info(pick(iids, x), {"content": f"edited {z}"})
-        else:
-            assert action == "undo"
-            tree.undo(tree.last_op_id)
-    except KwtreeError:
-        pass
+    """One write on a fork (kwtree.testing.apply_step); invalid ones simply fail (and write nothing)."""
+    apply_step(tree, Step(action, x, y, z), kids, iids)
 
 
 def write_merged(target: Path, manifest_from: Path, ops: list[tuple[str, bytes, int]]) -> Path:
-    """A data directory whose log is one segment holding ``ops`` in the given order."""
-    (target / "log").mkdir(parents=True)
-    shutil.copyfile(manifest_from / "manifest.json", target / "manifest.json")
-    name = min(op_id for op_id, _, _ in ops)
-    (target / "log" / f"{name}.jsonl").write_bytes(b"".join(rows for _, rows, _ in ops))
-    return target
-
-
-def check_inert(view: KeywordTree, kids: list[str], iids: list[str]) -> None:
-    """Links and relations with a deleted end are never returned, and the metrics count
-    exactly what the reads return."""
-    live = {kid for kid in kids if is_live_keyword(view, kid)}
-    live_infos = [iid for iid in iids if is_live_info(view, iid)]
-    links = 0
-    unlinked = 0
-    for iid in live_infos:
-        got = view.get_keywords_of_info(iid)
-        assert all(k.id in live and not k.deleted for k, _ in got), "a link to a deleted keyword was returned"
-        links += len(got)
-        unlinked += not got
-    relations = set()
-    for kid in live:
-        for rel in view.get_relations(kid, direction="both"):
-            assert rel.from_id in live and rel.to_id in live, "a relation to a deleted keyword was returned"
-            relations.add((rel.from_id, rel.to_id, rel.type))
-        for info in view.get_infos_of_keyword(kid, None, 0, 10_000):
-            assert info.id in live_infos
-    for kid in set(kids) - live:
-        assert isinstance(_error(view.get_infos_of_keyword, kid), NotFoundError)
-        assert isinstance(_error(view.get_relations, kid), NotFoundError)
-    metrics = view.tree_metrics()
-    assert metrics["links"] == links
-    assert metrics["relations"] == len(relations)
-    assert metrics["infos"] == len(live_infos)
-    assert metrics["infos_without_link"] == unlinked
-    assert metrics["keywords"] == len(live - {ROOT_ID})
+    """A data directory whose log is one segment holding ``ops`` (as split_operations gives
+    them) in the given order."""
+    return write_log(target, manifest_from, [LoggedOperation(op_id, rows) for op_id, rows, _ in ops])
 
 
 #: Steps every merged history contains (indices 1..5 are a, b, c, d, e of the base):
@@ -1110,20 +1015,21 @@ CONFLICTS = [
 ]
 
 
-def split_by_fork(data_a: bytes, data_b: bytes, base_ids: set[str]):
-    ops_a, ops_b = split_operations(data_a), split_operations(data_b)
-    shared_b = [op for op in ops_b if op[0] in base_ids]
-    assert [op[:2] for op in shared_b] == [op[:2] for op in ops_a if op[0] in base_ids]  # identical copies
-    return ops_a, [op for op in ops_b if op[0] not in base_ids], shared_b
+def split_by_fork(fork_a: Path, fork_b: Path, base_ids: set[str]):
+    ops_a, ops_b = log_operations(fork_a), log_operations(fork_b)
+    shared_b = [op for op in ops_b if op.op_id in base_ids]
+    assert shared_b == [op for op in ops_a if op.op_id in base_ids]  # identical copies
+    return ops_a, [op for op in ops_b if op.op_id not in base_ids], shared_b
 
 
 @pytest.mark.slow
 @given(random_steps=st.lists(FORK_STEP, max_size=30), data=st.data(), duplicate_shared=st.booleans())
 def test_merged_histories_replay_to_one_state(random_steps, data, duplicate_shared) -> None:
+    """kwtree.testing.assert_merge_converges over random forks that always include CONFLICTS:
+    op-id order, A then B, B then A and shuffles replay to one state, a tree."""
     base = Path(tempfile.mkdtemp(prefix="kwtree-merge-"))
     try:
         kids, iids = build_base(base / "base")
-        base_ids = {op_id for op_id, _, _ in split_operations(log_bytes(base / "base"))}
         forks = {name: copy_tree_dir(base / "base", base / name) for name in "AB"}
         known = {name: (list(kids), list(iids)) for name in "AB"}
         steps = data.draw(st.permutations(CONFLICTS + random_steps), label="steps")
@@ -1134,28 +1040,8 @@ def test_merged_histories_replay_to_one_state(random_steps, data, duplicate_shar
         finally:
             for tree in trees.values():
                 tree.close()
-        ops_a, new_b, shared_b = split_by_fork(log_bytes(forks["A"]), log_bytes(forks["B"]), base_ids)
-        union = ops_a + new_b + (shared_b if duplicate_shared else [])
-        all_kids = list(dict.fromkeys(known["A"][0] + known["B"][0]))
-        all_iids = list(dict.fromkeys(known["A"][1] + known["B"][1]))
-        orders = {
-            "sorted": sorted(ops_a + new_b),  # in op-id order: the plain replay path
-            "A then B": union,  # what a union merge of the two files gives
-            "B then A": (shared_b if duplicate_shared else []) + new_b + ops_a,
-        }
-        for n in range(3):
-            orders[f"shuffled {n}"] = data.draw(st.permutations(union), label=f"order {n}")
-        snaps = {}
-        for label, ops in orders.items():
-            merged = write_merged(base / f"merged-{len(snaps)}", forks["A"], ops)
-            with KeywordTree(merged, read_only=True) as view:
-                check_structure(view, all_kids, all_iids)
-                check_inert(view, all_kids, all_iids)
-                assert view.last_op_id == max(op_id for op_id, _, _ in ops)
-                snaps[label] = snapshot(view, all_kids, all_iids)
-        first = snaps["sorted"]
-        for label, snap in snaps.items():
-            assert snap == first, f"merged order {label!r} replays to another state than op-id order"
+        assert_merge_converges(forks["A"], forks["B"], shuffles=3, duplicates=duplicate_shared,
+                               rng=data.draw(st.randoms(use_true_random=False), label="shuffles"))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -1171,7 +1057,7 @@ def test_merge_rules_cycle_rehome_last_writer_wins(data, duplicate_shared) -> No
         with KeywordTree(base / "base", durability="none") as tree:
             x, y, p, q, k, gone = (tree.create_keyword(n) for n in ("x", "y", "p", "q", "k", "gone"))
             info = tree.create_info("memo", keyword_ids=[q.id])
-        base_ids = {op_id for op_id, _, _ in split_operations(log_bytes(base / "base"))}
+        base_ids = {op.op_id for op in log_operations(base / "base")}
         fork_a, fork_b = copy_tree_dir(base / "base", base / "A"), copy_tree_dir(base / "base", base / "B")
         with KeywordTree(fork_a, durability="none") as a, KeywordTree(fork_b, durability="none") as b:
             move_a = a.move_keyword(x.id, y.id).op_id  # x under y
@@ -1184,13 +1070,12 @@ def test_merge_rules_cycle_rehome_last_writer_wins(data, duplicate_shared) -> No
             name_b = b.update_keyword(k.id, {"name": "k-b"}, k.version).op_id
             deleted_gone = a.delete_keyword(gone.id).op_id
             revived_gone = b.update_keyword(gone.id, {"description": "still here"}, gone.version).op_id
-        ops_a, new_b, shared_b = split_by_fork(log_bytes(fork_a), log_bytes(fork_b), base_ids)
+        ops_a, new_b, shared_b = split_by_fork(fork_a, fork_b, base_ids)
         union = ops_a + new_b + (shared_b if duplicate_shared else [])
-        merged = write_merged(base / "merged", fork_a, data.draw(st.permutations(union), label="order"))
+        merged = write_log(base / "merged", fork_a, data.draw(st.permutations(union), label="order"))
         with KeywordTree(merged, read_only=True) as view:
             kids = [ROOT_ID, x.id, y.id, p.id, q.id, k.id, gone.id, child.id]
-            check_structure(view, kids, [info.id])
-            check_inert(view, kids, [info.id])
+            assert_tree_shape(view, kids, [info.id])
             if move_a < move_b:  # the later move would close a cycle: skipped
                 assert (view.get_keyword(x.id).parent_id, view.get_keyword(y.id).parent_id) == (y.id, ROOT_ID)
             else:
