@@ -254,10 +254,9 @@ def play(steps: list[tuple], base: Path, check: Callable[[KeywordTree], None] | 
 
 
 def caches_rebuildable(tree: KeywordTree) -> None:
-    """kwtree.testing's checker for invariant 4, with the options of ``open_tree``. Vector and
-    hybrid recall are left out until lost vector caches are rebuilt (issue 13 item 2, the
-    trust-vectors branch; tests/test_trust_testing.py pins that case as a strict xfail)."""
-    assert_caches_rebuildable(tree, QUERIES, modes=("bm25",), timeout=LIMIT, embed_async=False, worker=False)
+    """kwtree.testing's checker for invariant 4 (bm25, vector and hybrid recall, search), with
+    the options of ``open_tree``."""
+    assert_caches_rebuildable(tree, QUERIES, timeout=LIMIT, embed_async=False, worker=False)
 
 
 @given(steps=HISTORY)
@@ -294,8 +293,8 @@ def recall_view(tree: KeywordTree, query: str, mode: str) -> tuple[list, list[fl
 
 @pytest.mark.xfail(strict=True, reason=(
     "BUG: invariant 4 does not hold for recall and context; each cause has its own strict xfail "
-    "below: BM25 statistics count deleted documents, ties are broken by the index's internal "
-    "order, and a fresh open with worker=False never re-embeds lost vectors"))
+    "below: BM25 statistics count deleted documents, and ties are broken by the index's internal "
+    "order (lost vectors are re-embedded since issue 13 item 2)"))
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: the causes are pinned below
 @given(steps=HISTORY)
 def test_recall_and_context_are_the_same_after_losing_every_cache(steps: list[tuple]) -> None:

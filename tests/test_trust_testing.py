@@ -119,7 +119,6 @@ def test_caches_rebuildable_holds_for_infos_embedded_with_each_write(tree_dir: P
         assert_caches_rebuildable(tree, embed_async=False, worker=False)
 
 
-@pytest.mark.xfail(reason="vector caches are rebuilt only after the trust-vectors branch lands", strict=True)
 def test_caches_rebuildable_holds_for_infos_embedded_by_the_worker(tree: KeywordTree) -> None:
     cats = tree.create_keyword("Cats")
     tree.create_info("cats purr on warm mats", keyword_ids=[cats.id])
@@ -128,7 +127,6 @@ def test_caches_rebuildable_holds_for_infos_embedded_by_the_worker(tree: Keyword
     assert_caches_rebuildable(tree, timeout=LIMIT)
 
 
-@pytest.mark.xfail(reason="vector caches are rebuilt only after the trust-vectors branch lands", strict=True)
 def test_caches_rebuildable_holds_after_the_cache_vanished_under_the_open_tree(tree_dir: Path) -> None:
     """The case tests/test_cache_invariant.py's property found (it compares only full text
     until then): an info written, ``cache/`` deleted under the open tree, a keyword written."""

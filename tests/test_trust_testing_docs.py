@@ -61,6 +61,5 @@ def test_the_docs_example_passes_its_reopen_merge_and_state_machine_tests(outcom
         name: "passed" for name in outcomes if name != CACHES_TEST}
 
 
-@pytest.mark.xfail(reason="vector caches are rebuilt only after the trust-vectors branch lands", strict=True)
 def test_the_docs_example_passes_its_cache_rebuild_test(outcomes: dict[str, str]) -> None:
     assert outcomes[CACHES_TEST] == "passed"
