@@ -41,7 +41,7 @@ from kwtree.stores.eventlog import (
     seals_start,
 )
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, write_new_file
-from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.lock import run_locked
 from kwtree.stores.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -69,12 +69,7 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:
-        lock = WriterLock(directory / LOCK_NAME, timeout)
-        try:
-            with lock:
-                return repair_under_lock(directory)
-        finally:
-            lock.close()
+        return run_locked(directory, timeout, repair_under_lock)
     except OSError as exc:
         raise StorageError(f"could not repair {directory}: {exc}") from exc
 

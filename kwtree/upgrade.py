@@ -33,7 +33,7 @@ from kwtree.stores.eventlog import (
     seals_start,
     segment_names,
 )
-from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.lock import run_locked
 from kwtree.stores.manifest import FORMAT_VERSION, Manifest
 from kwtree.validate import clean_seconds
 from kwtree.verify import Report, _clean_directory, verify_directory
@@ -71,12 +71,7 @@ def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:
-        lock = WriterLock(directory / LOCK_NAME, timeout)
-        try:
-            with lock:
-                return _upgrade(directory)
-        finally:
-            lock.close()
+        return run_locked(directory, timeout, _upgrade)
     except OSError as exc:
         raise StorageError(f"could not upgrade {directory}: {exc}; the old log is still in place") from exc
 

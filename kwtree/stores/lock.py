@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from kwtree.errors import LockTimeoutError
 from kwtree.stores.files import PRIVATE_FILE_MODE, open_file
@@ -22,7 +24,9 @@ try:
 except ImportError:  # pragma: no cover - exercised on platforms without fcntl
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "FileLockBackend", "FlockBackend", "WriterLock", "default_backend", "release"]
+__all__ = ["LOCK_NAME", "FileLockBackend", "FlockBackend", "WriterLock", "default_backend", "release", "run_locked"]
+
+T = TypeVar("T")
 
 #: The writer lock file inside a data directory.
 LOCK_NAME = "lock"
@@ -132,6 +136,18 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def run_locked(directory: Path, timeout: float, action: Callable[[Path], T]) -> T:
+    """``action(directory)``, run holding the writer lock of the data directory ``directory``
+    (LockTimeoutError if another process holds it for over ``timeout`` seconds); for the
+    whole-directory commands that run without an open tree (repair, upgrade)."""
+    lock = WriterLock(directory / LOCK_NAME, timeout)
+    try:
+        with lock:
+            return action(directory)
+    finally:
+        lock.close()
 
 
 def release(*handles: object) -> None:
