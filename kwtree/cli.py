@@ -292,6 +292,8 @@ ALIASES = arg("--alias", dest="aliases", action="append", metavar="ALIAS", help=
 DESCRIPTION = arg("--description", metavar="TEXT", help="what the keyword is about")
 FROM = arg("from_id", metavar="FROM", help="the keyword the relation starts at")
 TO = arg("to_id", metavar="TO", help="the keyword it points to")
+LOCK_TIMEOUT = arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long to wait for the writer lock (default: 10)")
 METADATA = arg("--metadata", metavar="JSON", help='a JSON object, e.g. \'{"lang": "en"}\'')
 
 COMMANDS: tuple[Command, ...] = (
@@ -587,13 +589,13 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "repair", "kwtree.repair.repair_directory (KeywordTree.repair)",
-        "move DIR's damaged lines and torn tail to quarantine/ (nothing is deleted) and rebuild the full-text index",
+        "move DIR's damaged operations and torn tail to quarantine/ (nothing is deleted), retire links naming "
+        "nothing, and have the caches rebuilt",
         example="./memory", opens="none",
         call=_repair,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
               arg("--json", action="store_true", help="print the report as one JSON document"),
-              arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
-                  help="how long to wait for the writer lock (default: 10)")),
+              LOCK_TIMEOUT),
     ),
     Command(
         "upgrade", "kwtree.upgrade.upgrade_directory",
@@ -602,8 +604,7 @@ COMMANDS: tuple[Command, ...] = (
         call=_upgrade,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (it must verify without errors)"),
               arg("--json", action="store_true", help="print what was done as one JSON document"),
-              arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
-                  help="how long to wait for the writer lock (default: 10)")),
+              LOCK_TIMEOUT),
     ),
     Command(
         "export", "KeywordTree.export",
