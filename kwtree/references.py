@@ -2,7 +2,11 @@
 
 A link or relation row whose info or keyword id names an entity the log never wrote is damage
 (a flipped digit in an id, a lost segment that held the entity), not history: every writer
-checks that both ends exist before it writes one. One that names a *deleted* entity is history
+checks that both ends exist before it writes one. In a format-2 log a digit flipped on disk
+is found first by its operation's checksum (``checksum``; repair quarantines the operation
+whole), so what is judged here is damage made before the checksum (a buggy writer, a merged
+log), a format-1 log, and the references that a quarantined operation or a lost segment
+leaves naming nothing. One that names a *deleted* entity is history
 (merged branches leave those, DESIGN §3): it is inert, and verify only warns about it.
 
 - Replay keeps a reference that names nothing out of the indexes (``State.put_link`` and
