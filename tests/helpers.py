@@ -3,18 +3,38 @@ of data directories, and child processes."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from kwtree.testing import public_reads as snapshot
 
-__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes", "snapshot"]
+__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes", "snapshot", "tmpfs"]
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
+
+
+@contextlib.contextmanager
+def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
+    """A real small file system at ``mount_point`` (created here): a tmpfs mounted with
+    ``options`` (e.g. ``"size=8m"``, ``"size=1m,ro"``), unmounted afterwards. The test is
+    skipped, saying why, where mounting is not permitted (it needs root)."""
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def copy_tree_dir(source: Path, target: Path) -> Path:

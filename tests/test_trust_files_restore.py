@@ -24,7 +24,7 @@ import pytest
 import kwtree
 from kwtree import KeywordTree
 from kwtree.errors import FormatError, InvalidInputError, StorageError
-from tests.helpers import child_line
+from tests.helpers import child_line, tmpfs
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -269,15 +269,8 @@ def _written_bytes() -> int:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MiB tmpfs (a real small disk)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts written bytes with Linux /proc/self/io")

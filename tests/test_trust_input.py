@@ -6,12 +6,11 @@ every public call; tests/test_trust_input_embedding.py bounds the cost of long t
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import log_bytes, snapshot
+from helpers import log_bytes, snapshot, tmpfs
 
 import kwtree
 from kwtree import (
@@ -187,14 +186,8 @@ def test_a_data_dir_that_cannot_be_a_directory_is_refused(tmp_path):
 @pytest.fixture
 def read_only_mount(tmp_path):
     """A real read-only file system (a tmpfs mounted ro), unmounted afterwards."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)],
-                          check=False, capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here (needs root): {done.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
+        yield mount
 
 
 def test_a_data_dir_the_system_refuses_raises_a_storage_error(read_only_mount):

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import log_bytes, snapshot
+from helpers import log_bytes, snapshot, tmpfs
 
 from kwtree import DiskFullError, KeywordTree
 from kwtree.embed import HashEmbedder
@@ -40,16 +39,8 @@ DISK_BYTES = 8 << 20
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A directory on its own small tmpfs, unmounted afterwards."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", f"size={DISK_BYTES}") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def fill(disk: Path) -> Path:
