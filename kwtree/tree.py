@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import gc
 import logging
 import math
@@ -35,12 +34,10 @@ from kwtree.commands.undo import undo as undo_changes
 from kwtree.embed import Embedder, HashEmbedder
 from kwtree.errors import (
     ClosedError,
-    FormatError,
     InvalidInputError,
     LockTimeoutError,
     NotFoundError,
     ReadOnlyError,
-    StorageError,
 )
 from kwtree.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
 from kwtree.follower import follow
@@ -64,8 +61,9 @@ from kwtree.replay import Bound
 from kwtree.retrieval import RetrievalMethods
 from kwtree.state import State, apply
 from kwtree.stores import leftovers, logswap
-from kwtree.stores.eventlog import LOG_DIR, EventLog
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir
+from kwtree.stores.directory import create_directory, open_error
+from kwtree.stores.eventlog import EventLog
+from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest, is_file_mode
 from kwtree.stores.modes import apply_file_mode
@@ -90,11 +88,6 @@ DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
 Decide = Callable[[State, Stamp], list[Change]]
 T = TypeVar("T")
-#: errno values of a data_dir that cannot be a directory (the caller's path is wrong: e.g. a
-#: part of it is a file, which mkdir reports as ENOTDIR or EEXIST); any other OSError while
-#: opening is the disk's (StorageError).
-_BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EEXIST, errno.ELOOP, errno.EINVAL,
-                              errno.EISDIR})
 #: Operations after which the MRU cache forgets the keywords they wrote.
 _MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
 
@@ -230,7 +223,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                 self._indexes.close()
             release(self._log, self._lock)
             if isinstance(exc, OSError):
-                raise _open_error(self._dir, exc) from exc
+                raise open_error(self._dir, exc) from exc
             raise
         # Descriptors are released even if the caller never closes the tree (but only
         # close() trims the log's preallocated padding).
@@ -245,7 +238,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         if not (directory / MANIFEST_NAME).exists():
             if not self._writable:
                 raise NotFoundError(f"{directory} is not a kwtree directory (it has no {MANIFEST_NAME})")
-            self._create_directory(segment_bytes, lock_timeout)
+            create_directory(directory, segment_bytes, self.file_mode, lock_timeout, durable=self._durable)
         manifest = Manifest.load(directory)
         if self._writable:
             self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
@@ -270,31 +263,6 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         if self._bound is not None:
             self._check_view_exists()
         self._observe_clock()
-
-    def _create_directory(self, segment_bytes: int | None, lock_timeout: float) -> None:
-        directory = self._dir
-        if (directory / MANIFEST_NAME).exists():
-            return  # another process created it meanwhile
-        # Foreign files first, the manifest second: a creator writes the manifest before any
-        # other file, so files seen before a manifest that exists now were a racing creator's.
-        if _holds_foreign_files(directory) and not (directory / MANIFEST_NAME).exists():
-            raise FormatError(
-                f"{directory} is not empty and has no {MANIFEST_NAME}: kwtree creates its data only "
-                f"in a new or empty directory; pass another data_dir"
-            )
-        file_mode = self.file_mode
-        directory.parent.mkdir(parents=True, exist_ok=True)  # the user's path: the umask's modes
-        make_dir(directory, file_mode, exist_ok=True)  # an existing (empty) one keeps its mode
-        # Several processes may create one directory at once: the lock makes one of them do it.
-        with WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=file_mode) as creation_lock:
-            if not (directory / MANIFEST_NAME).exists():
-                if _holds_foreign_files(directory):
-                    raise FormatError(f"{directory} gained files that are not kwtree's while it was being created")
-                make_dir(directory / LOG_DIR, file_mode, exist_ok=True)
-                Manifest.new(segment_bytes, file_mode).save(directory)
-                if self._durable:
-                    fsync_directory(directory.resolve().parent)
-        creation_lock.close()
 
     @property
     def file_mode(self) -> int:
@@ -769,30 +737,6 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         result["log_bytes"] = self._log.size_bytes()
         result["log_segments"] = len(self._log.segments)
         return result
-
-
-def _open_error(directory: Path, exc: OSError) -> InvalidInputError | StorageError:
-    """The KwtreeError for an OSError met while opening or creating ``directory``."""
-    reason = exc.strerror or str(exc)
-    where = exc.filename if exc.filename is not None else directory
-    if exc.errno in _BAD_PATH_ERRNOS:
-        return InvalidInputError(f"data_dir {directory} cannot be a kwtree directory: {reason} ({where}); pass another path")
-    return StorageError(f"cannot open or create the tree in {directory}: {reason} ({where}); "
-                        f"check the permissions and free space there")
-
-
-def _holds_foreign_files(directory: Path) -> bool:
-    """True if ``directory`` exists and holds anything but what creating a tree makes before
-    its manifest (the lock file, an empty log directory, the manifest's temporary file)."""
-    if not directory.is_dir():
-        return False
-    for entry in directory.iterdir():
-        if entry.name == LOCK_NAME or entry.name.startswith(f".{MANIFEST_NAME}."):
-            continue
-        if entry.name == LOG_DIR and entry.is_dir() and not any(entry.iterdir()):
-            continue
-        return True
-    return False
 
 
 def _create_root(state: State, stamp: Stamp) -> list[Change]:

@@ -16,8 +16,10 @@ After each kill, on the same directory (the next child continues what the dead o
 history rewrite (compaction, restore), and nothing but the one operation in flight was added;
 an ``as_of`` view at each acknowledged operation has the digest the child recorded; a restore
 or compaction in flight either happened whole or not at all; acknowledged snapshots restore
-to what the child saw, acknowledged imports open to what the child saw; after a killed
-``kwtree worker`` every info gets embedded.
+to what the child saw, acknowledged imports open to what the child saw; the target of an
+import in flight holds the whole import or takes the same import again, and then verifies clean
+and opens to the state of that export imported; after a killed ``kwtree worker`` every info
+gets embedded.
 
 Under the default profile each row is killed once; KWTREE_HYPOTHESIS_PROFILE=thorough kills
 each of the 27 rows 8 times (216 kills).
@@ -37,7 +39,14 @@ from typing import Any
 import orjson
 import pytest
 
-from kwtree import ROOT_ID, KeywordTree, KwtreeError, restore, verify_directory
+from kwtree import (
+    ROOT_ID,
+    InvalidInputError,
+    KeywordTree,
+    KwtreeError,
+    restore,
+    verify_directory,
+)
 from kwtree.testing import WORDS, known_ids, public_reads, reads_digest
 
 WRITES = [
@@ -64,6 +73,13 @@ def live_digest(tree: KeywordTree) -> str:
     reads = public_reads(tree)
     reads["metrics"] = {k: v for k, v in reads["metrics"].items() if k != "operations"}
     return hashlib.sha256(repr(reads).encode()).hexdigest()[:32]
+
+
+def import_digest(tree: KeywordTree) -> str:
+    """The state an import left, without the import's own op id (each import is a new
+    operation): two imports of the same export have equal import digests."""
+    reads = repr(public_reads(tree)).replace(tree.last_op_id, "<the import>")
+    return hashlib.sha256(reads.encode()).hexdigest()[:32]
 
 
 # --- the child: a writer that records what it acknowledged -----------------------------------
@@ -258,7 +274,7 @@ class Writer:
                 with KeywordTree.import_json(self.export, target, worker=False) as imported:
                     return {"import": str(target), "import_digest": reads_digest(imported)}
 
-            self.do(row, load, target=str(target))
+            self.do(row, load, target=str(target), export=str(self.export))
         elif row == "repair":
             self.fresh_keyword()
             self.do(row, lambda: {"repair_ok": t.repair().ok})
@@ -302,6 +318,7 @@ class Row:
         self.epoch = 0  # records from here on must still be in the log (none rewrote it since)
         self.rng = random.Random(f"crash matrix {row}")
         self.kills = 0
+        self.imported: dict[str, str] = {}  # export file -> import_digest of it imported
 
     def run_once(self, children: Callable[..., Any]) -> None:
         acks = self.base / f"acks-{self.kills}.jsonl"
@@ -375,12 +392,11 @@ class Row:
 
     def check_acknowledged_work(self, in_flight: dict[str, Any] | None, digest: str) -> None:
         """Acknowledged snapshots restore, acknowledged imports open, to what the child saw (a
-        snapshot in flight, if its file exists, to the tree now); repair found nothing to
-        repair in a healthy log; after a killed embedding worker every info gets embedded.
-
-        The target of an import in flight is not checked: today it can be left without a
-        manifest or as a root-only tree that refuses the retry (issue 13, item 11, another
-        branch's work)."""
+        snapshot in flight, if its file exists, to the tree now; an import in flight, see
+        ``check_import_in_flight``); repair found nothing to repair in a healthy log; after a
+        killed embedding worker every info gets embedded."""
+        if in_flight is not None and in_flight["begin"] == "import_json":
+            self.check_import_in_flight(in_flight["export"], Path(in_flight["target"]))
         snapshots = []  # (archive, the digest it must restore to)
         if in_flight is not None and in_flight["begin"] == "snapshot" and Path(in_flight["target"]).exists():
             snapshots.append((in_flight["target"], digest))  # a snapshot in flight is whole, or absent
@@ -410,6 +426,23 @@ class Row:
                             f"{self.row}: info {iid} was never embedded after the worker was killed"
                 for hit in again.recall("cats python coffee", k=50, mode="vector"):
                     assert hit.info == again.get_info(hit.info.id)
+
+    def check_import_in_flight(self, export: str, target: Path) -> None:
+        """The target of a killed import holds the whole import (the same import_json then
+        refuses it as not empty), or the same import_json run again succeeds; either way it
+        verifies clean and opens to the state of ``export`` imported."""
+        try:
+            KeywordTree.import_json(export, target, worker=False).close()
+        except InvalidInputError as exc:
+            assert "not empty" in str(exc), f"{self.row}: running the killed import again: {exc}"
+        report = verify_directory(target)
+        assert report.ok, f"{self.row}: verify of the import in flight's target:\n{report.to_text()}"
+        if export not in self.imported:  # what an import of this export gives, once per export
+            with KeywordTree.import_json(export, self.base / f"imported-{len(self.imported)}", worker=False) as reference:
+                self.imported[export] = import_digest(reference)
+        with KeywordTree(target, read_only=True) as imported:
+            assert import_digest(imported) == self.imported[export], \
+                f"{self.row}: the import in flight's target {target} differs from the export imported"
 
 
 #: The ``kwtree worker`` process of the worker_process row, with short leases so that the next

@@ -160,7 +160,7 @@ def test_a_killed_restore_leaves_a_staging_directory_that_the_next_open_removes(
     if target_exists:
         _tree(target, infos=1)
     # Paused while copying the log segment (the second member): the manifest is staged.
-    child = Paused("snapshot.py", "_copy_member", "restore", archive, target, nth=2)
+    child = Paused("archive.py", "_copy_member", "restore", archive, target, nth=2)
     try:
         staging = [tmp_path / name for name in _hidden(tmp_path)]
         assert len(staging) == 1 and ".restoring-" in staging[0].name
@@ -179,7 +179,7 @@ def test_a_killed_restore_is_cleaned_up_by_the_next_restore(tmp_path: Path) -> N
     with KeywordTree(tmp_path / "source", worker=False) as tree:
         archive = tree.snapshot(tmp_path / "source.kwsnap")
     target = tmp_path / "target"
-    Paused("snapshot.py", "_copy_member", "restore", archive, target, nth=2).kill()
+    Paused("archive.py", "_copy_member", "restore", archive, target, nth=2).kill()
     assert len(_hidden(tmp_path)) == 1
     assert kwtree.restore(archive, target)["infos"] == 30
     assert _hidden(tmp_path) == []
