@@ -227,3 +227,21 @@ def test_the_worker_process_waits_out_a_full_disk(disk: Path) -> None:
         logger.removeHandler(seen)
     with KeywordTree(directory, read_only=True) as reader:
         assert vector_ids(reader) == set(ids)
+
+
+def test_an_atomic_replace_refused_by_a_full_disk_leaves_the_old_file_and_no_temporary(disk: Path) -> None:
+    # Before: the temporary file a full disk cut short stayed beside the file for good (and a
+    # short os.write went unnoticed). Every manifest, cache meta and watermark goes this way.
+    from kwtree.stores.files import write_atomically
+
+    target = disk / "meta.json"
+    write_atomically(target, b"old")
+    filler = fill(disk)
+    with pytest.raises(OSError) as exc:
+        write_atomically(target, b"x" * (1 << 20))
+    assert exc.value.errno == 28  # ENOSPC
+    assert sorted(os.listdir(disk)) == ["filler", "meta.json"]
+    assert target.read_bytes() == b"old"
+    filler.unlink()
+    write_atomically(target, b"new")
+    assert target.read_bytes() == b"new" and sorted(os.listdir(disk)) == ["meta.json"]

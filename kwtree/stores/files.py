@@ -13,6 +13,7 @@ the tree's mode only to make the directories at its top.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -98,17 +99,23 @@ def write_atomically(path: Path, body: bytes, mode: int = PRIVATE_FILE_MODE) -> 
     """Replace ``path`` with ``body`` (a file of mode ``mode``): readers see the old file or
     the new one, never a mix.
 
-    The caller fsyncs the directory when the rename itself must be durable.
+    The caller fsyncs the directory when the rename itself must be durable. If anything fails
+    (a full disk), the old file stays as it was and the temporary file is removed.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        _exact(fd, mode)
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            _exact(fd, mode)
+            write_all(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_all(fd: int, data: bytes | memoryview) -> int:
