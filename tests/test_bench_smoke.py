@@ -235,3 +235,27 @@ def test_peer_kwtree_adapter_maps_vector_hits_back_to_doc_ids(tmp_path):
     embedder = peer_kwtree.WorkloadEmbedder(data)
     assert np.array_equal(embedder.embed([texts[3]]), doc_vecs[[3]])
     assert np.array_equal(embedder.embed_query(["word3 query"]), doc_vecs[[17]])
+
+
+def test_write_path_benchmark_compares_this_checkout_with_a_revision():
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(BENCH / "write_path.py"), "HEAD", "20", "1"],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 and "not a git repository" in done.stderr:
+        pytest.skip("needs a git checkout")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("durability=none, 1 rounds x 20 writes")
+    assert [line.split()[0] for line in lines[1:]] == ["create_keyword", "create_info"]
+    assert all("ratio of medians" in line for line in lines[1:])
+
+
+def test_cold_recall_benchmark_times_read_only_recalls():
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(BENCH / "cold_recall.py"), "30", "1", "hybrid"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "bulk load of 30 infos, embedded, closed" in done.stdout, done.stdout
+    assert "read-only `kwtree recall --mode hybrid`, 1 runs: median" in done.stdout, done.stdout
