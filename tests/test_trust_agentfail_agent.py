@@ -14,13 +14,13 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import dir_bytes, snapshot
 from test_anthropic_client import FakeMessagesAPI, Reply, error
+from test_anthropic_client import api as fake_messages_api
 
 from kwtree import AgentError, AgentOutcome, InvalidInputError, KeywordTree, LLMUnavailableError
 from kwtree.agent.anthropic_client import AnthropicLLMClient
@@ -30,15 +30,7 @@ from kwtree.cli import main
 DOWN = LLMUnavailableError("the Anthropic API could not be reached: connection refused")
 
 
-@pytest.fixture
-def api() -> Iterator[FakeMessagesAPI]:
-    fake = FakeMessagesAPI()
-    fake.thread.start()
-    yield fake
-    fake.released.set()
-    fake.server.shutdown()
-    fake.server.server_close()
-    fake.thread.join()
+api = fake_messages_api  # the fixture: a fake Messages API on 127.0.0.1
 
 
 @pytest.fixture(autouse=True)
