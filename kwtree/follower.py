@@ -110,7 +110,8 @@ def _tail(events: EventLog, state: State, bound: Bound | None, state_lock: threa
             return state
         if pending.data:  # (usually nothing is new before a write)
             with state_lock:
-                result = replay_chunk(state, pending.data, pending.path, pending.first_line, bound)
+                result = replay_chunk(state, pending.data, pending.path, pending.first_line, bound,
+                                      checksums=events.checksums)
             events.advance(result.consumed_bytes, result.consumed_lines)
             if result.status is ChunkStatus.OUT_OF_ORDER:
                 log.info("operations out of id order in %s (a merged log): replaying in op-id order", pending.path)
@@ -130,7 +131,8 @@ def replay_all_sorted(events: EventLog, bound: Bound | None) -> State:
         pending = events.read_pending()
         if pending is None:
             break
-        found, nbytes, nlines = parse_operations(pending.data, pending.path, pending.first_line)
+        found, nbytes, nlines = parse_operations(pending.data, pending.path, pending.first_line,
+                                                 checksums=events.checksums)
         operations.extend(found)
         events.advance(nbytes, nlines)
         _check_tail(events, pending, at_open=True)
