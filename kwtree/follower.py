@@ -7,7 +7,9 @@ nothing after it that completes an operation; zero padding is normal — is igno
 left for the next writer to move to quarantine/). Anything else is damage in the middle of
 the log, CorruptLogError at the damaged line, at open, refresh and write alike: a NUL byte
 or a zeroed block hiding whole operations after it, an incomplete operation at the end of a
-sealed segment, or a seal naming a successor segment the log lacks (format 2).
+sealed segment, or a seal naming a successor segment the log lacks (format 2). A whole
+operation whose checksum does not match its bytes is found by the replay itself (format 2:
+``kwtree.replay.check_checksum``, told by ``EventLog.checksums`` that every operation has one).
 """
 
 from __future__ import annotations
