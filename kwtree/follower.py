@@ -7,7 +7,9 @@ nothing after it that completes an operation; zero padding is normal — is igno
 left for the next writer to move to quarantine/). Anything else is damage in the middle of
 the log, CorruptLogError at the damaged line, at open, refresh and write alike: a NUL byte
 or a zeroed block hiding whole operations after it, an incomplete operation at the end of a
-sealed segment, or a seal naming a successor segment the log lacks (format 2).
+sealed segment, or a seal naming a successor segment the log lacks (format 2). A whole
+operation whose checksum does not match its bytes is found by the replay itself (format 2:
+``kwtree.replay.check_checksum``, told by ``EventLog.checksums`` that every operation has one).
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def _tail(events: EventLog, state: State, bound: Bound | None, state_lock: threa
             return state
         if pending.data:  # (usually nothing is new before a write)
             with state_lock:
-                result = replay_chunk(state, pending.data, pending.path, pending.first_line, bound)
+                result = replay_chunk(state, pending.data, pending.path, pending.first_line, bound,
+                                      checksums=events.checksums)
             events.advance(result.consumed_bytes, result.consumed_lines)
             if result.status is ChunkStatus.OUT_OF_ORDER:
                 log.info("operations out of id order in %s (a merged log): replaying in op-id order", pending.path)
@@ -130,7 +133,8 @@ def replay_all_sorted(events: EventLog, bound: Bound | None) -> State:
         pending = events.read_pending()
         if pending is None:
             break
-        found, nbytes, nlines = parse_operations(pending.data, pending.path, pending.first_line)
+        found, nbytes, nlines = parse_operations(pending.data, pending.path, pending.first_line,
+                                                 checksums=events.checksums)
         operations.extend(found)
         events.advance(nbytes, nlines)
         _check_tail(events, pending, at_open=True)

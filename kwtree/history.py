@@ -3,7 +3,8 @@
 History is read from disk, not kept in memory (a tree of a million keywords would otherwise
 carry a million operation records). Rows start with ``{"op":"<32 hex digits>"``, so lines
 are grouped into operations by slicing that id out without parsing, and only the groups
-that can match (they contain the requested entity id, or the requested op id) are parsed.
+that can match (they contain the requested entity id, or the requested op id) are parsed,
+and have their checksum checked (``kwtree.replay.check_checksum``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from kwtree.errors import CorruptLogError
 from kwtree.events import decode_operation
 from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
-from kwtree.replay import Bound
+from kwtree.replay import Bound, check_checksum
 
 __all__ = ["find_operation", "read_history", "touches"]
 
@@ -58,6 +59,9 @@ def _decode(path: str, start: int, lines: list[bytes]) -> Operation | None:
     # group: the operation ends at its first end row (copies are applied once, as replay does).
     ends = next(index for index, row in enumerate(rows) if "end" in row) + 1
     rows = rows[:ends]
+    if type(rows[-1]["end"]) is dict:  # (decode_operation reports any other end marker)
+        check_checksum(b"\n".join(lines[:ends]), rows[-1]["end"], rows[0]["op"], path, start + ends - 1,
+                       required=False)
     try:
         return decode_operation(rows)
     except (KeyError, TypeError, ValueError) as exc:

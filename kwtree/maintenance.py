@@ -120,7 +120,8 @@ class MaintenanceMethods:
             nonlocal written
             assert first is not None
             data = b"".join(parts)
-            if replay_chunk(rebuilt, data, str(target / f"{first}.jsonl"), 1).consumed_bytes != len(data):
+            segment = str(target / f"{first}.jsonl")
+            if replay_chunk(rebuilt, data, segment, 1, checksums=checksums).consumed_bytes != len(data):
                 raise StorageError(f"compaction of {self._dir} aborted, the log is unchanged: a new segment "
                                    f"did not replay whole; please report this")
             write(first)

@@ -9,25 +9,30 @@ Out-of-order operation ids (logs merged from two branches) are detected, not han
 the caller falls back to ``replay_sorted``, which orders whole operations by id. A copy of
 an operation right after itself (a naive merge or copy of lines) is read and skipped here,
 so every replay applies an operation once, wherever its copies sit.
+
+Every reader of operations (both replays here, and ``history()``) checks an operation's
+checksum (format 2, ``kwtree.events.with_checksum``) against the bytes it already holds
+with ``check_checksum``, so a changed byte that still reads as JSON is CorruptLogError at
+open, refresh and write alike, as other damage in the middle of the log is.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from kwtree.errors import CorruptLogError
-from kwtree.events import DECODERS, is_op_id
+from kwtree.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.state import State
 
 __all__ = [
-    "Bound", "ChunkResult", "ChunkStatus", "holds_an_end_row", "parse_operations", "replay_chunk", "replay_sorted",
-    "row_after_damage",
+    "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "holds_an_end_row", "parse_operations", "replay_chunk",
+    "replay_sorted", "row_after_damage",
 ]
 
 _PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
@@ -74,6 +79,29 @@ def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
     return float(ts)
 
 
+def check_checksum(
+    encoded: bytes, end: Mapping[str, Any], op_id: str, path: str, line: int, *, required: bool
+) -> None:
+    """Raise CorruptLogError (at ``line``, the operation's end row, where ``verify`` reports it
+    too) unless the checksum in ``end`` matches ``encoded``, the operation's rows as read;
+    an end marker without one is damage only where every operation has one (``required``,
+    a format-2 log)."""
+    if CRC_KEY in end:
+        problem = checksum_problem(encoded, end)
+        if problem is None:
+            return
+    elif not required:
+        return
+    else:
+        problem = ("its end marker has no checksum, which every operation of a format-2 log has (the key was "
+                   "damaged)")
+    raise CorruptLogError(
+        path, line,
+        f"operation {op_id}: {problem}; this is damage in the middle of the log: `kwtree verify` lists the "
+        f"damage and `kwtree repair` moves the damaged operation to quarantine/ and keeps every intact one",
+    )
+
+
 def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
     """The first row of the log must be the root keyword (as ``replay_chunk`` requires)."""
     first = entities[0]
@@ -81,7 +109,9 @@ def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
         raise CorruptLogError(path, first_line, "row before the root keyword exists")
 
 
-def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None) -> ChunkResult:
+def replay_chunk(
+    state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None, *, checksums: bool = False
+) -> ChunkResult:
     """Apply the complete operations in ``data`` (whole lines from one segment, starting at
     line number ``first_line``) and say how far it got.
 
@@ -89,8 +119,10 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     been read, so a state never holds part of an operation: rows after the last end row (a
     torn or still-growing operation) are left unconsumed, and a bad row raises
     CorruptLogError before any row of its operation is applied (earlier operations stay
-    applied). A complete line that is not a valid row raises too, wherever it is. A bound
-    by timestamp is not handled here (see ``replay_sorted``).
+    applied). A complete line that is not a valid row raises too, wherever it is, and so
+    does an operation whose checksum does not match its bytes (``check_checksum``; one is
+    required of each operation when ``checksums``, a format-2 log). A bound by timestamp is
+    not handled here (see ``replay_sorted``).
     """
     assert bound is None or bound.timestamp is None
     lines = data.split(b"\n")
@@ -102,6 +134,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
     current = ""  # the operation whose rows are being read ("" between operations)
+    start = 0  # the index of its first line
     copy = False  # they are a copy of the operation applied just before
     pending: list[Entity] = []  # the decoded rows of the current operation
     done_lines = 0
@@ -132,6 +165,7 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
                 status = ChunkStatus.BOUND_REACHED
                 break
             current = op
+            start = index
         try:  # _decode_row inlined: this loop runs once per row of every open
             entity = decode(row, current)
         except (KeyError, TypeError, ValueError) as exc:
@@ -147,7 +181,11 @@ def replay_chunk(state: State, data: bytes, path: str, first_line: int, bound: B
         pending.append(entity)
         if "end" not in row:
             continue
-        ts = _check_end(row["end"], current, len(pending), path, first_line + index)
+        end = row["end"]
+        ts = _check_end(end, current, len(pending), path, first_line + index)
+        # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
+        encoded = line if start == index else b"\n".join(lines[start:index + 1])
+        check_checksum(encoded, end, current, path, first_line + index, required=checksums)
         done_lines = index + 1
         current = ""
         if copy:
@@ -210,8 +248,11 @@ class RawOperation:
     first_line: int
 
 
-def parse_operations(data: bytes, path: str, first_line: int) -> tuple[list[RawOperation], int, int]:
-    """Split ``data`` into complete operations without applying them.
+def parse_operations(
+    data: bytes, path: str, first_line: int, *, checksums: bool = False
+) -> tuple[list[RawOperation], int, int]:
+    """Split ``data`` into complete operations without applying them; each one's checksum is
+    checked as ``replay_chunk`` checks it.
 
     Returns the operations, and the bytes and lines they cover (a torn tail is left out).
     """
@@ -236,6 +277,11 @@ def parse_operations(data: bytes, path: str, first_line: int) -> tuple[list[RawO
             )
         pending.append(row)
         if "end" in row:
+            end = row["end"]
+            if type(end) is dict:  # (replay_sorted reports any other end marker)
+                start = index + 1 - len(pending)
+                encoded = line if start == index else b"\n".join(lines[start:index + 1])
+                check_checksum(encoded, end, op, path, first_line + index, required=checksums)
             operations.append(RawOperation(op, pending, path, first_line + index + 1 - len(pending)))
             pending = []
             done_lines = index + 1

@@ -306,18 +306,16 @@ def flipped_on_disk(tmp_path: Path):
     return directory, python, rust, note, other, link_op, flipped, line
 
 
-def test_a_digit_flipped_on_disk_is_a_checksum_error_at_its_line_and_reads_skip_the_link(flipped_on_disk) -> None:
+def test_a_digit_flipped_on_disk_is_a_checksum_error_at_its_line_in_verify_and_at_open(flipped_on_disk) -> None:
     directory, python, rust, note, other, _, flipped, line = flipped_on_disk
     report = verify_directory(directory)
     (error,) = report.errors  # the checksum says it first: no dangling-link for a damaged operation
     assert error.code == "checksum"
     assert (error.file, error.line) == (f"log/{segments(directory)[0].name}", line)
     assert "a byte of it was changed" in error.message and "kwtree repair" in error.message
-    with KeywordTree(directory, durability="none", worker=False) as tree:  # the open does not check checksums
-        assert [k.id for k, _ in tree.get_keywords_of_info(note.id)] == [python.id]
-        assert tree.get_infos_of_keyword(rust.id) == []
-        with pytest.raises(NotFoundError):
-            tree.get_keywords_of_info(flipped)
+    with pytest.raises(CorruptLogError) as caught:  # the open checks checksums too (damage is never silent)
+        KeywordTree(directory, durability="none", worker=False)
+    assert (caught.value.path, caught.value.line) == (str(segments(directory)[0]), line)
 
 
 def test_repair_quarantines_only_the_operation_whose_checksum_fails_and_keeps_the_info_it_named(
@@ -471,8 +469,9 @@ def test_a_raw_flip_in_any_reference_row_is_a_checksum_error_and_repair_loses_on
     history: History, pick: int, end: int
 ) -> None:
     """Format 2, a digit flipped on disk (checksum not recomputed) in either id of any link or
-    relation row: every read answers before repair; verify reports a ``checksum`` error at the
-    file and end line of that operation (and ``sealed-changed`` if its segment is sealed);
+    relation row: opening refuses the log (CorruptLogError at that operation's end line);
+    verify reports a ``checksum`` error at the file and end line of that operation (and
+    ``sealed-changed`` if its segment is sealed);
     repair moves exactly that operation's bytes to quarantine/, keeps every other operation,
     retires what the loss leaves naming nothing, and leaves verify clean and every read working."""
     template, kids, iids = history
@@ -493,7 +492,9 @@ def test_a_raw_flip_in_any_reference_row_is_a_checksum_error_and_repair_loses_on
         damaged_op = orjson.loads(lines[last])["op"]
         operation = b"".join(row + b"\n" for row in lines[first:last + 1])
         wrote = {orjson.loads(row).get("id") for row in lines[first:last + 1]} - {None}  # infos and keywords
-        reads(directory, kids, iids)  # the open does not check checksums: reads answer
+        with pytest.raises(CorruptLogError) as caught:  # the open checks checksums: damage is never silent
+            KeywordTree(directory, read_only=True, worker=False)
+        assert (caught.value.path, caught.value.line) == (str(path), last + 1)
 
         report = verify_directory(directory)
         sealed = lines[-2].startswith(SEAL_PREFIX)
