@@ -450,6 +450,20 @@ def _exists(target: Any) -> bool:
         return False
 
 
+def draw_arguments(data: Any, parameters: list[inspect.Parameter], strategies: dict[str, Any],
+                   path_names: tuple[str, ...]) -> dict[str, Any]:
+    """Keyword arguments for ``parameters``, each drawn from its strategy or from the hostile
+    values (those for paths where its name is in ``path_names``); one with a default is
+    sometimes left out."""
+    kwargs: dict[str, Any] = {}
+    for p in parameters:
+        if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
+            continue
+        hostile = PATH_HOSTILE if p.name in path_names else HOSTILE
+        kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+    return kwargs
+
+
 @pytest.mark.slow
 def test_hostile_constructor_arguments_raise_kwtree_errors(tmp_path, monkeypatch):
     world = build_world(tmp_path)
@@ -460,12 +474,7 @@ def test_hostile_constructor_arguments_raise_kwtree_errors(tmp_path, monkeypatch
 
     @given(data=st.data())
     def run(data: Any) -> None:
-        kwargs: dict[str, Any] = {}
-        for p in parameters:
-            if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
-                continue
-            hostile = PATH_HOSTILE if p.name == "data_dir" else HOSTILE
-            kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+        kwargs = draw_arguments(data, parameters, strategies, ("data_dir",))
         before_log = log_bytes(world.directory)
         target = kwargs.get("data_dir")
         existed = _exists(target)
@@ -527,12 +536,7 @@ def test_hostile_arguments_to_public_functions_raise_kwtree_errors(name, tmp_pat
 
     @given(data=st.data())
     def run(data: Any) -> None:
-        kwargs: dict[str, Any] = {}
-        for p in parameters:
-            if p.default is not p.empty and data.draw(st.booleans(), label=f"{p.name} left out"):
-                continue
-            hostile = PATH_HOSTILE if p.name in ("path", "snapshot", "data_dir") else HOSTILE
-            kwargs[p.name] = data.draw(st.one_of(strategies[p.name], hostile), label=p.name)
+        kwargs = draw_arguments(data, parameters, strategies, ("path", "snapshot", "data_dir"))
         before_log = log_bytes(world.directory)
         try:
             function(**kwargs)
