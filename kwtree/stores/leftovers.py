@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 try:
@@ -102,21 +103,29 @@ def _unused(path: Path) -> int | None:
     return fd
 
 
-def _remove_archive_tmp(path: Path) -> bool:
+def _remove_unused(path: Path, left_by: str, keep: Callable[[int], bool], remove: Callable[[Path], None]) -> bool:
+    """Remove ``path`` with ``remove`` unless a process holds its lock or ``keep`` (given a
+    descriptor holding that lock) says to leave it; True if it was removed."""
     fd = _unused(path)
     if fd is None:
         return False
     try:
-        if ARCHIVE_MAGIC not in os.pread(fd, _MAGIC_WINDOW, 0):
-            return False  # not one of ours (or killed before its first byte: empty, harmless)
-        os.unlink(path)
+        if keep(fd):
+            return False
+        remove(path)
     except OSError as exc:
-        log.warning("could not remove %s left by an interrupted snapshot: %s", path, exc)
+        log.warning("could not remove %s left by %s: %s", path, left_by, exc)
         return False
     finally:
         os.close(fd)
-    log.warning("removed %s left by an interrupted snapshot", path)
+    log.warning("removed %s left by %s", path, left_by)
     return True
+
+
+def _remove_archive_tmp(path: Path) -> bool:
+    # Not one of ours (or killed before its first byte: empty, harmless): left alone.
+    return _remove_unused(path, "an interrupted snapshot",
+                          lambda fd: ARCHIVE_MAGIC not in os.pread(fd, _MAGIC_WINDOW, 0), os.unlink)
 
 
 def remove_abandoned_archives(parent: Path, prefix: str = ".") -> list[Path]:
@@ -136,20 +145,8 @@ def remove_abandoned_archives(parent: Path, prefix: str = ".") -> list[Path]:
 
 
 def _remove_directory(path: Path, *, keep_if_empty: bool) -> bool:
-    fd = _unused(path)
-    if fd is None:
-        return False
-    try:
-        if keep_if_empty and not os.listdir(path):
-            return False
-        shutil.rmtree(path)
-    except OSError as exc:
-        log.warning("could not remove %s left by an interrupted restore: %s", path, exc)
-        return False
-    finally:
-        os.close(fd)
-    log.warning("removed %s left by an interrupted restore", path)
-    return True
+    return _remove_unused(path, "an interrupted restore",
+                          lambda fd: keep_if_empty and not os.listdir(path), shutil.rmtree)
 
 
 def remove_leftovers(data_dir: Path) -> list[Path]:
