@@ -16,7 +16,7 @@ import pytest
 
 from kwtree.testing import public_reads as snapshot
 
-__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes", "snapshot", "tmpfs"]
+__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "assert_every_open_refuses", "log_bytes", "snapshot", "tmpfs"]
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
 
@@ -35,6 +35,21 @@ def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def assert_every_open_refuses(directory: Path, segment: Path, line: int, *words: str) -> None:
+    """Opening ``directory`` writable, read-only and without fsync each raises CorruptLogError
+    at ``segment``:``line`` whose detail holds every one of ``words``, and no open changes
+    any file (no writer moves the damage, or what follows it, aside)."""
+    from kwtree import CorruptLogError, KeywordTree
+
+    before = dir_bytes(directory)
+    for options in ({}, {"read_only": True}, {"durability": "none"}):
+        with pytest.raises(CorruptLogError) as caught:
+            KeywordTree(directory, worker=False, **options)
+        assert (caught.value.path, caught.value.line) == (str(segment), line)
+        assert all(word in caught.value.detail for word in words), caught.value.detail
+    assert dir_bytes(directory) == before
 
 
 def copy_tree_dir(source: Path, target: Path) -> Path:
