@@ -4,7 +4,7 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 """
 
-from kwtree.compaction import CompactionReport
+from kwtree.ops.compaction import CompactionReport
 from kwtree.errors import (
     AgentError,
     ClosedError,
@@ -46,10 +46,10 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
-from kwtree.repair import repair_directory
+from kwtree.ops.repair import repair_directory
 from kwtree.stores.snapshot import restore
-from kwtree.tree import KeywordTree
-from kwtree.verify import Finding, Report, verify_directory
+from kwtree.facade.tree import KeywordTree
+from kwtree.ops.verify import Finding, Report, verify_directory
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from kwtree.cli import main
+from kwtree.cli.main import main
 
 sys.exit(main())

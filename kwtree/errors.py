@@ -256,7 +256,7 @@ class DamagedDirectoryError(KwtreeError):
 
 
 class GitError(KwtreeError):
-    """Raised when git is missing or a git command ``kwtree.git.setup`` runs fails; the
+    """Raised when git is missing or a git command ``kwtree.ops.git.setup`` runs fails; the
     message carries git's own."""
 
 

@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError
 from kwtree.models import ROOT_ID, Info, Keyword, RelationType
 from kwtree.normalize import normalize_name
-from kwtree.tree import KeywordTree
+from kwtree.facade.tree import KeywordTree
 
 __all__ = [
     "ACTIONS",

@@ -39,7 +39,7 @@ from kwtree.agent.mru import MRUCache
 from kwtree.agent.navigation import Candidate, Navigator, RoundRequest
 from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
 from kwtree.models import ROOT_ID
-from kwtree.state import State
+from kwtree.engine.state import State
 
 __all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import terms
-from kwtree.state import State
+from kwtree.engine.state import State
 
 __all__ = ["KeywordTextIndex", "Relevance", "char_similarity"]
 

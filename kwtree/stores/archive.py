@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from kwtree.errors import FormatError, InvalidInputError, NotFoundError, StorageError
-from kwtree.events import is_op_id
+from kwtree.engine.events import is_op_id
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,

@@ -399,8 +399,9 @@ def copy_committed(source: Path, target: Path) -> str | None:
         watermark = meta.get("watermark")
         if watermark is not None and not isinstance(watermark, str):
             raise ValueError(f"watermark {watermark!r} is not a string")
-        # Tantivy's lock files guard the source's writer and readers, not the copy's.
-        shutil.copytree(source / "index", target / "index", ignore=shutil.ignore_patterns(".tantivy-*.lock"))
+        # Tantivy's lock files guard the source's writer and readers, not the copy's; its
+        # ".tmp*" files are a writer's files being written, not yet part of any commit.
+        shutil.copytree(source / "index", target / "index", ignore=shutil.ignore_patterns(".tantivy-*.lock", ".tmp*"))
     except (OSError, ValueError) as exc:  # shutil.Error is an OSError, JSONDecodeError a ValueError
         shutil.rmtree(target, ignore_errors=True)
         raise StorageError(f"cannot copy the full-text index in {source} to {target}: {exc}") from exc

@@ -46,10 +46,10 @@ from kwtree.errors import (
     NotFoundError,
     StorageError,
 )
-from kwtree.follower import follow
+from kwtree.engine.follower import follow
 from kwtree.models import ROOT_ID
-from kwtree.replay import Bound
-from kwtree.state import State
+from kwtree.engine.replay import Bound
+from kwtree.engine.state import State
 from kwtree.stores import leftovers
 from kwtree.stores.archive import (
     CHUNK,

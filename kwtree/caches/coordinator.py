@@ -1,0 +1,795 @@
+"""The caches the event log feeds: the full-text index, the vector store, and the outbox of
+embedding work that fills the vector store. All live under ``<data_dir>/cache/`` (the outbox
+is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from the log.
+
+- **Full text** is kept in step lazily: writes note what they changed; a search first applies
+  the changes (or, after operations this process did not see being written, every entity
+  written after the index's watermark op id) and commits, so a search sees every write
+  before it. Only the process holding the directory's writer lock writes the shared index.
+  A tree that may not write it (``read_only``, ``as_of``) searches it only while its watermark
+  is the tree's last op id; otherwise it keeps a private index in a temporary directory,
+  started from a copy of the shared one (or empty) and fed the same way from its own state.
+- **Vectors** are eventually consistent: every committed text enqueues its embedding in the
+  outbox; a worker thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues
+  every live entity whose current text has no vector, so a lost outbox row costs nothing.
+  Recall uses what is embedded; a vector of an older text is never returned. A tree that
+  may not write (``read_only``, ``as_of``) embeds nothing and queues nothing: it opens the
+  vector store and the outbox read-only, searches what writers embedded (a graph it has to
+  build stays in memory) and, in ``wait_indexed``, waits for other processes' workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
+from kwtree.models import ROOT_ID, Info, Keyword, Operation
+from kwtree.caches.outbox import ERROR_BACKOFF_MAX, WORKER_ERRORS, Item, Outbox, record_results, run_worker
+from kwtree.engine.state import State
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
+from kwtree.stores.vectors import META_FILE, VectorStore
+
+__all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
+
+log = logging.getLogger("kwtree.cache")
+#: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
+_INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OSError)
+
+
+def _index_failure(exc: BaseException) -> bool:
+    """True for an error a damaged index causes: one of _INDEX_FAILURES, or a Rust panic
+    inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
+    return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
+
+CACHE_DIR = "cache"
+OUTBOX_NAME = "outbox.jsonl"
+T = TypeVar("T")
+Reader = Callable[[Callable[[State], T]], T]
+EntityKey = tuple[str, str]  # (kind, id)
+#: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
+_DIGEST_CACHE_LIMIT = 200_000
+_REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair scan
+
+
+def entity_text(state: State, kind: str, entity_id: str) -> str | None:
+    """The text that is embedded for a live entity (None if it is not live): an info's
+    content; a keyword's name, aliases and description."""
+    if kind == "info":
+        info = state.live_info(entity_id)
+        return info.content if info is not None else None
+    keyword = state.live_keyword(entity_id)
+    if keyword is None or keyword.id == ROOT_ID:
+        return None
+    return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
+
+
+def search_text(state: State, kind: str, entity_id: str) -> str | None:
+    """What the full-text index holds for an entity: for a keyword, its text and path."""
+    text = entity_text(state, kind, entity_id)
+    if text is None or kind == "info":
+        return text
+    path = [state.keywords[node].name for node in state.ancestry(entity_id)[1:-1]]
+    return " ".join([text, *path])
+
+
+def _slug(model: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
+    return f"{readable}-{hashlib.blake2b(model.encode(), digest_size=4).hexdigest()}"
+
+
+class Indexes:
+    """The full-text index, vector store and outbox of one open tree."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: Embedder,
+        read: Reader[Any],
+        *,
+        write_locks: Callable[[], contextlib.AbstractContextManager[Any]] | None,
+        worker: bool,
+        embed_async: bool,
+        write_vectors: bool | None = None,
+        file_mode: int = PRIVATE_FILE_MODE,
+    ) -> None:
+        """``write_vectors``: whether this tree embeds, writes the vector store and queues
+        work in the outbox; by default, when it writes (``write_locks`` given). ``kwtree
+        worker`` reads the tree read-only but writes vectors."""
+        self._read = read
+        self._embedder = embedder
+        self._model = embedder.model
+        self._write_locks = write_locks  # None: this tree never writes the full-text index
+        self._write_vectors = write_locks is not None if write_vectors is None else write_vectors
+        self._embed_async = embed_async
+        self._cache = data_dir / CACHE_DIR
+        self._file_mode = file_mode  # of the files the caches create (cache/ gets the directory mode)
+        # Opened on first use: opening is not free, and several processes opening a new
+        # directory at once would race to create them (a writer creates them under its lock).
+        self._fulltext_index: FullTextIndex | None = None
+        # A tree that may not write the shared full-text index searches a private one, in this
+        # temporary directory, whenever the shared one does not reflect exactly its state.
+        self._private_dir: Path | None = None
+        self._private_cleanup: weakref.finalize | None = None  # removes it, at close or exit
+        self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
+        self._vector_store: VectorStore | None = None
+        self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
+        self._lock = threading.Lock()
+        # One lock per store: opening a large vector store must not hold up a text search.
+        self._fulltext_open_lock = threading.Lock()
+        self._vectors_open_lock = threading.Lock()
+        self._pending: set[EntityKey] = set()
+        self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
+        self._expected_ops: int | None = None  # op count the pending set fully describes
+        # (kind, id) -> (entity version, content hash of its text or None): a version is never
+        # changed once stored, so its hash is computed once (by the open's repair scan, a
+        # write, or a search). Only touched under the state lock.
+        self._digests: dict[EntityKey, tuple[object, str]] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # cuts the worker's wait short (close, wait_indexed)
+        self._repaired = threading.Event()  # the open's repair scan has queued what it found
+        # What the worker's last round failed with (None once a round succeeds again), for
+        # outbox_status and wait_indexed; ``_worker_reports`` counts the reports.
+        self._worker_state = threading.Condition()
+        self._worker_error: Exception | None = None
+        self._worker_error_since = 0.0
+        self._worker_reports = 0
+        self._held: list[Item] = []  # claimed by a wait_indexed round that failed: tried first
+        self._unsaved = False  # the worker added vectors since the graph was last persisted
+        self._thread: threading.Thread | None = None
+        self._worker_id = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}"
+        if worker:
+            self._thread = threading.Thread(target=self._work, name="kwtree-embedder", daemon=True)
+            self._thread.start()
+
+    @property
+    def _fulltext(self) -> FullTextIndex:
+        with self._fulltext_open_lock:
+            if self._fulltext_index is None:
+                writable = self._write_locks is not None or self._private_dir is not None
+                self._fulltext_index = FullTextIndex(self._fulltext_dir, writable=writable, file_mode=self._file_mode)
+            return self._fulltext_index
+
+    @property
+    def _fulltext_dir(self) -> Path:
+        """Where the full-text index this tree searches lives: the shared cache, or its private copy."""
+        return self._cache / "fulltext" if self._private_dir is None else self._private_dir / "fulltext"
+
+    @property
+    def _vectors(self) -> VectorStore:
+        with self._vectors_open_lock:
+            if self._vector_store is None:
+                self._vector_store = VectorStore(
+                    self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim,
+                    writable=self._write_vectors, file_mode=self._file_mode,
+                )
+            return self._vector_store
+
+    def _recover_vanished_vectors(self) -> None:
+        """If the vector store's directory was deleted under this tree (``cache/`` is only a
+        cache), open a new one and queue every text again (embedding them here when writes
+        embed inline), so recall does not wait for the next open to see vectors again. A tree
+        that may not write only lets the store go: it finds vectors again once a writer made
+        them."""
+        with self._vectors_open_lock:
+            store = self._vector_store
+            if store is None or store.directory.exists():
+                return
+            store.discard()
+            self._vector_store = None
+            if not self._write_vectors:
+                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer "
+                         "embeds again", store.directory)
+                return
+            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
+        self.repair()
+        if not self._embed_async and self._thread is None:
+            self.wait_indexed()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def note(self, op: Operation, state: State) -> None:
+        """Record what a committed operation changed (call after it was applied). No I/O:
+        the write path stays as fast as the log; the worker thread queues the embeddings
+        (a crash before it does loses nothing: the repair scan of the next open finds them),
+        unless ``embed_async=False``, which embeds here."""
+        touched: list[EntityKey] = []
+        written: list[EntityKey] = []
+        for change in op.changes:
+            after = change.after
+            if type(after) is Info:
+                written.append(("info", after.id))
+            elif type(after) is Keyword and after.id != ROOT_ID:
+                written.append(("keyword", after.id))
+                if state.children.get(after.id):  # its descendants' paths may have changed
+                    touched.extend(("keyword", kid) for kid in state.subtree(after.id))
+        with self._lock:
+            if self._expected_ops is not None:
+                self._expected_ops += 1
+            self._pending.update(written)
+            self._pending.update(touched)
+            if self._embed_async:
+                self._unsent.extend(written)
+        if self._embed_async:
+            return
+        try:
+            work = self._unembedded(state, written)
+            self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
+        except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
+            log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
+
+    def _unembedded(self, state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
+        """Outbox items for the entities among ``keys`` whose current text has no vector."""
+        work = []
+        for kind, entity_id in dict.fromkeys(keys):
+            digest = self._digest(state, kind, entity_id)
+            if digest is not None and not self._vectors.has(entity_id, digest):
+                work.append((kind, entity_id, digest, self._model))
+        return work
+
+    def _digest(self, state: State, kind: str, entity_id: str) -> str | None:
+        """The content hash of the entity's current text (None if it is not live), computed
+        once per entity version. Call where the state cannot change under it (the state lock, or
+        the write path)."""
+        entity = (state.infos if kind == "info" else state.keywords).get(entity_id)
+        if entity is None:
+            return None
+        key = (kind, entity_id)
+        known = self._digests.get(key)
+        if known is not None and known[0] is entity:
+            return known[1]
+        text = entity_text(state, kind, entity_id)
+        digest = None if text is None else content_hash(self._model, text)
+        if len(self._digests) < _DIGEST_CACHE_LIMIT or key in self._digests:
+            self._digests[key] = (entity, digest)
+        return digest
+
+    def _flush(self) -> None:
+        """Move the embeddings the writes asked for into the outbox."""
+        with self._lock:
+            keys, self._unsent = self._unsent, []
+        if keys:
+            try:
+                work = self._read(lambda state: self._unembedded(state, keys))
+                if work:
+                    self._outbox.enqueue(work)
+            except BaseException:
+                with self._lock:  # queued by the next flush (a full disk may have refused them)
+                    self._unsent[:0] = keys
+                raise
+
+    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
+        """Embed the current text of each (kind, id, hash) that is still current; returns
+        {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
+        the batch, each text is tried alone, so one bad text fails only itself. A vector store
+        that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
+        text's fault: that error is raised, for the worker to try the batch again later."""
+        self._recover_vanished_vectors()
+        texts, keys = [], []
+        for kind, entity_id, digest in items:
+            text = self._read(lambda state, kind=kind, entity_id=entity_id: entity_text(state, kind, entity_id))
+            if text is not None and content_hash(self._model, text) == digest and not self._vectors.has(entity_id, digest):
+                texts.append(text)
+                keys.append((entity_id, digest))
+        result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
+        if not texts:
+            return result
+        self._unsaved = True
+        try:
+            self._vectors.add(keys, embed_documents(self._embedder, texts))
+        except (StorageError, LockTimeoutError):
+            raise  # the store's disk or lock, not the texts: the worker tries again later
+        except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
+            for key, text in zip(keys, texts, strict=True):
+                try:
+                    self._vectors.add([key], embed_documents(self._embedder, [text]))
+                except (StorageError, LockTimeoutError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
+                    result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
+        return result
+
+    # --- the worker --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            run_worker(self._outbox, self._worker_id, self._process, stop=self._stop, on_idle=self._idle,
+                       on_start=self._repair_and_warm, on_error=self._report_worker, wake=self._wake)
+        finally:
+            self._repaired.set()  # (also if it failed: waiting for it would never end)
+
+    def _process(self, items: list[Item]) -> dict[str, str | None]:
+        result = self._embed([(item.kind, item.id, item.hash) for item in items])
+        return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+
+    def _idle(self) -> None:
+        """The worker's turn when the outbox has nothing to claim: queue what writes asked
+        for, and once a backlog is done, persist the vector graph (see persist_vectors)."""
+        self._flush()
+        if self._unsaved and not self._outbox.pending_count():
+            self.persist_vectors()
+
+    def persist_vectors(self) -> None:
+        """Save the hnswlib graph of the vector store if the saved one lags by more than
+        VectorStore.persist allows (building it here if none is in memory), so that a
+        read-only open (a CLI read) never builds what this writer could have saved."""
+        self._unsaved = False
+        try:
+            self._vectors.persist()
+        except BaseException:
+            self._unsaved = True
+            raise
+
+    def _report_worker(self, error: Exception | None) -> None:
+        with self._worker_state:
+            if error is not None and self._worker_error is None:
+                self._worker_error_since = time.time()
+            self._worker_error = error
+            self._worker_reports += 1
+            self._worker_state.notify_all()
+
+    def _repair_and_warm(self) -> None:
+        """The worker's first step: the repair scan (retried by run_worker while the disk
+        refuses its rows), then loading or building a large store's graph."""
+        try:
+            if self._write_locks is not None and not (self._cache / "vectors" / _slug(self._model) / META_FILE).exists():
+                with self._write_locks():  # creating the store races other new writers
+                    _ = self._vectors
+            self.repair()
+        except WORKER_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
+            log.exception("the repair scan of the vector store failed; it runs again at the next open")
+        self._repaired.set()
+        try:
+            self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
+        except Exception:  # noqa: BLE001 -- the first search tries again
+            log.exception("could not load the vector graph ahead of the first search")
+
+    def reload_vectors(self) -> int:
+        """Read the vector store again from its files (damage done under this tree is seen:
+        a store whose meta.json is damaged is emptied, rows after a damaged key line or past
+        the end of vectors.f32 are dropped), then queue every live text that has no vector;
+        returns how many were queued (``KeywordTree.repair``). Raises ReadOnlyError in a tree
+        that does not write vectors."""
+        if not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        with self._vectors_open_lock:
+            store, self._vector_store = self._vector_store, None
+        if store is not None:
+            store.discard()  # its rows in memory may be gone from disk: never save them
+        return self.repair()
+
+    def repair(self) -> int:
+        """Enqueue every live entity whose current text has no vector; returns how many.
+        (The outbox takes an item it holds as done again: its vector is gone.) Raises
+        ReadOnlyError in a tree that does not write vectors."""
+        if not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        known = self._vectors.known()
+        model = self._model
+
+        def ids(state: State) -> list[EntityKey]:
+            return [("info", entity_id) for entity_id in state.infos] + [
+                ("keyword", entity_id) for entity_id in state.keywords]
+
+        def missing(state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
+            found = []
+            for kind, entity_id in keys:
+                digest = self._digest(state, kind, entity_id)
+                if digest is not None and (entity_id, digest) not in known:
+                    found.append((kind, entity_id, digest, model))
+            return found
+
+        # The state lock is taken per chunk, so reads and writes need not wait for the whole
+        # scan (an entity written meanwhile is queued by its write).
+        keys = self._read(ids)
+        work = []
+        for start in range(0, len(keys), _REPAIR_CHUNK):
+            work += self._read(lambda state, chunk=keys[start : start + _REPAIR_CHUNK]: missing(state, chunk))
+            time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
+        if work:
+            self._outbox.enqueue(work)
+        return len(work)
+
+    def wait_indexed(self, timeout: float | None = None) -> bool:
+        """Wait until the outbox has no work left; True if it emptied within ``timeout``.
+        Without a worker thread (or if it died), the repair scan runs first and the outbox is
+        drained here. A tree that does not write vectors only waits for other processes to
+        drain it. If the worker thread's last round failed (a full disk), it is woken to try
+        again at once, and if that fails too, its error is raised: StorageError
+        (DiskFullError), LockTimeoutError; the worker keeps retrying by itself. A tree that
+        writes vectors returns with the vector graph saved (see persist_vectors)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._flush()
+        while True:
+            thread = self._thread
+            # Nobody else in this process drains it. (A tree that does not write vectors has
+            # no worker thread and runs no repair scan: that would queue work.)
+            drain_here = self._write_vectors and (thread is None or not thread.is_alive())
+            if drain_here and not self._repaired.is_set():
+                self._as_worker(self.repair)
+                self._repaired.set()
+            elif thread is not None and not drain_here:
+                self._raise_worker_error(deadline)
+            if (self._repaired.is_set() or thread is None) and not self._outbox.backlog():
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if drain_here and self._as_worker(self._drain_round):
+                continue
+            time.sleep(0.02)
+        self._vectors.refresh()
+        if self._write_vectors:
+            # The backlog is done: save the graph now (if it lags), not in each reader.
+            try:
+                self.persist_vectors()
+            except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
+                log.warning("could not save the vector graph: %s", exc)
+        return True
+
+    def _drain_round(self) -> bool:
+        """One round of the work a worker does, here; True if there were items. Items of a
+        round that raised (the disk refused a vector or a row) are tried first next time."""
+        items = self._held or self._outbox.claim(self._worker_id, 256)
+        self._held = items
+        if not items:
+            return False
+        record_results(self._outbox, self._worker_id, items, self._process(items))
+        self._held = []
+        return True
+
+    def _as_worker(self, step: Callable[[], T]) -> T:
+        """Run a worker's step in wait_indexed, reporting its outcome as the worker thread's
+        rounds are reported (for outbox_status)."""
+        try:
+            result = step()
+        except WORKER_ERRORS as exc:
+            self._report_worker(exc)
+            raise
+        if self._worker_error is not None:
+            self._report_worker(None)
+        return result
+
+    def _raise_worker_error(self, deadline: float | None) -> None:
+        """If the worker thread's last round failed: wake it to try again now, wait for the
+        outcome (until ``deadline``), and raise its error if it failed again."""
+        with self._worker_state:
+            if self._worker_error is None:
+                return
+            seen = self._worker_reports
+        self._wake.set()
+        thread = self._thread
+        with self._worker_state:
+            self._worker_state.wait_for(
+                lambda: self._worker_reports != seen or thread is None or not thread.is_alive(),
+                None if deadline is None else max(0.0, deadline - time.monotonic()))
+            error = self._worker_error if self._worker_reports != seen else None
+        if error is not None:
+            message = (f"the embedding worker cannot go on: {error} (it tries again by itself, "
+                       f"at most every {ERROR_BACKOFF_MAX:g} s)")
+            if isinstance(error, DiskFullError):
+                raise DiskFullError(message, error.path) from error
+            raise type(error)(message) from error
+
+    def outbox_status(self) -> dict[str, Any]:
+        """The outbox's counts, and ``worker_error``: None, or what the embedding worker's
+        last round failed with (``error``, ``type``, ``since``), while it retries."""
+        flush_error: Exception | None = None
+        try:
+            self._flush()  # the status counts every write made so far
+        except WORKER_ERRORS as exc:  # (a full disk): reported, not raised
+            flush_error = exc
+        status = self._outbox.status()
+        with self._worker_state:
+            error, since = self._worker_error, self._worker_error_since
+        if error is None and flush_error is not None:
+            error, since = flush_error, time.time()
+        status["worker_error"] = None if error is None else {
+            "error": str(error), "type": type(error).__name__, "since": since}
+        return status
+
+    def retry_dead(self) -> int:
+        return self._outbox.retry_dead()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _sync_fulltext(self, *, only_if_written: bool = False) -> None:
+        """Bring the full-text index up to the current state. Takes the tree's write locks
+        first and the state lock only to read (the order every write uses). An index that
+        fails (deleted or damaged under us) is rebuilt from the state, once. A tree that may
+        not write the shared index syncs its private one instead (never ``only_if_written``:
+        it wrote nothing that others would search)."""
+        if self._write_locks is None:
+            if not only_if_written:
+                self._sync_private()
+            return
+        if only_if_written:
+            with self._lock:
+                if not self._pending:
+                    return
+        with self._write_locks():
+            self.sync_fulltext_locked()
+
+    def sync_fulltext_locked(self) -> None:
+        """Bring the full-text index up to the current state, for a caller that already
+        holds the tree's write locks (the writer; a no-op for read-only trees)."""
+        if self._write_locks is None:
+            return
+        self._apply_or_rebuild()
+
+    def _apply_or_rebuild(self) -> None:
+        try:
+            self._apply_fulltext()
+        except BaseException as exc:
+            if not _index_failure(exc):
+                raise
+            if isinstance(exc, DiskFullError):
+                # Not damage: keep the files (a rebuild cannot work either); the index is
+                # opened again and fed from its watermark once space returns.
+                self._reset_fulltext(remove_files=False)
+                raise
+            log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
+                        self._fulltext_dir, type(exc).__name__, exc)
+            self._reset_fulltext()
+            self._apply_fulltext()
+
+    def _sync_private(self) -> None:
+        """For a tree that may not write the shared index (``read_only``, ``as_of``): search
+        the shared index while its watermark is this tree's last op id (the writer committed
+        exactly this state); else move to a private index and bring that up to the state,
+        from then on at every search (after a ``refresh()`` only the new operations are
+        applied). Searching the shared index at another watermark would miss writes (or see
+        later ones): deleting the caches would then change what a read-only tree finds."""
+        with self._private_lock:
+            if self._private_dir is None:
+                last = self._read(lambda state: state.last_op_id)
+                opened = self._fulltext_index is not None
+                shared = self._fulltext
+                if opened and shared.watermark != last:
+                    shared.refresh()  # the writer may have committed this state since
+                if shared.available and shared.watermark == last:
+                    return
+                self._go_private(shared, last)
+            self._apply_or_rebuild()
+
+    def _go_private(self, shared: FullTextIndex | None, last: str | None) -> None:
+        """Make a new temporary directory (outside the data directory, which a read-only tree
+        never writes) the home of this tree's full-text index. When the shared index is not
+        ahead of the state, it is copied there first, so only the tail after its watermark is
+        applied; a copy that fails (a writer may be committing meanwhile) or that turns out
+        ahead leaves it empty, for a full rebuild. Call under the private lock. Raises
+        StorageError if no temporary directory can be made."""
+        try:
+            directory = Path(tempfile.mkdtemp(prefix="kwtree-fulltext-"))
+        except OSError as exc:
+            raise StorageError(
+                f"cannot make a private full-text index for this read-only tree ({exc}): its "
+                f"shared index in {self._cache / 'fulltext'} does not reflect the tree's state; "
+                "set TMPDIR to a writable directory"
+            ) from exc
+        self._private_cleanup = weakref.finalize(self, shutil.rmtree, directory, True)
+        target = directory / "fulltext"
+        if shared is not None and shared.available and shared.watermark is not None \
+                and last is not None and shared.watermark <= last:
+            try:
+                copied = copy_committed(self._cache / "fulltext", target)
+            except StorageError as exc:
+                log.info("could not copy the shared full-text index (%s); rebuilding a private one", exc)
+            else:
+                if copied is None or copied > last:  # a writer cleared it or committed in between
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    log.debug("a private full-text index in %s starts from the shared one at %s", target, copied)
+        with self._fulltext_open_lock:
+            # The shared index is dropped, not closed: another thread may be searching it
+            # (a read-only index holds no writer and has nothing to commit).
+            self._fulltext_index = None
+            self._private_dir = directory
+        with self._lock:
+            self._expected_ops = None  # the private index is fed by a scan of the state
+
+    def _reset_fulltext(self, *, remove_files: bool = True) -> None:
+        """Drop the full-text index (files included, unless ``remove_files`` is False) so
+        the next use rebuilds it (or reopens it and applies what its watermark lacks). A
+        tree that may not write the shared index only ever removes its private one."""
+        with self._fulltext_open_lock:
+            index, self._fulltext_index = self._fulltext_index, None
+        if index is not None:
+            with contextlib.suppress(BaseException):  # a broken index may fail to close, too
+                index.close()
+        if remove_files and (self._write_locks is not None or self._private_dir is not None):
+            shutil.rmtree(self._fulltext_dir, ignore_errors=True)
+        with self._lock:
+            self._expected_ops = None  # a full scan feeds the new index
+
+    def _apply_fulltext(self) -> None:
+        index = self._fulltext
+        last = self._read(lambda state: state.last_op_id)
+        if index.watermark == last:
+            return
+        if index.watermark is not None and (last is None or index.watermark > last):
+            # Ahead of the log (a log cut back by a crash without fsync, or replaced by an
+            # older one): it holds writes the log does not, and its watermark would hide
+            # every later write with a lower id. Rebuild it.
+            log.warning("the full-text index in %s reflects operation %s, past the log's last %s; rebuilding it",
+                        self._fulltext_dir, index.watermark, last)
+            self._reset_fulltext()
+            index = self._fulltext
+
+        def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
+            with self._lock:
+                if self._expected_ops == state.op_count and index.watermark is not None:
+                    changed = set(self._pending)
+                else:
+                    changed = _written_after(state, index.watermark)
+                self._pending.clear()
+                self._expected_ops = state.op_count
+            return state.last_op_id, {key: search_text(state, *key) for key in changed}
+
+        watermark, texts = self._read(plan)
+        if watermark == index.watermark:
+            return
+        for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
+            if text is None:
+                index.delete(kind, entity_id)
+            else:
+                index.upsert(kind, entity_id, text)
+        index.commit(watermark)
+
+    def text_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
+        """Full-text (BM25) hits of ``kind`` for the query, every committed write included;
+        equal scores in id order. A damaged index is rebuilt (by a tree that may not write the
+        shared one, as its private index)."""
+        self._sync_fulltext()
+        try:
+            hits = self._fulltext.search(query, kind, k)
+        except BaseException as exc:
+            if not _index_failure(exc):
+                raise
+            if self._write_locks is None:
+                log.warning("the full-text index in %s cannot be searched (%s: %s); rebuilding a private one",
+                            self._fulltext_dir, type(exc).__name__, exc)
+                with self._private_lock:
+                    if self._private_dir is None:
+                        self._go_private(None, None)  # the shared index is broken: nothing to copy
+                    self._reset_fulltext()
+                    self._apply_fulltext()
+            else:
+                with self._write_locks():
+                    self._reset_fulltext()
+                    self._apply_fulltext()
+            hits = self._fulltext.search(query, kind, k)
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+
+    def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
+        """Entities of ``kind`` whose current text's vector is nearest the query's."""
+        self._recover_vanished_vectors()
+        if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
+            return []  # nothing was ever embedded with this model here
+        self._vectors.refresh()
+        if not len(self._vectors):
+            return []
+        vector = embed_queries(self._embedder, [query])[0]
+        if not np.any(vector):
+            return []
+
+        def current(state: State) -> Callable[[str, str], bool]:
+            def accept(entity_id: str, digest: str) -> bool:
+                return self._digest(state, kind, entity_id) == digest
+
+            return accept
+
+        accept = self._read(current)
+        self._vectors.warm_up()  # a first search builds the graph: not while holding the state
+        hits = self._read(lambda state: self._vectors.search(vector, k, accept))
+        # A text pointing away from the query is no evidence for it; ties in id order.
+        return sorted(((entity_id, sim) for entity_id, sim in hits if sim > 0), key=lambda hit: (-hit[1], hit[0]))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the worker, commit what the full-text index still lacks, persist the vectors
+        and their graph (see persist_vectors); remove a private full-text index."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            self._flush()  # for a `kwtree worker`, or the next open
+        except Exception:  # noqa: BLE001 -- the repair scan of the next open finds them
+            log.exception("could not queue the last writes' embeddings on close")
+        try:
+            # For the next open, and for read-only trees: they search it while it matches their state.
+            self._sync_fulltext(only_if_written=True)
+        except Exception:  # noqa: BLE001 -- a cache that cannot be flushed is rebuilt next time
+            log.exception("could not bring the full-text index up to date on close")
+        if self._write_vectors and self._vector_store is not None:
+            try:
+                self.persist_vectors()  # readers (every CLI read) load the graph, not build it
+            except Exception as exc:  # noqa: BLE001 -- a cache: the next writer saves it
+                log.warning("could not save the vector graph on close: %s", exc)
+        for store in (self._fulltext_index, self._vector_store, self._outbox):
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+        if self._private_cleanup is not None:
+            self._private_cleanup()
+
+
+def _written_after(state: State, watermark: str | None) -> set[EntityKey]:
+    """Every entity written after ``watermark`` (all of them when None), and the subtree of
+    every keyword among them (a rename or move changes its descendants' paths)."""
+    changed: set[EntityKey] = set()
+    for info in state.infos.values():
+        if watermark is None or info.op_id > watermark:
+            changed.add(("info", info.id))
+    for keyword in state.keywords.values():
+        if keyword.id != ROOT_ID and (watermark is None or keyword.op_id > watermark):
+            changed.add(("keyword", keyword.id))
+            if watermark is not None and not keyword.deleted and state.children.get(keyword.id):
+                changed.update(("keyword", kid) for kid in state.subtree(keyword.id))
+    return changed
+
+
+
+def serve_outbox(
+    data_dir: Path,
+    embedder: Embedder,
+    *,
+    once: bool = False,
+    stop: threading.Event | None = None,
+    lease_seconds: float = 60.0,
+) -> int:
+    """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
+    worker``): claim outbox items, embed their current text, store the vectors. Runs until
+    ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
+    Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
+    the same item twice, and an item whose worker died is taken over when its lease ends."""
+    from kwtree.facade.tree import KeywordTree  # the facade imports this module
+
+    stop = stop or threading.Event()
+    processed = 0
+    with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
+        # The worker never writes the log, but it does write the vector store and the outbox,
+        # which the read-only tree's own caches never do.
+        indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
+                          embed_async=True, write_vectors=True, file_mode=tree.file_mode)
+        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=tree.file_mode)
+        worker = f"worker-{os.getpid()}-{time.time_ns()}"
+
+        def process(items: list[Item]) -> dict[str, str | None]:
+            nonlocal processed
+            tree.refresh()  # the texts may have been written after this process last looked
+            result = indexes._embed([(item.kind, item.id, item.hash) for item in items])
+            processed += len(items)
+            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+
+        def idle() -> None:
+            tree.refresh()
+            if once and not outbox.backlog():
+                stop.set()
+
+        try:
+            # The repair scan first: a lost outbox row costs nothing, what has no vector is
+            # queued again. (A full disk makes the worker wait and retry, not exit.)
+            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
+        finally:
+            outbox.close()
+            indexes.close()
+    return processed

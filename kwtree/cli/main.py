@@ -1,0 +1,790 @@
+"""The ``kwtree`` command: one subcommand per KeywordTree method, each a thin adapter that
+opens the tree, makes one call and prints the result, as text or (``--json``) as JSON.
+
+Commands are the rows of ``COMMANDS``. The options they share are argparse parent parsers
+defined once in ``_bundles`` (how to open the tree for reading or writing, how to print)
+rather than copied into each command. Every ``KwtreeError`` becomes ``error: <message>`` on
+stderr and exit code 1; usage errors exit with 2, argparse's convention.
+
+Text output puts the id first and separates fields with tabs, so ``| cut -f1`` gives ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kwtree import __version__
+from kwtree.ops import git as kwgit
+from kwtree.cli.output import (
+    agent_warning,
+    line,
+    show_detail,
+    show_hits,
+    show_plan,
+    show_search,
+    show_text,
+    show_tree,
+    subtree,
+    to_json,
+)
+from kwtree.facade.agent import ON_AGENT_FAILURE
+from kwtree.writes.keywords import INFO_POLICIES
+from kwtree.errors import (
+    HasChildrenError,
+    InvalidInputError,
+    KwtreeError,
+    LimitExceededError,
+    NotFoundError,
+    UndoConflictError,
+    VersionConflictError,
+)
+from kwtree.engine.events import is_op_id
+from kwtree.models import (
+    ROOT_ID,
+    Operation,
+    Relation,
+    RelationType,
+)
+from kwtree.ops.repair import repair_directory
+from kwtree.stores.manifest import MANIFEST_NAME
+from kwtree.stores.snapshot import restore
+from kwtree.facade.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
+from kwtree.ops.upgrade import upgrade_directory
+from kwtree.ops.verify import Report, verify_directory
+
+__all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
+
+#: Shell lines that give the help examples their ids; the examples run in table order after them.
+EXAMPLE_SETUP = """\
+kwtree quickstart --dir ./memory
+PY=$(kwtree find ./memory Python | cut -f1)
+GO=$(kwtree find ./memory golang | cut -f1)
+TOOLS=$(kwtree find ./memory Tools | cut -f1)
+ASYNCIO=$(kwtree find ./memory asyncio | cut -f1)
+COFFEE=$(kwtree find ./memory Coffee | cut -f1)
+BILLING=$(kwtree find ./memory billing | cut -f1)
+INFO=$(kwtree infos ./memory "$GO" | cut -f1)"""
+
+# Library messages name Python arguments; these say the same in command-line terms.
+_HINTS: tuple[tuple[type[KwtreeError], str], ...] = (
+    (UndoConflictError, "pass --force to undo it anyway"),
+    (HasChildrenError, "pass --cascade to delete the whole subtree"),
+    (VersionConflictError, "`kwtree get DIR ID` shows the current version"),
+    (LimitExceededError, ("the kwtree command uses the default limits (docs/api.md, Limits); "
+                          "store larger values from Python with KeywordTree(DIR, limits=Limits(...))")),
+)
+
+
+def _as_of(text: str) -> str | float:
+    """An op id, epoch seconds, or an ISO-8601 time (without a zone: local time)."""
+    if is_op_id(text):
+        return text
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds):
+            return seconds
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an op id (32 hex digits), epoch seconds or an ISO-8601 time"
+        ) from None
+
+
+def _depth(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def _metadata(text: str | None) -> dict[str, Any] | None:
+    """Parse ``--metadata``; a bad value is a library-style error (exit 1), like bad input."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"--metadata is not valid JSON ({exc}); pass an object like '{{\"k\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"--metadata must be a JSON object like '{{\"k\": 1}}', got {text!r}")
+    return value
+
+
+def _content(text: str) -> str:
+    return sys.stdin.read().rstrip("\n") if text == "-" else text
+
+
+def _patch(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
+    """The patch of an update: the fields whose options were given."""
+    patch = {field: getattr(args, field) for field in fields if getattr(args, field) is not None}
+    if "metadata" in patch:
+        patch["metadata"] = _metadata(patch["metadata"])
+    return patch
+
+
+# --- the command table -------------------------------------------------------------------------
+
+Arg = tuple[tuple[str, ...], dict[str, Any]]
+Show = Callable[[Any, KeywordTree, argparse.Namespace], None]
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    return flags, options
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand. ``call`` makes the one library call and returns what to print;
+    ``opens`` says how DIR is opened: "read" (read-only, never created), "write" (must
+    already be a tree), "create" (created when new) or "none" (no DIR)."""
+
+    name: str
+    mirrors: str  # the library call it adapts
+    summary: str
+    _: dataclasses.KW_ONLY
+    example: str  # the arguments after ``kwtree NAME`` in the help's example line
+    opens: str
+    call: Callable[[Any, argparse.Namespace], Any]
+    args: tuple[Arg, ...] = ()
+    show: Show | None = None  # the text printer, when show_text does not fit
+
+
+def _quickstart(_: None, args: argparse.Namespace) -> None:
+    from kwtree.cli.quickstart import run_quickstart
+
+    run_quickstart(args.dir)
+
+
+def _load(tree: KeywordTree, args: argparse.Namespace) -> Any:
+    from kwtree.cli.outline import load_outline
+
+    return load_outline(tree, args.file)
+
+
+def _worker(_: None, args: argparse.Namespace) -> None:
+    from kwtree.caches.embed import embedder_from_spec
+    from kwtree.caches.coordinator import serve_outbox
+
+    done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once, lease_seconds=args.lease)
+    print(f"embedded {done} item(s)")
+
+
+def _outbox(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    if args.retry_dead:
+        tree.retry_dead()
+    return tree.outbox_status()
+
+
+def _reorganize(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    plan = tree.reorganize(args.scope)
+    if args.out is not None:
+        args.out.write_text(json.dumps(plan, ensure_ascii=False, indent=1) + "\n")
+    return plan
+
+
+def _plan(file: str) -> Any:
+    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{file} is not a JSON plan: {exc}") from None
+
+
+def _init(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    operations = tree.tree_metrics()["operations"]
+    return {"data_dir": str(tree.data_dir), "operations": operations, "last_op_id": tree.last_op_id}
+
+
+def _keywords_of(tree: KeywordTree, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [{"keyword": k, "relation": r} for k, r in tree.get_keywords_of_info(args.info_id)]
+
+
+def _show_keywords_of(result: list[dict[str, Any]], tree: KeywordTree, args: argparse.Namespace) -> None:
+    for item in result:
+        print(f"{item['keyword'].id}\t{item['relation'].value}\t{item['keyword'].name}")
+
+
+def _show_relations(result: list[Relation], tree: KeywordTree, args: argparse.Namespace) -> None:
+    for rel in result:
+        print(f"{line(rel)}\t({tree.get_keyword(rel.from_id).name} → {tree.get_keyword(rel.to_id).name})")
+
+
+def _show_undo(result: Operation | None, tree: KeywordTree, args: argparse.Namespace) -> None:
+    if result is None:
+        print(f"nothing to undo: what {args.op_id} wrote is already as it was before it")
+    else:
+        print(line(result))
+
+
+def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
+    patch = _patch(args, KEYWORD_PATCH)
+    if args.clear_aliases:
+        if "aliases" in patch:
+            raise InvalidInputError("pass --alias or --clear-aliases, not both")
+        patch["aliases"] = []
+    return patch
+
+
+def _restore(_: None, args: argparse.Namespace) -> None:
+    done = restore(args.snapshot, args.dir)
+    if args.json:
+        print(json.dumps(done, indent=2))
+        return
+    replaced = "; replaced the tree that was there" if done["replaced"] else ""
+    print(f"restored {done['data_dir']} from {done['snapshot']}: {done['operations']:,} operations up to "
+          f"{done['last_op_id']} ({done['keywords']:,} keywords, {done['infos']:,} infos){replaced}")
+
+
+def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
+    print(json.dumps(report.to_json(), ensure_ascii=False, indent=2) if args.json else report.to_text())
+    report.check(advice)
+
+
+def _verify(_: None, args: argparse.Namespace) -> None:
+    _show_report(verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
+
+
+def _repair(_: None, args: argparse.Namespace) -> None:
+    report = repair_directory(args.dir, lock_timeout=args.lock_timeout)
+    _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
+
+
+def _upgrade(_: None, args: argparse.Namespace) -> None:
+    done = upgrade_directory(args.dir, lock_timeout=args.lock_timeout)
+    if args.json:
+        print(json.dumps({"directory": done.directory, "format_before": done.format_before,
+                          "format_after": done.format_after, "segments": done.segments,
+                          "operations": done.operations, "report": done.report.to_json()}, indent=2))
+    else:
+        print(done)
+    done.report.check("the upgraded log does not verify (see docs/operations.md#verify-and-repair)")
+
+
+def _import(_: None, args: argparse.Namespace) -> None:
+    with KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
+        counts, op_id = tree.tree_metrics(), tree.last_op_id
+    print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
+          f"{counts['relations']} relations into {args.dir} (operation {op_id})")
+
+
+# The options of update and update-info have the dests of the patch fields they set.
+KEYWORD_PATCH = ("name", "aliases", "description", "metadata")
+INFO_PATCH = ("content", "source", "metadata")
+ID = arg("id", metavar="ID", help="a keyword id ('root' is the root)")
+INFO_ID = arg("info_id", metavar="INFO_ID", help="an info id")
+KEYWORD_ID = arg("keyword_id", metavar="KEYWORD_ID", help="a keyword id")
+RELATIONS = [member.value for member in RelationType]
+RELATION = arg("--relation", choices=RELATIONS, help="only links of this relation type")
+ALIASES = arg("--alias", dest="aliases", action="append", metavar="ALIAS", help="an alias (repeatable)")
+DESCRIPTION = arg("--description", metavar="TEXT", help="what the keyword is about")
+FROM = arg("from_id", metavar="FROM", help="the keyword the relation starts at")
+TO = arg("to_id", metavar="TO", help="the keyword it points to")
+LOCK_TIMEOUT = arg("--lock-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long to wait for the writer lock (default: 10)")
+METADATA = arg("--metadata", metavar="JSON", help='a JSON object, e.g. \'{"lang": "en"}\'')
+
+COMMANDS: tuple[Command, ...] = (
+    # --- setup -----------------------------------------------------------------------------
+    Command(
+        "quickstart", "kwtree.cli.quickstart.run_quickstart", "build the sample tree and tour it (offline)",
+        example="--dir ./tour", opens="none", call=_quickstart,
+        args=(arg("--dir", type=Path, help="a new or empty directory (default: a new temporary one)"),),
+    ),
+    Command(
+        "init", "KeywordTree(DIR)", "create a tree in a new or empty directory (a tree already there is kept)",
+        example="./memory", opens="create", call=_init,
+        show=lambda r, t, a: print(f"{a.dir}: a kwtree directory with {r['operations']} operation(s)"),
+    ),
+    Command(
+        "load", "kwtree.cli.outline.load_outline", "add the keywords, infos and relations of an outline file",
+        example="./notes data/quickstart.json", opens="create", call=_load,
+        args=(arg("file", type=Path, metavar="FILE", help="a JSON outline (see kwtree/cli/outline.py)"),),
+        show=lambda r, t, a: print(
+            f"loaded {len(r.keyword_ids)} keywords, {r.infos} infos and {r.relations} relations into {a.dir}"),
+    ),
+    # --- reads -----------------------------------------------------------------------------
+    Command(
+        "tree", "kwtree.cli.quickstart.render_tree", "show the keywords as a tree, with aliases and info counts",
+        example="./memory --depth 2", opens="read", call=lambda t, a: subtree(t, a.root, a.depth),
+        args=(arg("--root", default=ROOT_ID, metavar="ID", help="start at this keyword (default: the root)"),
+              arg("--depth", type=_depth, metavar="N", help="show N levels below the start (default: all)")),
+        show=lambda r, t, a: show_tree(t, a),
+    ),
+    Command(
+        "get", "KeywordTree.get_keyword", "show one keyword with all its fields",
+        example='./memory "$PY"', opens="read", call=lambda t, a: t.get_keyword(a.id),
+        args=(ID,), show=lambda r, t, a: show_detail(r),
+    ),
+    Command(
+        "children", "KeywordTree.get_children", "list a keyword's children, in the order they arrived",
+        example="./memory root", opens="read", call=lambda t, a: t.get_children(a.id), args=(ID,),
+    ),
+    Command(
+        "path", "KeywordTree.get_path", "the keywords from the root down to this one",
+        example='./memory "$ASYNCIO"', opens="read", call=lambda t, a: t.get_path(a.id),
+        args=(ID,), show=lambda r, t, a: print(" › ".join(k.name for k in r)),
+    ),
+    Command(
+        "find", "KeywordTree.find_keywords",
+        "keywords whose name or alias equals NAME (case, width, punctuation and spacing ignored)",
+        example="./memory PY", opens="read", call=lambda t, a: t.find_keywords(a.name),
+        args=(arg("name", metavar="NAME"),),
+    ),
+    Command(
+        "info", "KeywordTree.get_info", "show one info (a memory) with all its fields",
+        example='./memory "$INFO"', opens="read", call=lambda t, a: t.get_info(a.info_id),
+        args=(INFO_ID,), show=lambda r, t, a: show_detail(r),
+    ),
+    Command(
+        "infos", "KeywordTree.get_infos_of_keyword", "list the infos linked to a keyword, a page at a time",
+        example='./memory "$PY" --relation primary --size 10', opens="read",
+        call=lambda t, a: t.get_infos_of_keyword(a.id, a.relation, a.page, a.size),
+        args=(ID, RELATION,
+              arg("--page", type=int, default=0, metavar="N", help="page number, from 0"),
+              arg("--size", type=int, default=50, metavar="N", help="infos per page (default: 50)")),
+    ),
+    Command(
+        "keywords-of", "KeywordTree.get_keywords_of_info",
+        "list the keywords an info is linked to, with the relation",
+        example='./memory "$INFO"', opens="read", call=_keywords_of, args=(INFO_ID,), show=_show_keywords_of,
+    ),
+    Command(
+        "relations", "KeywordTree.get_relations", "list a keyword's relations: outgoing, incoming or both",
+        example='./memory "$BILLING" --direction both', opens="read",
+        call=lambda t, a: t.get_relations(a.id, a.type, a.direction),
+        args=(ID, arg("--type", help="only relations of this type"),
+              arg("--direction", choices=DIRECTIONS, default="out", help="default: out")),
+        show=_show_relations,
+    ),
+    Command(
+        "recall", "KeywordTree.recall",
+        "the infos most relevant to QUERY (full text and vectors fused, lifted by the keywords it names)",
+        example="./memory \"how are invoices retried\" --k 5", opens="read",
+        call=lambda t, a: t.recall(a.query, a.k, under=a.under, relation=a.relation, mode=a.mode),
+        args=(arg("query", metavar="QUERY"), arg("--k", type=int, default=10, metavar="N", help="how many (default: 10)"),
+              arg("--under", metavar="ID", help="only infos linked to this keyword's subtree"), RELATION,
+              arg("--mode", choices=["hybrid", "bm25", "vector"], default="hybrid", help="default: hybrid")),
+        show=lambda r, t, a: show_hits(r),
+    ),
+    Command(
+        "context", "KeywordTree.context",
+        "prompt-ready text for QUERY: recalled infos under their keyword paths, within --max-tokens",
+        example="./memory \"billing retries\" --max-tokens 300", opens="read",
+        call=lambda t, a: t.context(a.query, a.max_tokens),
+        args=(arg("query", metavar="QUERY"),
+              arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)")),
+        show=lambda r, t, a: print(r),
+    ),
+    Command(
+        "search", "KeywordTree.search",
+        "find the keyword QUERY names: exact name or alias first, then the agent walks the tree",
+        example="./memory \"python packaging tool\"", opens="read",
+        call=lambda t, a: t.search(a.query, llm_expand_query=not a.exact),
+        args=(arg("query", metavar="QUERY"),
+              arg("--exact", action="store_true", help="exact lookup only: no agent, no LLM call")),
+        show=lambda r, t, a: show_search(r),
+    ),
+    # --- keyword writes --------------------------------------------------------------------
+    Command(
+        "add", "KeywordTree.create_keyword",
+        "create a keyword under --parent (without one, the agent places it; --no-auto-place: the root)",
+        example='./memory Rust --alias rs --description "a systems programming language"', opens="write",
+        call=lambda t, a: t.create_keyword(
+            a.name, a.parent, a.aliases, a.description or "", _metadata(a.metadata), llm_auto_place=not a.no_auto_place),
+        args=(arg("name", metavar="NAME"), arg("--parent", metavar="ID", help="the parent keyword"),
+              ALIASES, DESCRIPTION, METADATA,
+              arg("--no-auto-place", action="store_true", help="without --parent, put it under the root")),
+        show=lambda r, t, a: print(f"{line(r)}\tunder {' › '.join(k.name for k in t.get_path(r.parent_id))}"),
+    ),
+    Command(
+        "update", "KeywordTree.update_keyword",
+        "change a keyword's name, aliases, description or metadata; --version is its current version",
+        example='./memory "$PY" --version 1 --description "scripting and data jobs"', opens="write",
+        call=lambda t, a: t.update_keyword(a.id, _update_patch(a), a.version),
+        args=(ID, arg("--version", type=int, required=True, metavar="V", help="the version you read (kwtree get)"),
+              arg("--name", help="the new name"),
+              arg("--alias", dest="aliases", action="append", metavar="ALIAS",
+                  help="the new aliases (repeatable; replaces all of them)"),
+              arg("--clear-aliases", action="store_true", help="remove every alias"),
+              DESCRIPTION, METADATA),
+    ),
+    Command(
+        "add-alias", "KeywordTree.add_alias", "add an alias to a keyword",
+        example='./memory "$PY" python3', opens="write", call=lambda t, a: t.add_alias(a.id, a.alias),
+        args=(ID, arg("alias", metavar="ALIAS")),
+    ),
+    Command(
+        "remove-alias", "KeywordTree.remove_alias", "remove an alias (compared after normalisation)",
+        example='./memory "$PY" py', opens="write", call=lambda t, a: t.remove_alias(a.id, a.alias),
+        args=(ID, arg("alias", metavar="ALIAS")),
+    ),
+    Command(
+        "move", "KeywordTree.move_keyword", "move a keyword, with its subtree, under NEW_PARENT",
+        example='./memory "$GO" root', opens="write", call=lambda t, a: t.move_keyword(a.id, a.new_parent),
+        args=(ID, arg("new_parent", metavar="NEW_PARENT")),
+    ),
+    Command(
+        "merge", "KeywordTree.merge_keywords",
+        "fold SRC into DST (DST gains its name as alias, its children, links and relations) and delete SRC",
+        example='./memory "$ASYNCIO" "$PY"', opens="write", call=lambda t, a: t.merge_keywords(a.src, a.dst),
+        args=(arg("src", metavar="SRC"), arg("dst", metavar="DST")),
+    ),
+    Command(
+        "delete", "KeywordTree.delete_keyword",
+        "delete a keyword (with --cascade its subtree); --info-policy decides about infos left unlinked",
+        example='./memory "$COFFEE" --info-policy delete', opens="write",
+        call=lambda t, a: t.delete_keyword(a.id, a.cascade, a.info_policy),
+        args=(ID, arg("--cascade", action="store_true", help="also delete the keyword's whole subtree"),
+              arg("--info-policy", choices=INFO_POLICIES, default="reattach",
+                  help="link such infos to the parent (reattach, the default), delete them, or keep them")),
+    ),
+    # --- info, link and relation writes ----------------------------------------------------
+    Command(
+        "add-info", "KeywordTree.create_info", "store a memory (CONTENT, or - for stdin) linked to each --keyword",
+        example='./memory "Uses uv to manage Python environments." --keyword "$PY" --source chat', opens="write",
+        call=lambda t, a: t.create_info(_content(a.content), a.source, a.keyword, _metadata(a.metadata), a.auto_link),
+        args=(arg("content", metavar="CONTENT"), arg("--source", default="", help="where it came from"),
+              arg("--keyword", action="append", metavar="ID", help="link it to this keyword (repeatable)"),
+              METADATA,
+              arg("--auto-link", action="store_true",
+                  help="also link it to the keywords the agent finds for its text (created by agent)")),
+    ),
+    Command(
+        "update-info", "KeywordTree.update_info", "change an info's content, source or metadata",
+        example='./memory "$INFO" --content "Go for the billing API, Python for data jobs and tooling."',
+        opens="write", call=lambda t, a: t.update_info(a.info_id, _patch(a, INFO_PATCH), a.version),
+        args=(INFO_ID, arg("--content", help="the new text"), arg("--source", help="the new source"), METADATA,
+              arg("--version", type=int, metavar="V", help="fail unless this is the info's current version")),
+    ),
+    Command(
+        "link", "KeywordTree.link_info", "link an info to a keyword (linking again changes the relation)",
+        example='./memory "$INFO" "$TOOLS" --relation related', opens="write",
+        call=lambda t, a: t.link_info(a.info_id, a.keyword_id, a.relation, a.created_by),
+        args=(INFO_ID, KEYWORD_ID,
+              arg("--relation", choices=RELATIONS, default="primary", help="default: primary"),
+              arg("--created-by", default="user", metavar="LABEL", help="who made the link (default: user)")),
+    ),
+    Command(
+        "unlink", "KeywordTree.unlink_info", "remove the link between an info and a keyword",
+        example='./memory "$INFO" "$TOOLS"', opens="write", call=lambda t, a: t.unlink_info(a.info_id, a.keyword_id),
+        args=(INFO_ID, KEYWORD_ID),
+    ),
+    Command(
+        "relate", "KeywordTree.relate", "add (or re-weight) the directed relation FROM -[type]-> TO",
+        example='./memory "$PY" "$GO" --type see_also --weight 0.5 --reason "both used for billing"', opens="write",
+        call=lambda t, a: t.relate(a.from_id, a.to_id, a.type, a.weight, a.reason),
+        args=(FROM, TO, arg("--type", default="related_to", help="default: related_to"),
+              arg("--weight", type=float, default=1.0, help="default: 1.0"), arg("--reason", default="")),
+    ),
+    Command(
+        "unrelate", "KeywordTree.unrelate", "remove the relation of --type (default: of every type) from FROM to TO",
+        example='./memory "$PY" "$GO" --type see_also', opens="write",
+        call=lambda t, a: t.unrelate(a.from_id, a.to_id, a.type), args=(FROM, TO, arg("--type")),
+    ),
+    Command(
+        "delete-info", "KeywordTree.delete_info", "delete an info and its links",
+        example='./memory "$INFO"', opens="write", call=lambda t, a: t.delete_info(a.info_id), args=(INFO_ID,),
+    ),
+    # --- operations ------------------------------------------------------------------------
+    Command(
+        "history", "KeywordTree.history", "list operations, oldest first: all, or those that wrote --entity",
+        example='./memory --entity "$PY" --limit 5', opens="read", call=lambda t, a: t.history(a.entity, a.limit),
+        args=(arg("--entity", metavar="ID", help="a keyword or info id, or a link or relation key"),
+              arg("--limit", type=int, metavar="N", help="only the newest N")),
+    ),
+    Command(
+        "undo", "KeywordTree.undo", "restore what an operation wrote to its state before, as a new operation",
+        example='./memory "$(kwtree history ./memory --limit 1 | cut -f1)"', opens="write",
+        call=lambda t, a: t.undo(a.op_id, a.force),
+        args=(arg("op_id", metavar="OP_ID"),
+              arg("--force", action="store_true", help="undo even if later operations changed the same entities")),
+        show=_show_undo,
+    ),
+    Command(
+        "reorganize", "KeywordTree.reorganize",
+        "propose merges, moves and new groups (writes nothing; --out saves the plan for apply-plan)",
+        example="./memory --out plan.json", opens="read", call=_reorganize,
+        args=(arg("--scope", metavar="ID", help="only the subtree under this keyword"),
+              arg("--out", type=Path, metavar="FILE", help="also write the plan as JSON to FILE")),
+        show=lambda r, t, a: show_plan(r, t),
+    ),
+    Command(
+        "apply-plan", "KeywordTree.apply_reorganize_plan",
+        "apply a reorganisation plan (a JSON file, or - for stdin) as one operation that undo reverses",
+        example="./memory plan.json", opens="write", call=lambda t, a: t.apply_reorganize_plan(_plan(a.file)),
+        args=(arg("file", metavar="FILE", help="the plan, as `kwtree reorganize --out` wrote it"),),
+        show=lambda r, t, a: print("the plan has no steps: nothing written" if r is None else line(r)),
+    ),
+    Command(
+        "worker", "kwtree.caches.coordinator (the embedding worker)",
+        "embed what the outbox holds, in this process (with --once: until it is empty, then exit)",
+        example="./memory --once", opens="none", call=_worker,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
+              arg("--once", action="store_true", help="exit when the outbox is empty"),
+              arg("--embedder", default="hash", metavar="SPEC",
+                  help="the tree's embedder (default: hash; see kwtree.caches.embed.embedder_from_spec)"),
+              arg("--lease", type=float, default=60.0, metavar="SECONDS",
+                  help="how long a claimed item stays this worker's (default: 60)")),
+    ),
+    Command(
+        "outbox", "KeywordTree.outbox_status",
+        "the embedding outbox: pending, leased, failed, done and dead items (--retry-dead queues dead ones again)",
+        example="./memory", opens="write", call=_outbox,
+        args=(arg("--retry-dead", action="store_true", help="queue every dead item again"),),
+    ),
+    Command(
+        "metrics", "KeywordTree.tree_metrics", "counts and shape of the live tree, and the size of its log",
+        example="./memory", opens="read", call=lambda t, a: t.tree_metrics(),
+    ),
+    # --- maintenance -----------------------------------------------------------------------
+    Command(
+        "compact", "KeywordTree.compact",
+        "rewrite the log keeping each live entity once, at its current version (--keep-history: every operation once)",
+        example="./memory", opens="write", call=lambda t, a: t.compact(keep_history=a.keep_history),
+        args=(arg("--keep-history", action="store_true",
+                  help="keep every operation (history, as_of and undo stay); drop only torn and duplicate rows"),),
+        show=lambda r, t, a: print(
+            f"compacted {a.dir}: {r.rows_before:,} -> {r.rows_after:,} rows, {r.bytes_before:,} -> {r.bytes_after:,} "
+            f"bytes, {r.operations_before:,} -> {r.operations_after:,} operations in {r.seconds:.2f} s"),
+    ),
+    Command(
+        "snapshot", "KeywordTree.snapshot",
+        "write the tree (or, with --as-of, a past state) to ONE archive file and print its path",
+        example="./memory --out memory.kwsnap", opens="read", call=lambda t, a: t.snapshot(a.out),
+        args=(arg("--out", type=Path, metavar="FILE",
+                  help="where to write it; it must not exist (default: DIRNAME-<last op id>.kwsnap beside DIR)"),),
+    ),
+    Command(
+        "restore", "kwtree.restore",
+        "restore SNAPSHOT into DIR: a new or empty directory, or an existing tree, which it replaces "
+        "(the archive is checked in full before DIR is touched)",
+        example="memory.kwsnap ./memory-restored", opens="none",
+        call=_restore,
+        args=(arg("snapshot", type=Path, metavar="SNAPSHOT", help="a file `kwtree snapshot` wrote"),
+              arg("dir", type=Path, metavar="DIR",
+                  help="a new or empty directory, or an existing tree to replace (close what has it open first)"),
+              arg("--json", action="store_true", help="print one JSON document instead of text")),
+    ),
+    # Both work on the directory, not on an open tree: a damaged log cannot be opened.
+    Command(
+        "verify", "kwtree.ops.verify.verify_directory (KeywordTree.verify)",
+        "check DIR's log, manifest and caches without changing anything; exit 1 if there is an error",
+        example="./memory", opens="none",
+        call=_verify,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (read only; it need not open)"),
+              arg("--json", action="store_true", help="print the report as one JSON document")),
+    ),
+    Command(
+        "repair", "kwtree.ops.repair.repair_directory (KeywordTree.repair)",
+        "move DIR's damaged operations and torn tail to quarantine/ (nothing is deleted), retire links naming "
+        "nothing, and have the caches rebuilt",
+        example="./memory", opens="none",
+        call=_repair,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
+              arg("--json", action="store_true", help="print the report as one JSON document"),
+              LOCK_TIMEOUT),
+    ),
+    Command(
+        "upgrade", "kwtree.ops.upgrade.upgrade_directory",
+        "move DIR to the current log format (checksums, sealed segments); never done without this command",
+        example="./memory", opens="none",
+        call=_upgrade,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (it must verify without errors)"),
+              arg("--json", action="store_true", help="print what was done as one JSON document"),
+              LOCK_TIMEOUT),
+    ),
+    Command(
+        "export", "KeywordTree.export",
+        "write the live tree to FILE: json keeps everything (kwtree import reads it), markdown is a readable outline",
+        example="./memory memory.json", opens="read", call=lambda t, a: t.export(a.file, a.format),
+        args=(arg("file", type=Path, metavar="FILE", help="the file to write (replaced whole once it is complete)"),
+              arg("--format", choices=("json", "markdown"), default="json", help="default: json")),
+        show=lambda r, t, a: print(f"exported {r['keywords']} keywords, {r['infos']} infos, {r['links']} links and "
+                                   f"{r['relations']} relations to {r['path']}"),
+    ),
+    # The import makes its own tree (DIR must be new or empty), so it opens nothing beforehand.
+    Command(
+        "import", "KeywordTree.import_json",
+        "create a tree in DIR (new or empty) from a JSON export FILE, as one operation",
+        example="memory.json ./memory-copy", opens="none",
+        call=_import,
+        args=(arg("file", type=Path, metavar="FILE", help="a file written by kwtree export (json)"),
+              arg("dir", type=Path, metavar="DIR", help="a new or empty directory for the tree"),
+              arg("--durability", choices=DURABILITY_MODES, default="full",
+                  help="full (default): synced to disk before the command returns; none: skip the sync")),
+    ),
+    Command(
+        "git", "kwtree.ops.git.setup",
+        "init: make DIR ready for git (.gitignore, .gitattributes, the kwtree merge driver; "
+        "git init when DIR is in no repository)",
+        example="init ./memory", opens="none",
+        call=lambda _, a: print(kwgit.setup(a.dir)),
+        args=(arg("action", choices=("init",), help="init: set DIR up (idempotent; run it in every clone)"),
+              arg("dir", type=Path, metavar="DIR", help="the tree's directory")),
+    ),
+    Command(
+        "merge-driver", "kwtree.ops.git.merge_files",
+        "merge two versions of a log segment into OURS (git runs this for log/*.jsonl; exit 1 = conflict)",
+        example='/dev/null "$(ls ./memory/log/*.jsonl | head -n 1)" /dev/null', opens="none",
+        call=lambda _, a: print(kwgit.merge_files(a.base, a.ours, a.theirs, path=a.path)),
+        args=(arg("base", metavar="BASE", help="the common ancestor's version (git's %%O)"),
+              arg("ours", metavar="OURS", help="our version, replaced by the merge (git's %%A)"),
+              arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
+              arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
+    ),
+)
+
+
+# --- parser and runner -------------------------------------------------------------------------
+
+
+def _bundles() -> dict[str, tuple[argparse.ArgumentParser, ...]]:
+    """The shared option bundles, as argparse parent parsers (defined once, applied by table)."""
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    reading = argparse.ArgumentParser(add_help=False)
+    reading.add_argument("dir", type=Path, metavar="DIR", help="the tree's directory (read only)")
+    reading.add_argument("--as-of", type=_as_of, metavar="OP_OR_TIME",
+                         help="read the tree as it was after operation OP_ID, or at a time "
+                              "(epoch seconds or ISO-8601)")
+    writing = argparse.ArgumentParser(add_help=False)
+    writing.add_argument("dir", type=Path, metavar="DIR", help="the tree's directory")
+    writing.add_argument("--durability", choices=DURABILITY_MODES, default="full",
+                         help="full (default): synced to disk before the command returns; none: skip the syncs")
+    writing.add_argument("--actor", default="user", metavar="NAME",
+                         help="who writes, kept in the history (default: user)")
+    return {"read": (reading, output), "write": (writing, output), "create": (writing, output), "none": ()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="kwtree", formatter_class=raw,
+        description="kwtree: a keyword tree with linked memories, kept as an event log in one directory.\n"
+                    "Each command mirrors one KeywordTree method; `kwtree COMMAND --help` shows an example.",
+        epilog="The examples in each command's help run, in the order listed, after this setup:\n\n"
+               + "\n".join("  " + setup for setup in EXAMPLE_SETUP.splitlines())
+               + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error"
+               + "\n\nenvironment:\n"
+                 "  KWTREE_LLM=anthropic|offline     the agent's LLM (default: the offline navigator)\n"
+                 "  KWTREE_LLM_TIMEOUT=SECONDS       per attempt of an LLM call (default: 30)\n"
+                 "  KWTREE_LLM_MAX_RETRIES=N         retries of a failing LLM call (default: 4)\n"
+                 "  KWTREE_ON_AGENT_FAILURE=fallback|raise\n"
+                 "                                   when the agent fails: write by the fallback with a\n"
+                 "                                   warning on stderr (default), or exit 1 writing nothing",
+    )
+    parser.add_argument("--version", action="version", version=f"kwtree {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
+    bundles = _bundles()
+    for command in COMMANDS:
+        sub = commands.add_parser(
+            command.name, parents=bundles[command.opens], help=command.summary, formatter_class=raw,
+            description=f"{command.summary[0].upper()}{command.summary[1:]}.\nMirrors {command.mirrors}.",
+            epilog=f"example: kwtree {command.name} {command.example}\n"
+                   f"(ids such as $PY come from the setup shown by `kwtree --help`)",
+        )
+        for flags, options in command.args:
+            sub.add_argument(*flags, **options)
+        sub.set_defaults(row=command)
+    return parser
+
+
+def _llm_client() -> Any:
+    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none. For
+    Anthropic, KWTREE_LLM_TIMEOUT (seconds per attempt) and KWTREE_LLM_MAX_RETRIES bound how
+    long a failing API is waited for before the agent falls back."""
+    choice = os.environ.get("KWTREE_LLM", "offline").strip().lower()
+    if choice in ("", "offline"):
+        return None
+    if choice == "anthropic":
+        from kwtree.agent.anthropic_client import AnthropicLLMClient
+
+        limits: dict[str, Any] = {}
+        for variable, setting, kind in (("KWTREE_LLM_TIMEOUT", "timeout", float),
+                                        ("KWTREE_LLM_MAX_RETRIES", "max_retries", int)):
+            text = os.environ.get(variable, "").strip()
+            if text:
+                try:
+                    limits[setting] = kind(text)
+                except ValueError:
+                    raise InvalidInputError(f"{variable} must be a {kind.__name__}, got {text!r}") from None
+        return AnthropicLLMClient(**limits)
+    raise InvalidInputError(f"KWTREE_LLM must be 'anthropic' or 'offline', got {choice!r}")
+
+
+def _on_agent_failure() -> str:
+    """KWTREE_ON_AGENT_FAILURE: "fallback" (default: warn and go on) or "raise" (exit 1)."""
+    choice = os.environ.get("KWTREE_ON_AGENT_FAILURE", "").strip().lower() or "fallback"
+    if choice not in ON_AGENT_FAILURE:
+        raise InvalidInputError(f"KWTREE_ON_AGENT_FAILURE must be 'fallback' or 'raise', got {choice!r}")
+    return choice
+
+
+def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
+    agent = {"llm_client": _llm_client(), "on_agent_failure": _on_agent_failure()}
+    if command.opens == "read":
+        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
+    if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
+        # A mistyped DIR must not silently become a new, empty tree.
+        raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
+    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
+
+
+def run(command: Command, args: argparse.Namespace) -> None:
+    """Open the tree, make the command's call and print its result."""
+    if command.opens == "none":
+        command.call(None, args)
+        return
+    with _open(command, args) as tree:
+        result = command.call(tree, args)
+        if args.json:
+            print(json.dumps(to_json(result), ensure_ascii=False, indent=2))
+        elif command.show is not None:
+            command.show(result, tree, args)
+        else:
+            show_text(result)
+        warning = agent_warning(result)
+        if warning is not None:  # the write is done (exit 0); say how the agent fell short
+            print(warning, file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 1 kwtree error, 2 usage error)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help and --version (0), usage errors (2)
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        run(args.row, args)
+    except KwtreeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        for kind, hint in _HINTS:
+            if isinstance(exc, kind):
+                print(f"hint: {hint}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""Replay: turn bytes of log rows into complete operations and fold them into a State.
+
+``replay_chunk`` is the hot path of every open and refresh. It applies whole operations
+only: rows are buffered until the row carrying ``end``, all of them are decoded (so a bad
+row raises before anything is applied), then applied. A trailing operation without its end
+row is left unconsumed (a torn tail, or a write still in progress in another process).
+
+Out-of-order operation ids (logs merged from two branches) are detected, not handled here:
+the caller falls back to ``replay_sorted``, which orders whole operations by id. A copy of
+an operation right after itself (a naive merge or copy of lines) is read and skipped here,
+so every replay applies an operation once, wherever its copies sit.
+
+Every reader of operations (both replays here, and ``history()``) checks an operation's
+checksum (format 2, ``kwtree.engine.events.with_checksum``) against the bytes it already holds
+with ``check_checksum``, so a changed byte that still reads as JSON is CorruptLogError at
+open, refresh and write alike, as other damage in the middle of the log is.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kwtree.errors import CorruptLogError
+from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
+from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
+from kwtree.engine.state import State
+
+__all__ = [
+    "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "holds_an_end_row", "parse_operations", "replay_chunk",
+    "replay_sorted", "row_after_damage",
+]
+
+_PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
+
+
+class ChunkStatus(enum.Enum):
+    DONE = "done"  # every complete operation in the chunk was applied
+    OUT_OF_ORDER = "out_of_order"  # an operation id not above the last applied one was met
+    BOUND_REACHED = "bound_reached"  # the next operation lies past ``Bound.op_id``
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """Stop replay at a point in history: ops up to ``op_id``, or stamped at or before ``timestamp``."""
+
+    op_id: str | None = None
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    status: ChunkStatus
+    consumed_bytes: int  # end of the last whole operation applied (or skipped by the bound)
+    consumed_lines: int
+
+
+def _decode_row(row: dict[str, Any], op: str, path: str, line: int) -> Entity:
+    try:
+        return DECODERS[row["entity"]](row, op)
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise CorruptLogError(path, line, f"invalid row: {detail}") from None
+
+
+def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
+    """Validate an end marker; returns the operation's timestamp."""
+    if type(end) is not dict or type(end.get("kind")) is not str or type(end.get("actor")) is not str:
+        raise CorruptLogError(path, line, "invalid end marker")
+    ts = end.get("ts")
+    if type(ts) is not float and type(ts) is not int:
+        raise CorruptLogError(path, line, "end marker has no numeric 'ts'")
+    if end.get("rows") != rows:
+        raise CorruptLogError(path, line, f"operation {op} announces {end.get('rows')} rows but has {rows}")
+    return float(ts)
+
+
+def check_checksum(
+    encoded: bytes, end: Mapping[str, Any], op_id: str, path: str, line: int, *, required: bool
+) -> None:
+    """Raise CorruptLogError (at ``line``, the operation's end row, where ``verify`` reports it
+    too) unless the checksum in ``end`` matches ``encoded``, the operation's rows as read;
+    an end marker without one is damage only where every operation has one (``required``,
+    a format-2 log)."""
+    if CRC_KEY in end:
+        problem = checksum_problem(encoded, end)
+        if problem is None:
+            return
+    elif not required:
+        return
+    else:
+        problem = ("its end marker has no checksum, which every operation of a format-2 log has (the key was "
+                   "damaged)")
+    raise CorruptLogError(
+        path, line,
+        f"operation {op_id}: {problem}; this is damage in the middle of the log: `kwtree verify` lists the "
+        f"damage and `kwtree repair` moves the damaged operation to quarantine/ and keeps every intact one",
+    )
+
+
+def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
+    """The first row of the log must be the root keyword (as ``replay_chunk`` requires)."""
+    first = entities[0]
+    if type(first) is not Keyword or first.id != ROOT_ID:
+        raise CorruptLogError(path, first_line, "row before the root keyword exists")
+
+
+def replay_chunk(
+    state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None, *, checksums: bool = False
+) -> ChunkResult:
+    """Apply the complete operations in ``data`` (whole lines from one segment, starting at
+    line number ``first_line``) and say how far it got.
+
+    Rows are decoded as they are read but applied only when their operation's end row has
+    been read, so a state never holds part of an operation: rows after the last end row (a
+    torn or still-growing operation) are left unconsumed, and a bad row raises
+    CorruptLogError before any row of its operation is applied (earlier operations stay
+    applied). A complete line that is not a valid row raises too, wherever it is, and so
+    does an operation whose checksum does not match its bytes (``check_checksum``; one is
+    required of each operation when ``checksums``, a format-2 log). A bound by timestamp is
+    not handled here (see ``replay_sorted``).
+    """
+    assert bound is None or bound.timestamp is None
+    lines = data.split(b"\n")
+    lines.pop()  # a partial last line (torn or still being written), or b"" after the final newline
+    loads = orjson.loads
+    decoders = DECODERS
+    put = _PUT
+    have_root = ROOT_ID in state.keywords
+    last_op = state.last_op_id or ""
+    stop_op = bound.op_id if bound is not None else None
+    current = ""  # the operation whose rows are being read ("" between operations)
+    start = 0  # the index of its first line
+    copy = False  # they are a copy of the operation applied just before
+    pending: list[Entity] = []  # the decoded rows of the current operation
+    done_lines = 0
+    status = ChunkStatus.DONE
+    for index, line in enumerate(lines):
+        try:
+            row = loads(line)
+            op = row["op"]
+            decode = decoders[row["entity"]]
+        except orjson.JSONDecodeError as exc:
+            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
+        except (KeyError, TypeError) as exc:
+            raise CorruptLogError(path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}") from None
+        if op != current:
+            if pending:
+                raise CorruptLogError(
+                    path,
+                    first_line + index - len(pending),
+                    f"operation {current} has no end row before operation {op} starts",
+                )
+            if not is_op_id(op):  # (verify's test too: 32 lowercase hex digits)
+                raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
+            copy = op == last_op
+            if op <= last_op and not copy:
+                status = ChunkStatus.OUT_OF_ORDER
+                break
+            if stop_op is not None and op > stop_op:
+                status = ChunkStatus.BOUND_REACHED
+                break
+            current = op
+            start = index
+        try:  # _decode_row inlined: this loop runs once per row of every open
+            entity = decode(row, current)
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise CorruptLogError(path, first_line + index, f"invalid row: {detail}") from None
+        if not have_root:
+            if type(entity) is not Keyword or entity.id != ROOT_ID:
+                # The root comes first in op-id order; if it does not come first in the file,
+                # the file is out of order (a merged log) and the sorted replay decides.
+                status = ChunkStatus.OUT_OF_ORDER
+                break
+            have_root = True
+        pending.append(entity)
+        if "end" not in row:
+            continue
+        end = row["end"]
+        ts = _check_end(end, current, len(pending), path, first_line + index)
+        # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
+        encoded = line if start == index else b"\n".join(lines[start:index + 1])
+        check_checksum(encoded, end, current, path, first_line + index, required=checksums)
+        done_lines = index + 1
+        current = ""
+        if copy:
+            pending = []
+            continue
+        for entity in pending:
+            put[type(entity)](state, entity)
+        pending = []
+        last_op = op
+        state.op_count += 1
+        state.last_op_id = op
+        if ts > state.last_timestamp:
+            state.last_timestamp = ts
+    consumed = sum(map(len, lines[:done_lines])) + done_lines
+    return ChunkResult(status, consumed, done_lines)
+
+
+_ROW_START = b'{"op":"'
+
+
+def row_after_damage(line: bytes) -> tuple[int, dict[str, Any] | None]:
+    """(where, row) of a readable row that makes up the end of a damaged ``line`` (one that
+    is not a row itself): what follows a zeroed block or a damaged newline that ended right
+    at a row's start. (-1, None) when there is none. A nested object (a before-image) never
+    passes for a row: it is followed by at least the closing brace of its row."""
+    at = line.find(_ROW_START, 1)
+    while at > 0:
+        try:
+            row = orjson.loads(line[at:])
+        except orjson.JSONDecodeError:
+            row = None
+        if type(row) is dict and is_op_id(row.get("op")):
+            return at, row
+        at = line.find(_ROW_START, at + 1)
+    return -1, None
+
+
+def holds_an_end_row(data: bytes) -> bool:
+    """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
+    marker: bytes after damage that complete an operation, which a torn write never leaves."""
+    for line in data.split(b"\n")[:-1]:
+        if b'"end":' not in line:
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            row = row_after_damage(line)[1]
+        if type(row) is dict and "end" in row and is_op_id(row.get("op")):
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class RawOperation:
+    """The rows of one complete operation, where they were found."""
+
+    op_id: str
+    rows: list[dict[str, Any]]
+    path: str
+    first_line: int
+
+
+def parse_operations(
+    data: bytes, path: str, first_line: int, *, checksums: bool = False
+) -> tuple[list[RawOperation], int, int]:
+    """Split ``data`` into complete operations without applying them; each one's checksum is
+    checked as ``replay_chunk`` checks it.
+
+    Returns the operations, and the bytes and lines they cover (a torn tail is left out).
+    """
+    lines = data.split(b"\n")
+    lines.pop()
+    operations: list[RawOperation] = []
+    pending: list[dict[str, Any]] = []
+    done_lines = 0
+    for index, line in enumerate(lines):
+        try:
+            row = orjson.loads(line)
+            op = row["op"]
+        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
+        if not is_op_id(op):
+            raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
+        if pending and op != pending[0]["op"]:
+            raise CorruptLogError(
+                path,
+                first_line + index - len(pending),
+                f"operation {pending[0]['op']} has no end row before operation {op} starts",
+            )
+        pending.append(row)
+        if "end" in row:
+            end = row["end"]
+            if type(end) is dict:  # (replay_sorted reports any other end marker)
+                start = index + 1 - len(pending)
+                encoded = line if start == index else b"\n".join(lines[start:index + 1])
+                check_checksum(encoded, end, op, path, first_line + index, required=checksums)
+            operations.append(RawOperation(op, pending, path, first_line + index + 1 - len(pending)))
+            pending = []
+            done_lines = index + 1
+    consumed = sum(map(len, lines[:done_lines])) + done_lines
+    return operations, consumed, done_lines
+
+
+def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound | None = None) -> None:
+    """Apply whole operations in op-id order, whatever order they were found in.
+
+    Copies of one operation (the same id, e.g. after a naive merge) are applied once.
+    """
+    ordered = sorted(operations, key=lambda raw: raw.op_id)
+    last = ""
+    for raw in ordered:
+        if raw.op_id == last:
+            continue
+        if bound is not None and bound.op_id is not None and raw.op_id > bound.op_id:
+            break
+        last = raw.op_id
+        entities = [
+            _decode_row(row, raw.op_id, raw.path, raw.first_line + offset) for offset, row in enumerate(raw.rows)
+        ]
+        end_line = raw.first_line + len(raw.rows) - 1
+        ts = _check_end(raw.rows[-1]["end"], raw.op_id, len(raw.rows), raw.path, end_line)
+        if bound is not None and bound.timestamp is not None and ts > bound.timestamp:
+            continue
+        if ROOT_ID not in state.keywords:
+            _check_root(entities, raw.path, raw.first_line)
+        for entity in entities:
+            _PUT[type(entity)](state, entity)
+        state.op_count += 1
+        state.last_op_id = raw.op_id
+        if ts > state.last_timestamp:
+            state.last_timestamp = ts

@@ -1,0 +1,370 @@
+"""The in-memory materialised state and the reducer that folds operations into it.
+
+``apply(state, op)`` is the only way state changes, for replay and for live writes alike,
+so a reopened tree always matches the instance that wrote the log (DESIGN §4.1). It is
+deterministic: the result depends only on the state and the operation (no clock, no I/O,
+no randomness), and it never raises on a decoded operation, whatever history produced it.
+
+Merged histories are resolved here (DESIGN §3, Kleppmann et al. 2021): a row whose parent
+would make a keyword its own ancestor keeps the keyword's current parent, and a live
+keyword whose parent is missing or deleted lives under the root. Both are logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation
+from kwtree.normalize import normalize_name
+
+__all__ = ["State", "apply", "name_keys"]
+
+log = logging.getLogger("kwtree.engine.replay")
+
+LinkKey = tuple[str, str]  # (info_id, keyword_id)
+RelationKey = tuple[str, str, str]  # (from_id, to_id, type)
+
+
+def name_keys(keyword: Keyword) -> set[str]:
+    """The normalised lookup keys of a keyword's name and aliases (empty keys dropped)."""
+    keys = {normalize_name(keyword.name)}
+    keys.update(normalize_name(alias) for alias in keyword.aliases)
+    keys.discard("")
+    return keys
+
+
+class State:
+    """Entities by key plus the derived indexes. Tombstones stay in the entity maps (their
+    version count continues if written again); the indexes hold live entities only, and only
+    links and relations whose ends were written before them (one naming an id never written
+    is damage, kept in ``links`` / ``relations`` for verify: see kwtree.engine.references)."""
+
+    __slots__ = (
+        "children",
+        "infos",
+        "infos_by_keyword",
+        "keyword_journal",
+        "keywords",
+        "keywords_by_info",
+        "last_op_id",
+        "last_timestamp",
+        "links",
+        "names",
+        "op_count",
+        "rel_in",
+        "rel_out",
+        "relations",
+    )
+
+    def __init__(self) -> None:
+        self.keywords: dict[str, Keyword] = {}
+        self.infos: dict[str, Info] = {}
+        self.links: dict[LinkKey, Link] = {}
+        self.relations: dict[RelationKey, Relation] = {}
+        #: normalised name or alias -> id of the live keyword (a list when several share it)
+        self.names: dict[str, str | list[str]] = {}
+        #: parent id -> live child ids, in the order they arrived under that parent
+        self.children: dict[str, list[str]] = {}
+        #: keyword id -> {info id: live link}, in link order
+        self.infos_by_keyword: dict[str, dict[str, Link]] = {}
+        #: info id -> keyword ids it has a live link to
+        self.keywords_by_info: dict[str, list[str]] = {}
+        self.rel_out: dict[str, dict[tuple[str, str], Relation]] = {}
+        self.rel_in: dict[str, dict[tuple[str, str], Relation]] = {}
+        self.op_count = 0
+        self.last_op_id: str | None = None
+        self.last_timestamp = 0.0
+        #: ids of keywords written since a consumer (the agent's text index) last took the
+        #: list; None until a consumer asks for it, so replay pays nothing for it
+        self.keyword_journal: list[str] | None = None
+
+    def fork(self) -> State:
+        """An independent copy to try operations on (entities are shared: they are never
+        changed in place once stored)."""
+        copy = State()
+        copy.keywords = dict(self.keywords)
+        copy.infos = dict(self.infos)
+        copy.links = dict(self.links)
+        copy.relations = dict(self.relations)
+        copy.names = {key: found if type(found) is str else list(found) for key, found in self.names.items()}
+        copy.children = {key: list(ids) for key, ids in self.children.items()}
+        copy.infos_by_keyword = {key: dict(links) for key, links in self.infos_by_keyword.items()}
+        copy.keywords_by_info = {key: list(ids) for key, ids in self.keywords_by_info.items()}
+        copy.rel_out = {key: dict(rels) for key, rels in self.rel_out.items()}
+        copy.rel_in = {key: dict(rels) for key, rels in self.rel_in.items()}
+        copy.op_count = self.op_count
+        copy.last_op_id = self.last_op_id
+        copy.last_timestamp = self.last_timestamp
+        return copy
+
+    # --- queries the reducer and the commands share ---------------------------------------
+
+    def live_keyword(self, keyword_id: str) -> Keyword | None:
+        keyword = self.keywords.get(keyword_id)
+        return None if keyword is None or keyword.deleted else keyword
+
+    def live_info(self, info_id: str) -> Info | None:
+        info = self.infos.get(info_id)
+        return None if info is None or info.deleted else info
+
+    def is_descendant(self, node_id: str, ancestor_id: str) -> bool:
+        """True if ``ancestor_id`` is ``node_id`` or one of its ancestors."""
+        keywords = self.keywords
+        current: str | None = node_id
+        while current is not None:
+            if current == ancestor_id:
+                return True
+            current = keywords[current].parent_id
+        return False
+
+    def ancestry(self, keyword_id: str) -> list[str]:
+        """Ids from the root down to ``keyword_id`` (root first)."""
+        keywords = self.keywords
+        path: list[str] = []
+        node: str | None = keyword_id
+        while node is not None:
+            path.append(node)
+            node = keywords[node].parent_id
+        path.reverse()
+        return path
+
+    def subtree(self, keyword_id: str) -> Iterator[str]:
+        """Ids of the live subtree under ``keyword_id`` (itself first), depth first."""
+        stack = [keyword_id]
+        children = self.children
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(children.get(node, ())))
+
+    def lookup_names(self, key: str) -> list[str]:
+        """Ids of the live keywords answering to ``key``, oldest first (by creation time, then
+        id: an order that replay and compaction cannot change)."""
+        found = self.names.get(key)
+        if found is None:
+            return []
+        if type(found) is str:
+            return [found]
+        keywords = self.keywords
+        return sorted(found, key=lambda kid: (keywords[kid].created_at, kid))
+
+    # --- keyword reducer -------------------------------------------------------------------
+
+    def put_keyword(self, k: Keyword) -> None:
+        keywords = self.keywords
+        kid = k.id
+        journal = self.keyword_journal
+        if journal is not None:
+            journal.append(kid)
+        old = keywords.setdefault(kid, k)  # one probe both finds an old version and stores k
+        if old is k:
+            old = None
+            if not k.deleted and k.aliases == () and kid != ROOT_ID:
+                # Fast path for the commonest row (a new keyword without aliases under a live
+                # parent); the general path below gives the same result, only slower.
+                parent = keywords.get(k.parent_id)  # type: ignore[arg-type]
+                if parent is not None and not parent.deleted and parent is not k:
+                    self._add_fresh(k, parent)
+                    return
+        if old is not None:
+            k.version = old.version + 1
+        if kid == ROOT_ID:
+            # The root is structural: always live, never anyone's child, not in the name index.
+            k.parent_id, k.level, k.deleted = None, 0, False
+            keywords[kid] = k
+            return
+        was_live = old is not None and not old.deleted
+        if not k.deleted:
+            parent = self._effective_parent(k, old, was_live)
+            k.parent_id = parent.id
+            k.level = parent.level + 1
+        elif old is not None:
+            k.level = old.level
+        keywords[kid] = k  # (already there for a new id; replaces the old version otherwise)
+
+        moved = was_live and (k.deleted or old.parent_id != k.parent_id)  # type: ignore[union-attr]
+        if moved:
+            self.children[old.parent_id].remove(kid)  # type: ignore[union-attr,index]
+        if not k.deleted and (not was_live or moved):
+            siblings = self.children.get(k.parent_id)  # type: ignore[arg-type]
+            if siblings is None:
+                self.children[k.parent_id] = [kid]  # type: ignore[index]
+            else:
+                siblings.append(kid)
+
+        if was_live and (k.deleted or old.name != k.name or old.aliases != k.aliases):  # type: ignore[union-attr]
+            for key in name_keys(old):  # type: ignore[arg-type]
+                self._unindex_name(key, kid)
+            if not k.deleted:
+                self._index_names(k)
+        elif not was_live and not k.deleted:
+            self._index_names(k)
+
+        if was_live and k.deleted:
+            self._rehome_children(kid)
+        elif moved and old.level != k.level:  # type: ignore[union-attr]
+            self._relevel(kid)
+
+    def _add_fresh(self, k: Keyword, parent: Keyword) -> None:
+        """Index a new keyword without aliases under a live parent (already stored)."""
+        kid = k.id
+        k.parent_id = parent.id  # share the parent's id string
+        k.level = parent.level + 1
+        siblings = self.children.get(parent.id)
+        if siblings is None:
+            self.children[parent.id] = [kid]
+        else:
+            siblings.append(kid)
+        key = normalize_name(k.name)
+        if key:
+            if key == k.name:
+                key = k.name  # share the name string
+            found = self.names.get(key)
+            if found is None:
+                self.names[key] = kid
+            elif type(found) is str:
+                self.names[key] = [found, kid]
+            else:
+                found.append(kid)
+
+    def _effective_parent(self, k: Keyword, old: Keyword | None, was_live: bool) -> Keyword:
+        keywords = self.keywords
+        parent = keywords.get(k.parent_id) if k.parent_id is not None else None
+        if parent is None or parent.deleted or parent is k:
+            if k.parent_id is not None:
+                log.info("keyword %s: parent %s is missing or deleted; it lives under root",
+                         k.id, k.parent_id)
+            return keywords[ROOT_ID]
+        if was_live and old.parent_id != parent.id and self.is_descendant(parent.id, k.id):  # type: ignore[union-attr]
+            log.info("keyword %s: move under %s would form a cycle; move skipped", k.id, parent.id)
+            return keywords[old.parent_id]  # type: ignore[union-attr,index]
+        # A keyword that was deleted has no live descendants (they were re-homed when it
+        # was deleted), so reviving it anywhere cannot form a cycle.
+        return parent
+
+    def _rehome_children(self, kid: str) -> None:
+        orphans = self.children.pop(kid, None)
+        if not orphans:
+            return
+        log.info("keyword %s deleted with live children %s; they move under root", kid, orphans)
+        keywords = self.keywords
+        root_children = self.children.setdefault(ROOT_ID, [])
+        for child_id in orphans:
+            keywords[child_id] = dataclasses.replace(keywords[child_id], parent_id=ROOT_ID, level=1)
+            root_children.append(child_id)
+            self._relevel(child_id)
+
+    def _relevel(self, kid: str) -> None:
+        """Give the subtree under ``kid`` the levels its new position implies."""
+        keywords = self.keywords
+        children = self.children
+        stack = [kid]
+        while stack:
+            node = stack.pop()
+            level = keywords[node].level + 1
+            for child_id in children.get(node, ()):
+                child = keywords[child_id]
+                if child.level != level:
+                    keywords[child_id] = dataclasses.replace(child, level=level)
+                stack.append(child_id)
+
+    def _index_names(self, k: Keyword) -> None:
+        names = self.names
+        kid = k.id
+        for key in name_keys(k):
+            found = names.get(key)
+            if found is None:
+                names[key] = kid
+            elif type(found) is str:
+                if found != kid:
+                    names[key] = [found, kid]
+            elif kid not in found:
+                found.append(kid)
+
+    def _unindex_name(self, key: str, kid: str) -> None:
+        names = self.names
+        found = names.get(key)
+        if found == kid:
+            del names[key]
+        elif type(found) is list and kid in found:
+            found.remove(kid)
+            if len(found) == 1:
+                names[key] = found[0]
+
+    # --- info, link and relation reducers --------------------------------------------------
+
+    def put_info(self, info: Info) -> None:
+        old = self.infos.get(info.id)
+        if old is not None:
+            info.version = old.version + 1
+        self.infos[info.id] = info
+
+    def put_link(self, link: Link) -> None:
+        key = (link.info_id, link.keyword_id)
+        old = self.links.get(key)
+        if old is not None:
+            link.version = old.version + 1
+        self.links[key] = link
+        by_keyword = self.infos_by_keyword.get(link.keyword_id)
+        indexed = by_keyword is not None and link.info_id in by_keyword
+        if link.deleted or link.info_id not in self.infos or link.keyword_id not in self.keywords:
+            # A tombstone leaves the indexes; so does a link naming an info or keyword that
+            # was never written (a damaged id, a lost segment): it is kept, inert, for verify.
+            if indexed:
+                del by_keyword[link.info_id]  # type: ignore[union-attr]
+                if not by_keyword:
+                    del self.infos_by_keyword[link.keyword_id]
+                by_info = self.keywords_by_info[link.info_id]
+                by_info.remove(link.keyword_id)
+                if not by_info:
+                    del self.keywords_by_info[link.info_id]
+        elif by_keyword is None:
+            self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
+            self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
+        else:
+            by_keyword[link.info_id] = link
+            if not indexed:
+                self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
+
+    def put_relation(self, rel: Relation) -> None:
+        key = (rel.from_id, rel.to_id, rel.type)
+        old = self.relations.get(key)
+        if old is not None:
+            rel.version = old.version + 1
+        self.relations[key] = rel
+        out_key, in_key = (rel.to_id, rel.type), (rel.from_id, rel.type)
+        if rel.deleted or rel.from_id not in self.keywords or rel.to_id not in self.keywords:
+            # (a relation naming a keyword that was never written stays out, as links do)
+            _drop(self.rel_out, rel.from_id, out_key)
+            _drop(self.rel_in, rel.to_id, in_key)
+        else:
+            self.rel_out.setdefault(rel.from_id, {})[out_key] = rel
+            self.rel_in.setdefault(rel.to_id, {})[in_key] = rel
+
+
+def _drop(index: dict[str, dict[tuple[str, str], Relation]], node: str, key: tuple[str, str]) -> None:
+    bucket = index.get(node)
+    if bucket is None or bucket.pop(key, None) is None:
+        return  # it was not indexed (not live, or naming nothing)
+    if not bucket:
+        del index[node]
+
+
+PUT = {
+    Keyword: State.put_keyword,
+    Info: State.put_info,
+    Link: State.put_link,
+    Relation: State.put_relation,
+}
+
+
+def apply(state: State, op: Operation) -> None:
+    """Fold one complete operation into ``state`` (entities get their replayed version,
+    level and effective parent set before they are stored)."""
+    for change in op.changes:
+        PUT[type(change.after)](state, change.after)
+    state.op_count += 1
+    state.last_op_id = op.op_id
+    state.last_timestamp = op.timestamp

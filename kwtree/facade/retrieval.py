@@ -1,0 +1,125 @@
+"""KeywordTree's retrieval methods: ``recall``, ``context`` and the embedding outbox.
+
+They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
+they use only the tree's state reader and its indexes (``kwtree/caches/coordinator.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kwtree.retrieval import recall as fusion
+from kwtree.writes import require_keyword
+from kwtree.retrieval.context import render_context
+from kwtree.caches.coordinator import Indexes
+from kwtree.limits import Limits
+from kwtree.models import Hit, RelationType
+from kwtree.engine.state import State
+from kwtree.validate import (
+    clean_choice,
+    clean_int,
+    clean_relation_type,
+    clean_seconds,
+    clean_text,
+)
+
+__all__ = ["RetrievalMethods"]
+
+T = TypeVar("T")
+#: Each retriever returns this many candidates per result asked for (at least 50).
+OVERFETCH = 5
+
+
+class RetrievalMethods:
+    """Recall, context and the embedding outbox (see KeywordTree)."""
+
+    _indexes: Indexes
+    _weights: fusion.RecallWeights
+    _limits: Limits
+
+    def _check_open(self) -> None:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def _check_writable(self) -> None:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def _read(self, read: Callable[[State], T]) -> T:  # provided by KeywordTree
+        raise NotImplementedError
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        under: str | None = None,
+        relation: RelationType | str | None = None,
+        mode: str = "hybrid",
+    ) -> list[Hit]:
+        """The ``k`` infos most relevant to ``query``, best first.
+
+        ``mode`` "bm25" ranks by full text, "vector" by embedding similarity, "hybrid" (the
+        default) fuses both; in every mode infos linked to keywords the query names or
+        matches are lifted (see ``kwtree/retrieval/recall.py``). ``under`` keeps infos linked to that
+        keyword's subtree, ``relation`` those linked by that relation type. Text is
+        searchable as soon as the write returns; vectors once the outbox is drained
+        (``wait_indexed``), and until then recall uses what is embedded.
+        """
+        self._check_open()
+        text = clean_text(query, "query", allow_empty=False)
+        self._limits.check_text("query", text, "query_bytes")
+        clean_int(k, "k", 1, 1000)
+        clean_choice(mode, "mode", fusion.MODES)
+        kind = None if relation is None else clean_relation_type(relation)
+        if under is not None:
+            under = self._read(lambda state: require_keyword(state, under, "under").id)
+        fetch = max(50, OVERFETCH * k)
+        indexes = self._indexes
+        text_hits = indexes.text_hits(text, "info", fetch) if mode != "vector" else []
+        if text_hits and self._weights.feedback:
+            expanded = self._read(lambda state: fusion.feedback_terms(state, text, text_hits))
+            if expanded:
+                again = indexes.text_hits(f"{text} {' '.join(expanded)}", "info", fetch)
+                text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
+        vector_hits = indexes.vector_hits(text, "info", fetch) if mode != "bm25" else []
+        keyword_hits = indexes.text_hits(text, "keyword", 10)
+
+        def rank(state: State) -> list[Hit]:
+            scores = fusion.keyword_scores(state, text, keyword_hits)
+            return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind)
+
+        return self._read(rank)
+
+    def context(self, query: str, max_tokens: int = 1500) -> str:
+        """Prompt-ready text for ``query``: the recalled infos under ``## keyword path``
+        headings, most relevant first, each once, within ``max_tokens`` (estimated as
+        ``kwtree.retrieval.context.estimate_tokens`` documents). Empty when nothing is relevant."""
+        clean_int(max_tokens, "max_tokens", 1, 1_000_000)
+        return render_context(self.recall(query, k=50), max_tokens)
+
+    def wait_indexed(self, timeout: float | None = None) -> bool:
+        """Block until every queued embedding is done; True if that happened within
+        ``timeout`` seconds (None: wait as long as it takes). A tree that may not write
+        (``read_only``, ``as_of``) embeds nothing itself: it waits for other processes
+        (a writer's worker thread, ``kwtree worker``) to empty the outbox. A tree that writes
+        returns with the vector graph saved, so that read-only opens load it. When the
+        embedding worker cannot write (a full disk) it is woken to retry at once, and if that
+        fails too its error is raised: DiskFullError (or another StorageError),
+        LockTimeoutError; it keeps retrying by itself, so a later call succeeds once space is
+        freed."""
+        self._check_open()
+        return self._indexes.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
+
+    def outbox_status(self) -> dict[str, Any]:
+        """The embedding outbox: counts of pending, leased, failed (waiting to retry), done
+        and dead items, the dead items with their last error, and ``worker_error``: None, or
+        ``{"error", "type", "since"}`` while the embedding worker retries after a storage
+        error (a full disk). Never raises for a full disk: it reports it."""
+        self._check_open()
+        return self._indexes.outbox_status()
+
+    def retry_dead(self) -> int:
+        """Queue every dead embedding item again; returns how many. ReadOnlyError on a tree
+        that may not write."""
+        self._check_writable()
+        return self._indexes.retry_dead()

@@ -1,0 +1,747 @@
+"""KeywordTree: the public facade. It owns the directory, the locks and the write path.
+
+Every write goes through ``_commit``: take this process's write mutex and the directory's
+writer lock, catch up on operations other processes appended, let a command decide the
+changes against that fresh state, encode them, append and sync them, and only then apply
+them to the in-memory state. A command that raises, or a failed append, leaves the log and
+the state as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kwtree.ops import metrics
+from kwtree.agent.clients import LLMClient
+from kwtree.agent.descend import DescendLoop
+from kwtree.agent.navigation import LLMNavigator
+from kwtree.agent.offline import OfflineNavigator
+from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
+from kwtree.writes import Stamp, require_info, require_keyword
+from kwtree.writes import infos as info_commands
+from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.undo import undo as undo_changes
+from kwtree.caches.embed import Embedder, HashEmbedder
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    LockTimeoutError,
+    NotFoundError,
+    ReadOnlyError,
+)
+from kwtree.engine.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
+from kwtree.engine.follower import follow
+from kwtree.engine.history import find_operation, read_history
+from kwtree.caches.coordinator import Indexes
+from kwtree.limits import DEFAULT_LIMITS, Limits
+from kwtree.facade.maintenance import MaintenanceMethods
+from kwtree.models import (
+    EMPTY_METADATA,
+    ROOT_ID,
+    Change,
+    Info,
+    Keyword,
+    Link,
+    Operation,
+    Relation,
+    RelationType,
+)
+from kwtree.retrieval.recall import RecallWeights
+from kwtree.engine.replay import Bound
+from kwtree.facade.retrieval import RetrievalMethods
+from kwtree.engine.state import State, apply
+from kwtree.stores import leftovers, logswap
+from kwtree.stores.directory import create_directory, open_error
+from kwtree.stores.eventlog import EventLog
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.lock import LOCK_NAME, WriterLock, release
+from kwtree.stores.manifest import MANIFEST_NAME, Manifest, is_file_mode
+from kwtree.stores.modes import apply_file_mode
+from kwtree.validate import (
+    clean_choice,
+    clean_flag,
+    clean_id,
+    clean_int,
+    clean_label,
+    clean_name_key,
+    clean_path,
+    clean_relation_type,
+    clean_seconds,
+    shown,
+)
+
+__all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
+
+log = logging.getLogger("kwtree")
+
+DURABILITY_MODES = ("full", "none")
+DIRECTIONS = ("out", "in", "both")
+Decide = Callable[[State, Stamp], list[Change]]
+T = TypeVar("T")
+#: Operations after which the MRU cache forgets the keywords they wrote.
+_MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
+
+
+def _clean_as_of(as_of: object) -> Bound | None:
+    if as_of is None:
+        return None
+    if isinstance(as_of, str):
+        if not is_op_id(as_of):
+            raise InvalidInputError(f"as_of must be an op id (32 lowercase hex digits) or a timestamp, got {as_of!r}")
+        return Bound(op_id=as_of)
+    if type(as_of) in (int, float) and math.isfinite(as_of):  # type: ignore[arg-type]
+        return Bound(timestamp=float(as_of))  # type: ignore[arg-type]
+    raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
+
+
+class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
+    """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
+
+    Opening a new or empty directory creates it (manifest, log and the root keyword).
+    ``durability="full"`` (the default) makes each write durable before it returns;
+    ``"none"`` skips the syncs, for bulk loads and tests. ``as_of`` (an op id or an epoch
+    timestamp) opens a read-only view of the tree as it was then; ``read_only=True`` opens
+    the current tree without ever writing. Several processes may open one directory: writes
+    are serialised by a lock file, and ``refresh()`` picks up what the others wrote.
+
+    The agent (``search``, auto-placement, ``create_info(auto_link=True)``, ``reorganize``)
+    asks ``llm_client`` when one is given and the offline navigator otherwise; it shows the
+    navigator at most ``max_candidates`` keywords a round, for at most ``descend_max_rounds``
+    rounds, and remembers ``mru_capacity`` recent matches. When the LLM fails (it raises, times
+    out, answers nonsense), ``on_agent_failure="fallback"`` (the default) uses the fallback and
+    says so on the result (``Keyword.agent`` / ``Info.agent``; ``agent_stats`` counts them);
+    ``"raise"`` raises AgentError instead and writes nothing.
+
+    Files are private: every file the tree creates is readable and writable by its owner
+    only (mode ``0o600``, directories ``0o700``), whatever the umask. ``file_mode`` (e.g.
+    ``0o640`` to share a tree with a group) is recorded in the manifest, so every process
+    that writes the tree creates files with it; passed to a writable open of an existing
+    tree with another mode, it re-modes the tree's own files and records the new mode.
+
+    ``limits`` (a :class:`kwtree.Limits`) bounds the size of every stored field and of
+    queries; a write over a limit raises LimitExceededError and writes nothing. Every
+    argument is checked: a bad one raises InvalidInputError, a directory the system refuses
+    to create or open StorageError (InvalidInputError when the path cannot be a directory).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] = "./data/keyword_tree",
+        *,
+        durability: str = "full",
+        actor: str = "user",
+        as_of: str | float | None = None,
+        read_only: bool = False,
+        lock_timeout: float = 10.0,
+        segment_bytes: int | None = None,
+        llm_client: LLMClient | None = None,
+        mru_capacity: int = 128,
+        max_candidates: int = 50,
+        descend_max_rounds: int = 6,
+        embedder: Embedder | None = None,
+        worker: bool = True,
+        embed_async: bool = True,
+        recall_weights: RecallWeights | None = None,
+        on_agent_failure: str = "fallback",
+        file_mode: int | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self._closed = True  # until the open below succeeds
+        self._indexes: Indexes | None = None  # type: ignore[assignment]
+        data_path = clean_path(data_dir, "data_dir")
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidInputError(f"limits must be a kwtree.Limits, got {type(limits).__name__}")
+        self._limits = limits or DEFAULT_LIMITS
+        clean_choice(durability, "durability", DURABILITY_MODES)
+        self._actor = clean_label(actor, "actor")
+        self._limits.check_text("actor", self._actor, "label_bytes")
+        self._bound = _clean_as_of(as_of)
+        clean_flag(read_only, "read_only")
+        if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
+            raise InvalidInputError(
+                f"llm_client must have a chat(messages, json_schema) method (an LLMClient), got {type(llm_client).__name__}"
+            )
+        navigator = OfflineNavigator() if llm_client is None else LLMNavigator(llm_client)
+        self._agent = DescendLoop(
+            navigator,
+            mru_capacity=clean_int(mru_capacity, "mru_capacity", 1, 1_000_000),
+            max_candidates=clean_int(max_candidates, "max_candidates", 2, 1000),
+            max_rounds=clean_int(descend_max_rounds, "descend_max_rounds", 1, 100),
+        )
+        self._llm_client = llm_client
+        self._on_agent_failure = clean_choice(on_agent_failure, "on_agent_failure", ON_AGENT_FAILURE)
+        if embedder is not None and not (isinstance(getattr(embedder, "model", None), str)
+                                         and type(getattr(embedder, "dim", None)) is int
+                                         and callable(getattr(embedder, "embed", None))):
+            raise InvalidInputError("embedder must have model (str), dim (int) and embed(texts) (an Embedder)")
+        clean_flag(worker, "worker")
+        clean_flag(embed_async, "embed_async")
+        if recall_weights is not None and not isinstance(recall_weights, RecallWeights):
+            raise InvalidInputError("recall_weights must be a kwtree.retrieval.recall.RecallWeights")
+        self._weights = recall_weights or RecallWeights()
+        lock_timeout = clean_seconds(lock_timeout, "lock_timeout")
+        if segment_bytes is not None:
+            clean_int(segment_bytes, "segment_bytes", 4096)
+        if file_mode is not None and not is_file_mode(file_mode):
+            raise InvalidInputError(
+                f"file_mode must be an int between 0o600 and 0o666 that lets the owner read and write "
+                f"(e.g. 0o600, 0o640 or 0o660), got {shown(file_mode)}"
+            )
+        self._file_mode = file_mode  # the manifest's, once open
+        self._dir = data_path
+        self._writable = not read_only and self._bound is None
+        self._durable = durability == "full"
+        self._mutex = threading.Lock()  # serialises this process's writes and refreshes
+        self._state_lock = threading.Lock()  # readers never see half of an applied operation
+        self._clock = OpClock()
+        self._lock: WriterLock | None = None
+        self._log: EventLog | None = None
+        try:
+            self._open(segment_bytes, float(lock_timeout))
+            self._index_options = (embedder or HashEmbedder(), worker and self._writable, embed_async)
+            self._indexes = Indexes(
+                self._dir, self._index_options[0], self._read,
+                write_locks=self._write_locks if self._writable else None,
+                worker=self._index_options[1], embed_async=embed_async, file_mode=self.file_mode,
+            )
+            self._closed = False
+            if self._writable and ROOT_ID not in self._state.keywords:
+                self._commit("init", _create_root)
+        except BaseException as exc:
+            self._closed = True
+            if self._indexes is not None:
+                self._indexes.close()
+            release(self._log, self._lock)
+            if isinstance(exc, OSError):
+                raise open_error(self._dir, exc) from exc
+            raise
+        # Descriptors are released even if the caller never closes the tree (but only
+        # close() trims the log's preallocated padding).
+        self._finalizer = weakref.finalize(self, release, self._log, self._lock)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _open(self, segment_bytes: int | None, lock_timeout: float) -> None:
+        directory = self._dir
+        if directory.exists() and not directory.is_dir():
+            raise InvalidInputError(f"data_dir {directory} is a file, not a directory")
+        if not (directory / MANIFEST_NAME).exists():
+            if not self._writable:
+                raise NotFoundError(f"{directory} is not a kwtree directory (it has no {MANIFEST_NAME})")
+            create_directory(directory, segment_bytes, self.file_mode, lock_timeout, durable=self._durable)
+        manifest = Manifest.load(directory)
+        if self._writable:
+            self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
+            if logswap.interrupted(directory):
+                with self._lock:
+                    logswap.recover(directory)
+            leftovers.remove_leftovers(directory)
+            if self._file_mode is not None and self._file_mode != manifest.file_mode:
+                with self._lock:
+                    manifest = apply_file_mode(directory, Manifest.load(directory), self._file_mode)
+        self._file_mode = manifest.file_mode
+        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable,
+                             checksums=manifest.checksums)
+        self._state = State()
+        collecting = gc.isenabled()
+        gc.disable()  # replay allocates millions of objects that never form cycles
+        try:
+            self._state = follow(self._log, self._state, self._bound, self._state_lock, at_open=True)
+        finally:
+            if collecting:
+                gc.enable()
+        if self._bound is not None:
+            self._check_view_exists()
+        self._observe_clock()
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the files this tree creates (its manifest's; ``0o600`` by default)."""
+        return PRIVATE_FILE_MODE if self._file_mode is None else self._file_mode
+
+    def _check_view_exists(self) -> None:
+        bound = self._bound
+        assert bound is not None
+        if bound.op_id is not None and self._state.last_op_id != bound.op_id:
+            raise NotFoundError(f"as_of: no operation {bound.op_id} in {self._dir}")
+        if bound.timestamp is not None and self._state.last_op_id is None:
+            raise NotFoundError(f"as_of: {self._dir} has no operation at or before timestamp {bound.timestamp}")
+
+    def _observe_clock(self) -> None:
+        state = self._state
+        if state.last_op_id is not None:
+            self._clock.observe(state.last_op_id, state.last_timestamp)
+
+    def close(self) -> None:
+        """Release the directory. Trims the preallocated space of the newest segment (so the
+        log never carries padding into git or backups); calling close twice is harmless."""
+        if self._closed:
+            return
+        if self._indexes is not None:
+            self._indexes.close()  # before the mutex: it commits the full-text index under it
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writable and self._lock is not None and self._log is not None:
+                try:
+                    with self._lock:
+                        self._log.trim_padding()
+                except (LockTimeoutError, OSError) as exc:
+                    log.warning("could not trim the log padding of %s on close: %s", self._dir, exc)
+            release(self._log, self._lock)
+
+    def __enter__(self) -> KeywordTree:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "closed" if self._closed else ("read-write" if self._writable else "read-only")
+        return f"KeywordTree({str(self._dir)!r}, {mode})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"this KeywordTree ({self._dir}) was closed; open a new one")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if not self._writable:
+            what = "an as_of view" if self._bound is not None else "opened with read_only=True"
+            raise ReadOnlyError(f"this KeywordTree is {what} and cannot write; open {self._dir} without it to write")
+
+    # --- the write path ----------------------------------------------------------------------
+
+    def _commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
+        """Decide, write durably and apply one operation; None when there was nothing to write."""
+        self._check_writable()
+        assert self._lock is not None and self._log is not None
+        with self._mutex:
+            self._check_writable()
+            with self._lock:
+                self._state = follow(self._log, self._state, None, self._state_lock, at_open=False)
+                self._observe_clock()
+                op_id, timestamp = self._clock.next()
+                changes = decide(self._state, Stamp(op_id, timestamp, self._actor))
+                if not changes:
+                    return None
+                self._limits.check_changes(changes)
+                op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
+                self._log.append(encode_operation(op), op_id, sync=self._durable)
+                with self._state_lock:
+                    apply(self._state, op)
+                self._indexes.note(op, self._state)
+        if kind in _MRU_EVICTING:
+            self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
+        return op
+
+    @contextlib.contextmanager
+    def _write_locks(self) -> Iterator[None]:
+        """This process's write mutex and the directory's writer lock, in the order writes
+        take them (for the full-text index, which only the writer updates)."""
+        assert self._lock is not None
+        with self._mutex, self._lock:
+            yield
+
+    def _read(self, read: Callable[[State], T]) -> T:
+        """``read`` applied to the current state under the state lock (for the agent)."""
+        with self._state_lock:
+            return read(self._state)
+
+    def refresh(self) -> int:
+        """Apply the operations other processes appended since the last look; returns how many.
+
+        Never takes the writer lock. An ``as_of`` view does not move and returns 0.
+        """
+        self._check_open()
+        if self._bound is not None:
+            return 0
+        assert self._log is not None
+        with self._mutex:
+            before = self._state.op_count
+            self._state = follow(self._log, self._state, None, self._state_lock, at_open=False)
+            self._observe_clock()
+            return self._state.op_count - before
+
+    @property
+    def last_op_id(self) -> str | None:
+        """The id of the newest operation this tree reflects."""
+        self._check_open()
+        return self._state.last_op_id
+
+    @property
+    def data_dir(self) -> Path:
+        return self._dir
+
+    # --- keyword reads -----------------------------------------------------------------------
+
+    def get_keyword(self, keyword_id: str) -> Keyword:
+        """The live keyword; NotFoundError if the id is unknown or deleted."""
+        self._check_open()
+        with self._state_lock:
+            return require_keyword(self._state, keyword_id)
+
+    def get_children(self, keyword_id: str) -> list[Keyword]:
+        """Live children, in the order they arrived under this keyword."""
+        self._check_open()
+        with self._state_lock:
+            state = self._state
+            keyword = require_keyword(state, keyword_id)
+            return [state.keywords[cid] for cid in state.children.get(keyword.id, ())]
+
+    def get_path(self, keyword_id: str) -> list[Keyword]:
+        """The keywords from the root down to this one (root first, the keyword last)."""
+        self._check_open()
+        with self._state_lock:
+            state = self._state
+            keyword = require_keyword(state, keyword_id)
+            return [state.keywords[kid] for kid in state.ancestry(keyword.id)]
+
+    def find_keywords(self, name: str) -> list[Keyword]:
+        """Live keywords whose name or an alias equals ``name`` after normalisation
+        (case, width, punctuation and spacing ignored), oldest match first."""
+        self._check_open()
+        text, key = clean_name_key(name)
+        self._limits.check_text("name", text, "query_bytes")
+        with self._state_lock:
+            state = self._state
+            return [state.keywords[kid] for kid in state.lookup_names(key)]
+
+    # --- info, link and relation reads -------------------------------------------------------
+
+    def get_info(self, info_id: str) -> Info:
+        """The live info; NotFoundError if the id is unknown or deleted."""
+        self._check_open()
+        with self._state_lock:
+            return require_info(self._state, info_id)
+
+    def get_infos_of_keyword(
+        self, keyword_id: str, relation: RelationType | str | None = None, page: int = 0, size: int = 50
+    ) -> list[Info]:
+        """Live infos linked to the keyword (optionally by one relation type), in link
+        order, ``size`` per page starting at page 0."""
+        self._check_open()
+        kind = None if relation is None else clean_relation_type(relation)
+        clean_int(page, "page", 0)
+        clean_int(size, "size", 1, 10_000)
+        with self._state_lock:
+            state = self._state
+            keyword = require_keyword(state, keyword_id)
+            skip, found = page * size, []
+            for info_id, link in state.infos_by_keyword.get(keyword.id, {}).items():
+                if kind is not None and link.relation is not kind:
+                    continue
+                info = state.infos[info_id]
+                if info.deleted:
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                found.append(info)
+                if len(found) == size:
+                    break
+            return found
+
+    def get_keywords_of_info(self, info_id: str) -> list[tuple[Keyword, RelationType]]:
+        """The live keywords the info is linked to, each with the link's relation type."""
+        self._check_open()
+        with self._state_lock:
+            state = self._state
+            info = require_info(state, info_id)
+            result = []
+            for kid in state.keywords_by_info.get(info.id, ()):
+                keyword = state.keywords[kid]
+                if not keyword.deleted:
+                    result.append((keyword, state.links[(info.id, kid)].relation))
+            return result
+
+    def get_relations(self, keyword_id: str, type: str | None = None, direction: str = "out") -> list[Relation]:
+        """Live relations of the keyword between live keywords: outgoing, incoming or both."""
+        self._check_open()
+        kind = None if type is None else clean_label(type, "type")
+        clean_choice(direction, "direction", DIRECTIONS)
+        with self._state_lock:
+            state = self._state
+            keyword = require_keyword(state, keyword_id)
+            found: list[Relation] = []
+            if direction in ("out", "both"):
+                found.extend(state.rel_out.get(keyword.id, {}).values())
+            if direction in ("in", "both"):
+                found.extend(state.rel_in.get(keyword.id, {}).values())
+            return [
+                rel
+                for rel in found
+                if (kind is None or rel.type == kind)
+                and state.live_keyword(rel.from_id) is not None
+                and state.live_keyword(rel.to_id) is not None
+            ]
+
+    # --- keyword writes ----------------------------------------------------------------------
+
+    def create_keyword(
+        self,
+        name: str,
+        parent_id: str | None = None,
+        aliases: Sequence[str] | None = None,
+        description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        llm_auto_place: bool = True,
+    ) -> Keyword:
+        """Create a keyword under ``parent_id``. Without a parent, the agent places it
+        (``llm_auto_place=True``: the keyword it matches as the parent, or the parent it
+        suggests, or the root when it is ambiguous; the decision is recorded with the
+        operation, and the returned keyword's ``agent`` says where it went and why — a
+        ``fallback`` when the LLM failed, or AgentError with nothing written on a tree opened
+        with ``on_agent_failure="raise"``) or it goes under the root. Raises
+        DuplicateKeywordError if a live sibling has the same normalised name."""
+        if clean_flag(llm_auto_place, "llm_auto_place") and parent_id is None:
+            self._check_writable()
+            self._check_before_agent(
+                lambda s, st: keyword_commands.create_keyword(s, st, name, None, aliases, description, metadata)
+            )
+            chosen, descent = self._place(name, description)  # type: ignore[arg-type]
+            audit: dict[str, Any] = {"agent": descent.audit()}
+
+            def decide(state: State, stamp: Stamp) -> list[Change]:
+                parent = chosen
+                if state.live_keyword(parent) is None:  # deleted by another writer meanwhile
+                    audit["agent"]["parent_fallback"] = f"{parent} was deleted before the write; placed under the root"
+                    parent = ROOT_ID
+                return keyword_commands.create_keyword(state, stamp, name, parent, aliases, description, metadata)
+
+            op = self._commit("create_keyword", decide, audit)
+            assert op is not None
+            keyword: Keyword = op.changes[0].after  # type: ignore[assignment]
+            outcome = self._outcome(descent, (keyword.parent_id,), chosen)  # type: ignore[arg-type]
+            return dataclasses.replace(keyword, agent=outcome)
+
+        def decide_here(state: State, stamp: Stamp) -> list[Change]:
+            return keyword_commands.create_keyword(state, stamp, name, parent_id, aliases, description, metadata)
+
+        op = self._commit("create_keyword", decide_here)
+        assert op is not None
+        return op.changes[0].after  # type: ignore[return-value]
+
+    def update_keyword(self, keyword_id: str, patch: Mapping[str, Any], version: int) -> Keyword:
+        """Change some of name, aliases, description, metadata. ``version`` must be the
+        keyword's current version (else VersionConflictError with expected and actual)."""
+        op = self._commit(
+            "update_keyword", lambda s, st: keyword_commands.update_keyword(s, st, keyword_id, patch, version)
+        )
+        assert op is not None
+        return op.changes[0].after  # type: ignore[return-value]
+
+    def add_alias(self, keyword_id: str, alias: str) -> Keyword:
+        """Add an alias (nothing is written if the keyword already answers to it)."""
+        op = self._commit("add_alias", lambda s, st: keyword_commands.add_alias(s, st, keyword_id, alias))
+        return op.changes[0].after if op is not None else self.get_keyword(keyword_id)  # type: ignore[return-value]
+
+    def remove_alias(self, keyword_id: str, alias: str) -> Keyword:
+        """Remove the alias (compared after normalisation); NotFoundError if it has none such."""
+        op = self._commit("remove_alias", lambda s, st: keyword_commands.remove_alias(s, st, keyword_id, alias))
+        assert op is not None
+        return op.changes[0].after  # type: ignore[return-value]
+
+    def move_keyword(self, keyword_id: str, new_parent_id: str) -> Keyword:
+        """Move the keyword (with its subtree) under ``new_parent_id``. Raises CycleError for
+        a move under itself or a descendant; moving to the current parent writes nothing."""
+        op = self._commit(
+            "move_keyword", lambda s, st: keyword_commands.move_keyword(s, st, keyword_id, new_parent_id)
+        )
+        return op.changes[0].after if op is not None else self.get_keyword(keyword_id)  # type: ignore[return-value]
+
+    def merge_keywords(self, src_id: str, dst_id: str) -> Keyword:
+        """Fold ``src`` into ``dst`` in one operation: dst gains src's name and aliases as
+        aliases, src's children move under dst, its links and relations are re-pointed to
+        dst (without duplicates), and src is deleted. Returns dst's new version."""
+        op = self._commit("merge_keywords", lambda s, st: keyword_commands.merge_keywords(s, st, src_id, dst_id))
+        assert op is not None
+        return op.changes[-2].after  # type: ignore[return-value]
+
+    def delete_keyword(self, keyword_id: str, cascade: bool = False, info_policy: str = "reattach") -> Operation:
+        """Delete the keyword, and its whole subtree with ``cascade=True`` (required when it
+        has children). Its links and relations go with it; infos left with no live link are
+        linked to the deleted keyword's parent (``"reattach"``), deleted (``"delete"``) or
+        left unlinked (``"keep"``). Returns the committed operation."""
+        op = self._commit(
+            "delete_keyword",
+            lambda s, st: keyword_commands.delete_keyword(s, st, keyword_id, cascade, info_policy),
+        )
+        assert op is not None
+        return op
+
+    def batch_create_keywords(self, specs: Sequence[Mapping[str, Any]]) -> list[Keyword]:
+        """Create many keywords in ONE operation (all or nothing, one sync). Each spec has
+        ``name`` and optionally ``aliases``, ``description``, ``metadata``, and ``parent_id``
+        or ``parent_ref`` (the ``ref`` of an earlier spec in the same batch)."""
+        op = self._commit("batch_create_keywords", lambda s, st: keyword_commands.batch_create_keywords(s, st, specs))
+        return [] if op is None else [c.after for c in op.changes]  # type: ignore[misc]
+
+    # --- info, link and relation writes ------------------------------------------------------
+
+    def create_info(
+        self,
+        content: str,
+        source: str = "",
+        keyword_ids: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        auto_link: bool = False,
+    ) -> Info:
+        """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``. With
+        ``auto_link=True`` it is also linked to the keywords the agent finds for its content
+        (the best PRIMARY, the others RELATED, created by "agent"; recorded with the
+        operation), and the returned info's ``agent`` says which, or that it linked none and
+        why (a ``fallback`` when the LLM failed; on a tree opened with
+        ``on_agent_failure="raise"``, AgentError and nothing written instead)."""
+        if not clean_flag(auto_link, "auto_link"):
+            op = self._commit(
+                "create_info",
+                lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata),
+            )
+            assert op is not None
+            return op.changes[0].after  # type: ignore[return-value]
+        self._check_writable()
+        self._check_before_agent(
+            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
+        )
+        agent_links, descent = self._find_links(content)
+        audit = {"agent": descent.audit()}
+        audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
+        op = self._commit(
+            "create_info",
+            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata, agent_links),
+            audit,
+        )
+        assert op is not None
+        info: Info = op.changes[0].after  # type: ignore[assignment]
+        return dataclasses.replace(info, agent=self._outcome(descent, tuple(kid for kid, _ in agent_links)))
+
+    def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
+        """Change some of content, source, metadata; checks ``version`` when given."""
+        op = self._commit("update_info", lambda s, st: info_commands.update_info(s, st, info_id, patch, version))
+        assert op is not None
+        return op.changes[0].after  # type: ignore[return-value]
+
+    def delete_info(self, info_id: str) -> Operation:
+        """Delete the info and its links; returns the committed operation."""
+        op = self._commit("delete_info", lambda s, st: info_commands.delete_info(s, st, info_id))
+        assert op is not None
+        return op
+
+    def batch_create_infos(self, specs: Sequence[Mapping[str, Any]]) -> list[Info]:
+        """Create many infos in ONE operation; each spec has ``content`` and optionally
+        ``source``, ``metadata`` and ``keyword_ids``."""
+        op = self._commit("batch_create_infos", lambda s, st: info_commands.batch_create_infos(s, st, specs))
+        return [] if op is None else [c.after for c in op.changes if type(c.after) is Info]  # type: ignore[misc]
+
+    def link_info(
+        self,
+        info_id: str,
+        keyword_id: str,
+        relation: RelationType | str = RelationType.PRIMARY,
+        created_by: str = "user",
+    ) -> Link:
+        """Link the info to the keyword; relinking with another relation type changes it."""
+        op = self._commit(
+            "link_info",
+            lambda s, st: info_commands.link_info(s, st, info_id, keyword_id, relation, created_by),
+        )
+        if op is not None:
+            return op.changes[0].after  # type: ignore[return-value]
+        with self._state_lock:
+            return self._state.links[(info_id, keyword_id)]
+
+    def unlink_info(self, info_id: str, keyword_id: str) -> Operation:
+        """Remove the link; NotFoundError if there is none. Returns the committed operation."""
+        op = self._commit("unlink_info", lambda s, st: info_commands.unlink_info(s, st, info_id, keyword_id))
+        assert op is not None
+        return op
+
+    def relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0, reason: str = "") -> Relation:
+        """Add (or re-weight) the directed relation ``from -[type]-> to``."""
+        op = self._commit(
+            "relate", lambda s, st: info_commands.relate(s, st, from_id, to_id, type, weight, reason)
+        )
+        if op is not None:
+            return op.changes[0].after  # type: ignore[return-value]
+        with self._state_lock:
+            return self._state.relations[(from_id, to_id, type.strip())]
+
+    def unrelate(self, from_id: str, to_id: str, type: str | None = None) -> Operation:
+        """Remove the relation of that type from ``from`` to ``to`` (every type when None)."""
+        op = self._commit("unrelate", lambda s, st: info_commands.unrelate(s, st, from_id, to_id, type))
+        assert op is not None
+        return op
+
+    # --- history, undo and metrics -----------------------------------------------------------
+
+    def _history_bound(self) -> Bound:
+        timestamp = self._bound.timestamp if self._bound is not None else None
+        return Bound(op_id=self._state.last_op_id, timestamp=timestamp)
+
+    def history(self, entity_id: str | None = None, limit: int | None = None) -> list[Operation]:
+        """Operations this tree reflects, oldest first: all of them, or those that wrote
+        ``entity_id`` (a keyword or info id, or a link/relation key) or a link or relation
+        that ends at it; only the newest ``limit`` when given. Read from disk."""
+        self._check_open()
+        if entity_id is not None:
+            clean_id(entity_id, "entity_id")
+        if limit is not None:
+            clean_int(limit, "limit", 1)
+        assert self._log is not None
+        if self._bound is None and self._log.rewritten():
+            self.refresh()  # compaction replaced the log: read the new one
+        events = self._log
+        segments = (events.read_segment(i) for i in range(len(events.segments)))
+        return read_history(segments, entity_id, limit, self._history_bound())
+
+    def undo(self, op_id: str, force: bool = False) -> Operation | None:
+        """Restore everything operation ``op_id`` wrote to its state before it, as a new
+        operation (None if everything already is). Raises UndoConflictError when a later
+        operation wrote one of those entities, unless ``force=True``."""
+        if not is_op_id(op_id):
+            raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
+        if type(force) is not bool:
+            raise InvalidInputError(f"force must be True or False, got {force!r}")
+        events = self._log
+
+        def decide(state: State, stamp: Stamp) -> list[Change]:
+            assert events is not None
+            target = find_operation(events.segments, events.read_segment, op_id)
+            if target is None or state.last_op_id is None or op_id > state.last_op_id:
+                raise NotFoundError(f"no operation {op_id} in {self._dir} (compact() drops the operations it folds)")
+            if target.kind == COMPACT_KIND:
+                raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
+            return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
+
+        return self._commit("undo", decide, audit={"undo_of": op_id})
+
+    def tree_metrics(self) -> dict[str, Any]:
+        """Counts and shape of the live tree, and the size of its log (see docs/api.md)."""
+        self._check_open()
+        assert self._log is not None
+        with self._state_lock:
+            result = metrics.tree_metrics(self._state)
+        result["log_bytes"] = self._log.size_bytes()
+        result["log_segments"] = len(self._log.segments)
+        return result
+
+
+def _create_root(state: State, stamp: Stamp) -> list[Change]:
+    if ROOT_ID in state.keywords:
+        return []  # another process created it first
+    ts = stamp.timestamp
+    root = Keyword(ROOT_ID, "root", (), None, "", EMPTY_METADATA, 1, ts, ts, False, stamp.op_id)
+    return [Change(root, None)]

@@ -1,0 +1,134 @@
+"""Moving a data directory to the current log format: ``kwtree upgrade DIR``. An older format
+is never upgraded silently (DESIGN §3): kwtree reads and writes a format-1 directory as it is
+until this runs.
+
+Format 1 to 2 (docs/log-format.md): every operation gains its checksum, the last key of its
+end marker, and every segment but the newest ends with a seal line naming its successor. The
+rows are otherwise kept byte for byte, so op ids, the state, ``history`` and the caches stay
+valid. Under the writer lock, the directory must first verify without errors and without a
+torn tail (``kwtree repair`` fixes both); the new log is written beside the old one and
+swapped in with one atomic step (kwtree.stores.logswap, as compaction does), and only then
+does the manifest name format 2. A crash before that leaves a log that reads as format 1,
+and the upgrade can simply run again. Processes that hold the tree open replay the new log
+and take the new format at their next write or refresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+
+from kwtree.errors import DamagedDirectoryError, StorageError
+from kwtree.engine.events import CRC_KEY, checksum_problem, with_checksum
+from kwtree.engine.replay import parse_operations
+from kwtree.stores import logswap
+from kwtree.stores.eventlog import (
+    LOG_DIR,
+    SEGMENT_SUFFIX,
+    encode_seal,
+    seals_start,
+    segment_names,
+)
+from kwtree.stores.lock import run_locked
+from kwtree.stores.manifest import FORMAT_VERSION, Manifest
+from kwtree.validate import clean_seconds
+from kwtree.ops.verify import Report, _clean_directory, verify_directory
+
+__all__ = ["Upgrade", "upgrade_directory"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Upgrade:
+    """What ``upgrade_directory`` did: the format before and after, and how many segments and
+    operations it rewrote (0 when the directory was current already), then what a verify of
+    the upgraded directory finds."""
+
+    directory: str
+    format_before: int
+    format_after: int
+    segments: int
+    operations: int
+    report: Report
+
+    def __str__(self) -> str:
+        if self.format_before == self.format_after:
+            return f"{self.directory} uses format {self.format_after} already: nothing to do"
+        return (f"upgraded {self.directory} from format {self.format_before} to {self.format_after}: "
+                f"{self.operations:,} operation(s) checksummed in {self.segments} segment(s)")
+
+
+def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Upgrade:
+    """Upgrade the data directory at ``path`` to the current log format (see the module
+    docstring) under its writer lock, waiting ``lock_timeout`` seconds at most. Idempotent.
+    Raises NotFoundError / InvalidInputError for a path that is not a kwtree directory,
+    FormatError for a newer or unreadable manifest, DamagedDirectoryError when verify finds
+    an error or a torn tail (run ``kwtree repair`` first; nothing is changed), LockTimeoutError,
+    StorageError when the disk fails (the old log stays in place)."""
+    directory = _clean_directory(path)
+    timeout = clean_seconds(lock_timeout, "lock_timeout")
+    try:
+        return run_locked(directory, timeout, _upgrade)
+    except OSError as exc:
+        raise StorageError(f"could not upgrade {directory}: {exc}; the old log is still in place") from exc
+
+
+def _upgrade(directory: Path) -> Upgrade:
+    manifest = Manifest.load(directory)
+    if manifest.format == FORMAT_VERSION:
+        return Upgrade(str(directory), manifest.format, manifest.format, 0, 0, verify_directory(directory))
+    logswap.recover(directory)
+    report = verify_directory(directory)
+    report.check(f"run `kwtree repair {directory}` first, then upgrade")
+    torn = [f for f in report.findings if f.code == "torn-tail"]
+    if torn:
+        raise DamagedDirectoryError(
+            f"{directory} ends with a torn operation ({torn[0].location}); run `kwtree repair {directory}` (or open the "
+            f"tree for writing once) to move it to quarantine/, then upgrade", report)
+    names = segment_names(directory / LOG_DIR)
+    target = logswap.new_log_dir(directory)
+    operations = 0
+    try:
+        for index, name in enumerate(names):
+            rel = f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}"
+            raw = (directory / rel).read_bytes().rstrip(b"\0")
+            body, count = _checksummed(raw[:seals_start(raw)], rel)
+            operations += count
+            if index + 1 < len(names):
+                body += encode_seal(body, names[index + 1])
+            logswap.write_segment(target, name, body)
+        logswap.seal(target)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    logswap.swap_in(directory)
+    dataclasses.replace(manifest, format=FORMAT_VERSION).save(directory)
+    return Upgrade(str(directory), manifest.format, FORMAT_VERSION, len(names), operations,
+                   verify_directory(directory))
+
+
+def _checksummed(data: bytes, rel: str) -> tuple[bytes, int]:
+    """``data`` (whole operations) with a checksum in each end marker that lacks one, and the
+    number of operations."""
+    found, consumed, _ = parse_operations(data, rel, 1)
+    if consumed != len(data):  # verify passed, so this is not expected
+        raise StorageError(f"{rel} ends with an incomplete operation; run `kwtree repair`, then upgrade")
+    lines = data.split(b"\n")
+    parts = []
+    for raw in found:
+        text = b"\n".join(lines[raw.first_line - 1 : raw.first_line - 1 + len(raw.rows)]) + b"\n"
+        end = raw.rows[-1]["end"]
+        if CRC_KEY not in end:
+            text = with_checksum(text)
+            try:
+                end = orjson.loads(text[text.rfind(b"\n", 0, len(text) - 1) + 1:])["end"]
+            except orjson.JSONDecodeError:
+                end = {}
+            if CRC_KEY not in end or checksum_problem(text, end) is not None:
+                raise StorageError(f"{rel}:{raw.first_line + len(raw.rows) - 1}: the end marker of operation "
+                                   f"{raw.op_id} is not the last key of its row, so it cannot take a checksum")
+        parts.append(text)
+    return b"".join(parts), len(found)

@@ -1,0 +1,161 @@
+"""Checking the full-text index against the log, for ``verify``.
+
+The index is a cache, but a damaged one does not always fail: a flipped bit in a tantivy
+segment can leave it readable while it returns other documents or other ids (seen with
+flips in the postings and the document store). So ``verify`` compares it with the state the
+log replays to, when the index claims to reflect exactly that state (its watermark is the
+log's last op id; an index that lags is brought up to date by the next open, and one ahead
+of the log is already an error):
+
+- every file of the segments tantivy's ``index/meta.json`` lists matches the CRC32 in its
+  footer (tantivy writes ``<data><footer JSON with "crc"><u32 footer length><u32 1337>``;
+  a file without that footer is not judged, so another tantivy layout only loses this check);
+
+- the number of live documents of each kind equals the number of live entities, and their
+  stored keys (what a search returns) are exactly the entities' keys;
+- for a sample of up to ``SAMPLE`` entities of each kind (spread evenly over their ids), the
+  entity's document holds every term of its text;
+- for every term of the texts (up to ``TERMS`` of each kind, spread evenly), the number of
+  live documents holding it equals the number of entities whose text has it.
+
+It reads every stored key and tokenises every text once: about as long as replaying the log.
+
+A mismatch is an error (``fulltext-mismatch``): searches may return wrong results.
+``kwtree repair`` deletes the index, as it does every cache with a watermark, and the next
+open rebuilds it from the log. The check reads the index and never writes it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Protocol
+
+import orjson
+
+from kwtree.caches.coordinator import CACHE_DIR, search_text
+from kwtree.normalize import terms
+from kwtree.engine.state import State
+from kwtree.stores.fulltext import KINDS, FullTextIndex, is_panic
+
+__all__ = ["SAMPLE", "check_fulltext"]
+
+#: Entities of each kind whose documents are compared term by term.
+SAMPLE = 64
+#: Terms of each kind whose document counts are compared (all of them in smaller trees).
+TERMS = 20_000
+_FULLTEXT = "fulltext"
+_FOOTER_MAGIC = struct.pack("<I", 1337)
+_FOOTER_TAIL = 8  # the footer's length and the magic number
+
+
+class _Findings(Protocol):
+    def add(self, severity: str, code: str, file: str | None, line: int | None, message: str) -> None: ...
+
+
+def _texts(state: State, kind: str) -> dict[str, str]:
+    ids = state.infos if kind == "info" else state.keywords
+    found = {}
+    for entity_id in ids:
+        text = search_text(state, kind, entity_id)
+        if text is not None:
+            found[entity_id] = text
+    return found
+
+
+def _sample(items: list[str], size: int = SAMPLE) -> list[str]:
+    if len(items) <= size:
+        return items
+    step = len(items) / size
+    return [items[int(n * step)] for n in range(size)]
+
+
+def _checksum_problems(index_dir: Path) -> list[str]:
+    """Files of the index's live segments whose data does not match their footer's CRC32."""
+    try:
+        meta = orjson.loads((index_dir / "meta.json").read_bytes())
+        segments = [str(entry["segment_id"]).replace("-", "") for entry in meta["segments"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"its index/meta.json is unreadable ({exc})"]
+    problems = []
+    for path in sorted(index_dir.iterdir()):
+        if path.name.split(".")[0] not in segments:
+            continue
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue  # merged away meanwhile by a writer
+        if len(data) < _FOOTER_TAIL or data[-4:] != _FOOTER_MAGIC:
+            continue
+        (length,) = struct.unpack("<I", data[-8:-4])
+        try:
+            crc = orjson.loads(data[-_FOOTER_TAIL - length:-_FOOTER_TAIL])["crc"]
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"the footer of index/{path.name} is damaged")
+            continue
+        if zlib.crc32(data[:-_FOOTER_TAIL - length]) != crc:
+            problems.append(f"index/{path.name} does not match its checksum")
+    return problems
+
+
+def _problems(index: FullTextIndex, state: State) -> list[str]:
+    problems = []
+    for kind in KINDS:
+        texts = _texts(state, kind)
+        count = index.count(kind)
+        if count != len(texts):
+            problems.append(f"it holds {count} {kind} documents where the log has {len(texts)}")
+        stored = Counter(index.all_keys(kind))
+        wanted = Counter(f"{kind}:{entity_id}" for entity_id in texts)
+        if stored != wanted:
+            odd = sorted((stored - wanted) + (wanted - stored))
+            problems.append(f"{len(odd)} {kind} keys differ between the index and the log (e.g. {odd[0]!r})")
+        holding: Counter[str] = Counter()
+        for entity_id in _sample(sorted(texts)):
+            own = list(dict.fromkeys(terms(texts[entity_id], cjk_singles=True)))
+            if own and index.matching(kind, own, entity_id) != 1:
+                problems.append(f"the document of {kind} {entity_id} lacks terms of its text")
+        for text in texts.values():
+            holding.update(set(terms(text, cjk_singles=True)))
+        for word in _sample(sorted(holding), TERMS):
+            found = index.matching(kind, [word])
+            if found != holding[word]:
+                problems.append(f"{found} {kind} documents hold the term {word!r} where {holding[word]} texts do")
+    return problems
+
+
+def _compare(index: FullTextIndex, state: State) -> list[str]:
+    if index.available and index.watermark != state.last_op_id:
+        return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
+    problems = _checksum_problems(index.directory / "index")
+    if not index.available:
+        return [*problems, "tantivy cannot open it"]
+    try:
+        problems += _problems(index, state)
+    except BaseException as exc:  # tantivy reports damage as ValueError, or panics
+        if not (isinstance(exc, (OSError, ValueError)) or is_panic(exc)):
+            raise
+        problems.append(f"it cannot be read ({exc})")
+    return problems
+
+
+def check_fulltext(directory: Path, state: State, findings: _Findings) -> None:
+    """Compare the full-text index under ``directory`` with ``state`` (the log's replay) and
+    add a ``fulltext-mismatch`` error to ``findings`` if they disagree (or tantivy cannot
+    open it). Nothing to compare when there is no index or it does not reflect the log's
+    last operation."""
+    where = Path(directory) / CACHE_DIR / _FULLTEXT
+    if not (where / "meta.json").exists():
+        return
+    index = FullTextIndex(where, writable=False)
+    try:
+        problems = _compare(index, state)
+    finally:
+        index.close()
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        findings.add("error", "fulltext-mismatch", f"{CACHE_DIR}/{_FULLTEXT}", None,
+                     f"the full-text index disagrees with the log: {'; '.join(problems[:3])}{more}; searches "
+                     "may return wrong results; `kwtree repair` deletes it so that it is rebuilt from the log")

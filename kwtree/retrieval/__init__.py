@@ -1,0 +1,4 @@
+"""Retrieval: exact lookup of keywords by name and alias, recall fusion (BM25, vectors, the
+tree and relations, scored and weighted), and the context block rendered for a prompt. Pure
+functions over a State and the caches' hits; it may import the ground floor and the engine,
+and never touches storage."""

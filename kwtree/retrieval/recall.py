@@ -1,0 +1,258 @@
+"""Hybrid recall: full-text and vector hits fused, plus what the tree knows.
+
+Functions here take the State (the caller holds its lock) and the raw hits of the indexes.
+
+- **Fusion.** Each retriever ranks infos; an info's fused score is the weighted reciprocal
+  rank fusion ``sum(w / (RRF_K + rank))`` scaled to [0, 1] (1 = first in every retriever).
+- **The tree.** Keywords the query names (a name or alias in its text) score 1; the best
+  full-text keyword hits score up to ``TEXT_KEYWORD_WEIGHT``; a keyword's score passes to its
+  descendants halved per level. An info's keyword score is the best among the keywords it is
+  linked to, and infos linked to the best keywords join the candidates even when their text
+  matched nothing. ``final = a * info_score + (1 - a) * keyword_score``.
+- **Threads.** Infos linked one after another to one keyword (the turns of a conversation's
+  session, the steps of a task) read in sequence: a question is often answered by the turn
+  after the one that repeats its words. An info's thread is its most specific keyword (the
+  one holding the fewest infos, at most ``THREAD_LIMIT``), and its score gains
+  ``thread * (score(previous) + score(next))`` from its neighbours there.
+- **Filters.** ``under`` keeps infos linked (live) to a keyword of that subtree; ``relation``
+  keeps infos with a link of that type (to that subtree, with ``under``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kwtree.errors import InvalidInputError
+from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
+from kwtree.normalize import terms
+from kwtree.retrieval.lookup import names_in_text
+from kwtree.engine.state import State
+
+__all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
+
+MODES = ("hybrid", "bm25", "vector")
+#: Reciprocal rank fusion's constant. 60, the usual value for fusing long result lists, makes
+#: ranks 1 and 10 nearly equal (1/61 against 1/70); at 5 the best hits stand out from the rest,
+#: which the thread and tree parts need: LoCoMo hybrid R@10 about 66 at 60, 74 at 5 (bench/locomo.py).
+RRF_K = 5
+TEXT_KEYWORD_WEIGHT = 0.6
+#: A keyword's score passes to each level below it multiplied by this.
+DESCENT_DECAY = 0.5
+#: Pseudo-relevance feedback: expand the query with terms of this many best hits, this many.
+FEEDBACK_DOCS = 5
+FEEDBACK_TERMS = 8
+#: A keyword's relevance from its infos is the mean of its best this many info scores.
+TOP_INFOS = 3
+#: Infos of at most this many top keywords join the candidates, this many each.
+KEYWORD_SOURCES = 5
+INFOS_PER_KEYWORD = 50
+#: A keyword holding more infos than this is a topic, not a thread: its infos get no neighbours.
+THREAD_LIMIT = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class RecallWeights:
+    """How recall mixes its parts: ``a`` weighs the info's own score against its keywords'
+    score; ``bm25`` and ``vector`` weigh the two retrievers in the fusion; ``thread`` is the
+    share of each thread neighbour's score an info gains (0: off); ``feedback`` (0: off)
+    weighs a second full-text query expanded by pseudo-relevance feedback."""
+
+    a: float = 0.5
+    bm25: float = 1.0
+    vector: float = 0.5
+    thread: float = 0.3
+    feedback: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("a", "bm25", "vector", "thread", "feedback"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {value!r}")
+        if self.a > 1:
+            raise InvalidInputError(f"RecallWeights.a must be in [0, 1], got {self.a!r}")
+
+
+def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) -> list[str]:
+    """Pseudo-relevance feedback: the terms that stand out in the best full-text hits
+    (``FEEDBACK_DOCS`` of them), most frequent first, none of the query's own, at most
+    ``FEEDBACK_TERMS``; a term in fewer than two of those hits does not count."""
+    own = set(terms(query))
+    counts: Counter[str] = Counter()
+    for iid, _ in hits[:FEEDBACK_DOCS]:
+        info = state.live_info(iid)
+        if info is not None:
+            counts.update(set(terms(info.content)) - own)
+    return [term for term, count in counts.most_common(FEEDBACK_TERMS) if count >= 2]
+
+
+def merge_rankings(first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]], weight: float) -> list[tuple[str, float]]:
+    """One ranking from two of the same retriever (reciprocal rank fusion, ``second``
+    weighted), each id keeping its score from ``first`` when it has one."""
+    fused: dict[str, float] = {}
+    score: dict[str, float] = {}
+    for ranking, w in ((first, 1.0), (second, weight)):
+        for rank, (iid, value) in enumerate(ranking, 1):
+            fused[iid] = fused.get(iid, 0.0) + w / (RRF_K + rank)
+            score.setdefault(iid, value)
+    return [(iid, score[iid]) for iid in sorted(fused, key=lambda iid: -fused[iid])]
+
+
+def keyword_scores(state: State, query: str, text_hits: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Keywords the query names (1.0) or matches in full text (up to TEXT_KEYWORD_WEIGHT)."""
+    scores: dict[str, float] = {}
+    best = max((score for _, score in text_hits), default=0.0)
+    for kid, score in text_hits:
+        if best > 0 and state.live_keyword(kid) is not None:
+            scores[kid] = TEXT_KEYWORD_WEIGHT * score / best
+    for kid in names_in_text(state, query):
+        scores[kid] = 1.0
+    scores.pop(ROOT_ID, None)
+    return scores
+
+
+def _effective(state: State, scores: dict[str, float], memo: dict[str, float], kid: str) -> float:
+    """A keyword's own score or its ancestors' passed down, whichever is larger."""
+    found = memo.get(kid)
+    if found is not None:
+        return found
+    chain: list[str] = []
+    node: str | None = kid
+    while node is not None and node not in memo:
+        chain.append(node)
+        node = state.keywords[node].parent_id
+    inherited = memo.get(node, 0.0) if node is not None else 0.0
+    for current in reversed(chain):
+        inherited = max(scores.get(current, 0.0), DESCENT_DECAY * inherited)
+        memo[current] = inherited
+    return memo[kid]
+
+
+def _tree_scores(
+    state: State, scored: list[tuple[str, float]], named: dict[str, float], subtree: set[str] | None
+) -> dict[str, float]:
+    """Each keyword's score: what the query says of it (``named``) and how relevant its best
+    infos are (the mean of its top ``TOP_INFOS`` info scores), both scaled by how specific
+    the keyword is: one that holds a large share of the infos in scope (a speaker in a
+    two-person chat) tells little about which of them matter."""
+    by_keyword: dict[str, list[float]] = {}
+    for iid, info_score in scored:
+        for kid in state.keywords_by_info.get(iid, ()):
+            by_keyword.setdefault(kid, []).append(info_score)
+    keywords = set(by_keyword) | set(named)
+    if subtree is not None:
+        total = sum(len(state.infos_by_keyword.get(kid, ())) for kid in subtree)
+    else:
+        total = len(state.keywords_by_info)
+    scale = math.log(max(total, 2))
+    result: dict[str, float] = {}
+    for kid in keywords:
+        held = max(len(state.infos_by_keyword.get(kid, ())), 1)
+        specificity = min(1.0, max(0.0, math.log(max(total, held) / held) / scale)) if total > 1 else 1.0
+        top_scores = sorted(by_keyword.get(kid, ()), reverse=True)[:TOP_INFOS]
+        evidence = sum(top_scores) / TOP_INFOS
+        result[kid] = specificity * max(named.get(kid, 0.0), evidence)
+    return result
+
+
+def _neighbours(state: State, info_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each info's neighbours in its thread: the infos linked just before and just after it
+    to its most specific live keyword (none when that keyword holds over ``THREAD_LIMIT``)."""
+    members: dict[str, list[str]] = {}
+    for iid in info_ids:
+        sizes = [(len(state.infos_by_keyword.get(kid, ())), kid)
+                 for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        if sizes:
+            size, kid = min(sizes, key=lambda pair: pair[0])
+            if 1 < size <= THREAD_LIMIT:
+                members.setdefault(kid, []).append(iid)
+    found: dict[str, tuple[str, ...]] = {}
+    for kid, iids in members.items():
+        order = list(state.infos_by_keyword[kid])
+        position = {iid: i for i, iid in enumerate(order)}
+        for iid in iids:
+            i = position[iid]
+            found[iid] = tuple(order[j] for j in (i - 1, i + 1) if 0 <= j < len(order))
+    return found
+
+
+def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None) -> bool:
+    if subtree is None and relation is None:
+        return True
+    for kid in state.keywords_by_info.get(info_id, ()):
+        if subtree is not None and kid not in subtree:
+            continue
+        if relation is not None and state.links[(info_id, kid)].relation is not relation:
+            continue
+        if state.live_keyword(kid) is not None:
+            return True
+    return False
+
+
+def fuse(
+    state: State,
+    text_hits: Sequence[tuple[str, float]],
+    vector_hits: Sequence[tuple[str, float]],
+    scores: dict[str, float],
+    k: int,
+    weights: RecallWeights,
+    under: str | None = None,
+    relation: RelationType | None = None,
+) -> list[Hit]:
+    """The best ``k`` live infos, with their score parts and linked keywords."""
+    subtree = set(state.subtree(under)) if under is not None else None
+    text_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(text_hits, 1)}
+    vector_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(vector_hits, 1)}
+    top = weights.bm25 / (RRF_K + 1) * bool(text_hits) + weights.vector / (RRF_K + 1) * bool(vector_hits)
+    candidates = dict.fromkeys([*text_rank, *vector_rank])
+    for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
+        candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
+    own: dict[str, float] = {}
+    for iid in candidates:
+        if state.live_info(iid) is None or not _allowed(state, iid, subtree, relation):
+            continue
+        fused = 0.0
+        if iid in text_rank:
+            fused += weights.bm25 / (RRF_K + text_rank[iid][0])
+        if iid in vector_rank:
+            fused += weights.vector / (RRF_K + vector_rank[iid][0])
+        own[iid] = fused / top if top else 0.0
+    if weights.thread > 0:
+        neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0])
+        joining = {n for near in neighbours.values() for n in near if n not in own}
+        joining = {iid for iid in joining if state.live_info(iid) is not None and _allowed(state, iid, subtree, relation)}
+        own.update(dict.fromkeys(joining, 0.0))
+        neighbours.update(_neighbours(state, joining))
+        threads = {iid: weights.thread * sum(own.get(n, 0.0) for n in neighbours.get(iid, ())) for iid in own}
+    else:
+        threads = dict.fromkeys(own, 0.0)
+    scored = [(iid, score + threads[iid]) for iid, score in own.items()]
+    tree_scores = _tree_scores(state, scored, scores, subtree)
+    memo: dict[str, float] = {}
+    ranked = []  # sort keys first: a Hit is built only for the k that are returned
+    unranked = (1 << 30, None)
+    for iid, info_score in scored:
+        linked = [kid for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
+        score = weights.a * info_score + (1 - weights.a) * keyword_score
+        ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], iid,
+                       info_score, keyword_score))
+    ranked.sort()
+    hits = [
+        Hit(
+            state.infos[iid], -negative, info_score, keyword_score,
+            bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
+            text_rank=text_rank[iid][0] if iid in text_rank else None,
+            vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
+            thread=threads[iid],
+        )
+        for negative, _, _, iid, info_score, keyword_score in ranked[:k]
+    ]
+    for hit in hits:
+        for kid in state.keywords_by_info.get(hit.info.id, ()):
+            if state.live_keyword(kid) is not None:
+                path = [state.keywords[node] for node in state.ancestry(kid)]
+                hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(hit.info.id, kid)].relation, path))
+    return hits

@@ -1,0 +1,56 @@
+"""Commands decide what a write changes: each takes the current State, the new operation's
+stamp and the caller's arguments, checks them, and returns the Changes to commit (an empty
+list when there is nothing to do). They never touch the State or the disk, so a command that
+raises leaves everything as it was. The facade commits what they return and applies it."""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from kwtree.errors import NotFoundError
+from kwtree.models import Info, Keyword
+from kwtree.engine.state import State
+from kwtree.validate import clean_id
+
+__all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]
+
+
+class Stamp(NamedTuple):
+    """Identity of the operation being decided: every entity it writes carries these."""
+
+    op_id: str
+    timestamp: float
+    actor: str
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` random UUID4 ids as 32 lowercase hex digits (one read of the OS's randomness)."""
+    raw = bytearray(os.urandom(16 * count))
+    for base in range(0, 16 * count, 16):
+        raw[base + 6] = (raw[base + 6] & 0x0F) | 0x40  # version 4
+        raw[base + 8] = (raw[base + 8] & 0x3F) | 0x80  # RFC 4122 variant
+    hexed = raw.hex()
+    return [hexed[i : i + 32] for i in range(0, 32 * count, 32)]
+
+
+def require_keyword(state: State, keyword_id: object, field: str = "keyword_id") -> Keyword:
+    """The live keyword ``keyword_id`` names, or NotFoundError saying why not."""
+    kid = clean_id(keyword_id, field)
+    keyword = state.keywords.get(kid)
+    if keyword is None:
+        raise NotFoundError(f"{field}: no keyword has id {kid!r}")
+    if keyword.deleted:
+        raise NotFoundError(f"{field}: keyword {kid!r} ({keyword.name!r}) was deleted by operation {keyword.op_id}")
+    return keyword
+
+
+def require_info(state: State, info_id: object, field: str = "info_id") -> Info:
+    """The live info ``info_id`` names, or NotFoundError saying why not."""
+    iid = clean_id(info_id, field)
+    info = state.infos.get(iid)
+    if info is None:
+        raise NotFoundError(f"{field}: no info has id {iid!r}")
+    if info.deleted:
+        raise NotFoundError(f"{field}: info {iid!r} was deleted by operation {info.op_id}")
+    return info
