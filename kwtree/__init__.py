@@ -4,7 +4,6 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 """
 
-from kwtree.ops.compaction import CompactionReport
 from kwtree.errors import (
     AgentError,
     ClosedError,
@@ -31,6 +30,7 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
+from kwtree.facade.tree import KeywordTree
 from kwtree.limits import Limits
 from kwtree.models import (
     ROOT_ID,
@@ -46,10 +46,10 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
+from kwtree.ops.compaction import CompactionReport
 from kwtree.ops.repair import repair_directory
-from kwtree.stores.snapshot import restore
-from kwtree.facade.tree import KeywordTree
 from kwtree.ops.verify import Finding, Report, verify_directory
+from kwtree.stores.snapshot import restore
 
 __version__ = "0.1.0"
 

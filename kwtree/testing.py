@@ -50,9 +50,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError
+from kwtree.facade.tree import KeywordTree
 from kwtree.models import ROOT_ID, Info, Keyword, RelationType
 from kwtree.normalize import normalize_name
-from kwtree.facade.tree import KeywordTree
 
 __all__ = [
     "ACTIONS",

@@ -55,8 +55,8 @@ from kwtree import (
     ReadOnlyError,
     RelationType,
 )
-from kwtree.embed import HashEmbedder, embed_queries
-from kwtree.indexes import serve_outbox
+from kwtree.caches.embed import HashEmbedder, embed_queries
+from kwtree.cli.worker import serve_outbox
 from kwtree.models import Hit
 from kwtree.stores.vectors import DEFAULT_EXACT_BELOW
 from kwtree.testing import assert_caches_rebuildable
@@ -598,7 +598,7 @@ def test_torn_or_corrupt_vector_files_never_fail_an_open(clean_tree: Path, base:
                                   b'{"r": "teleport", "item": "x"}\n', b'{"r": "claim", "item"'])
 def test_garbage_in_the_outbox_never_fails_an_open_and_its_work_still_gets_done(
         base: Path, junk: bytes, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.CRITICAL, logger="kwtree.outbox")
+    caplog.set_level(logging.CRITICAL, logger="kwtree.caches.outbox")
     directory = base / "tree"
     with KeywordTree(directory, durability="none", worker=False) as tree:
         first = tree.create_info("cats purr on warm mats")

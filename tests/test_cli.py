@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import log_bytes
 
 from kwtree import Info, Keyword, KeywordTree
-from kwtree.cli import COMMANDS, EXAMPLE_SETUP, build_parser, main
-from helpers import log_bytes
+from kwtree.cli.main import COMMANDS, EXAMPLE_SETUP, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "cli.md"

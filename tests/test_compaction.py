@@ -26,8 +26,8 @@ from kwtree import (
     NotFoundError,
     ReadOnlyError,
 )
-from kwtree.compaction import differences
-from kwtree.state import State
+from kwtree.engine.state import State
+from kwtree.ops.compaction import differences
 from kwtree.stores import logswap
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -449,7 +449,7 @@ class Row:
 #: worker takes over what it held without a long wait.
 WORKER = """
 import sys
-from kwtree.cli import main
+from kwtree.cli.main import main
 main(["worker", sys.argv[1], "--lease", "1"])
 """
 

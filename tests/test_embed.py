@@ -1,4 +1,4 @@
-"""kwtree.embed: the hash embedder's promises (shape, unit rows, determinism across processes,
+"""kwtree.caches.embed: the hash embedder's promises (shape, unit rows, determinism across processes,
 a pinned recipe, lexical similarity in English and Chinese), the OpenAI-compatible adapter
 against a real HTTP server on 127.0.0.1, the package-backed adapters' clear errors, and
 ``embedder_from_spec``. No network, no sleeps, no timing asserts."""
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kwtree.embed import (
+from kwtree.caches.embed import (
     Embedder,
     HashEmbedder,
     Model2VecEmbedder,
@@ -91,7 +91,7 @@ def test_hash_vector_of_a_text_does_not_depend_on_its_batch() -> None:
 
 
 def test_hash_is_identical_across_processes_with_different_hash_seeds() -> None:
-    code = ("import hashlib, sys; from kwtree.embed import HashEmbedder; "
+    code = ("import hashlib, sys; from kwtree.caches.embed import HashEmbedder; "
             f"sys.stdout.write(hashlib.sha256(HashEmbedder().embed({SAMPLE!r}).tobytes()).hexdigest())")
     here = hashlib.sha256(HashEmbedder().embed(SAMPLE).tobytes()).hexdigest()
     for seed in ("1", "4242"):

@@ -32,8 +32,8 @@ from kwtree import (
     NotFoundError,
     RelationType,
 )
-from kwtree.cli import main as cli_main
-from kwtree.export import escape_markdown
+from kwtree.cli.main import main as cli_main
+from kwtree.ops.export import escape_markdown
 
 
 def open_tree(path: Path, **options: Any) -> KeywordTree:

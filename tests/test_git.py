@@ -1,4 +1,4 @@
-"""Git-versioned memory directories (kwtree.git): setup, the merge of log segments, and real
+"""Git-versioned memory directories (kwtree.ops.git): setup, the merge of log segments, and real
 ``git`` merges of two clones.
 
 Every git command is the real binary, isolated from the user's and the system's config
@@ -38,9 +38,9 @@ from kwtree import (
     KeywordTree,
     NotFoundError,
 )
-from kwtree import git as kwgit
-from kwtree.cli import main
-from kwtree.events import with_checksum
+from kwtree.cli.main import main
+from kwtree.engine.events import with_checksum
+from kwtree.ops import git as kwgit
 from kwtree.testing import assert_tree_shape
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from helpers import snapshot
 
-from kwtree import ROOT_ID, InvalidInputError, KeywordTree, NotFoundError, RelationType, UndoConflictError
+from kwtree import (
+    ROOT_ID,
+    InvalidInputError,
+    KeywordTree,
+    NotFoundError,
+    RelationType,
+    UndoConflictError,
+)
 
 
 def test_history_lists_operations_oldest_first_with_filters_and_limit(tree):

@@ -6,8 +6,9 @@ import orjson
 import pytest
 from helpers import snapshot
 
-from kwtree import KeywordTree, RelationType, __all__ as public_names
-from kwtree.events import OpClock, encode_operation, is_op_id
+from kwtree import KeywordTree, RelationType
+from kwtree import __all__ as public_names
+from kwtree.engine.events import OpClock, encode_operation, is_op_id
 from kwtree.models import EMPTY_METADATA, Change, Keyword, Operation
 
 

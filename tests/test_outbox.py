@@ -24,9 +24,9 @@ import orjson
 import pytest
 from helpers import child_line
 
-import kwtree.outbox
+import kwtree.caches.outbox
+from kwtree.caches.outbox import Item, Outbox, run_worker
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError
-from kwtree.outbox import Item, Outbox, run_worker
 
 HANG = 60  # seconds before a stuck child or thread is reported as a failure
 
@@ -82,7 +82,7 @@ def rows(path: Path) -> list[dict]:
 CHILD = """
 import json, sys, threading
 from pathlib import Path
-from kwtree.outbox import Outbox, run_worker
+from kwtree.caches.outbox import Outbox, run_worker
 
 path, lease, worker = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 box = Outbox(path, lease_seconds=lease)
@@ -163,7 +163,7 @@ def child(path: Path):
 
 
 def test_public_names() -> None:
-    assert sorted(kwtree.outbox.__all__) == ["ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
+    assert sorted(kwtree.caches.outbox.__all__) == ["ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
 
 
 def test_enqueue_claim_done_status(open_box) -> None:
@@ -368,10 +368,10 @@ def test_torn_and_garbage_lines_are_skipped(open_box, path: Path, caplog) -> Non
     with open(path, "ab") as f:
         f.write(b"not json at all\n[1, 2]\n{\"r\": \"claim\"}\n")
         f.write(b'{"r": "enqueue", "item": "m1/e9/h9", "kind": "in')  # a crash mid-append
-    caplog.set_level(logging.WARNING, logger="kwtree.outbox")
+    caplog.set_level(logging.WARNING, logger="kwtree.caches.outbox")
     fresh = open_box()
     assert fresh.status()["pending"] == 2
-    assert len([r for r in caplog.records if r.name == "kwtree.outbox"]) == 4
+    assert len([r for r in caplog.records if r.name == "kwtree.caches.outbox"]) == 4
     assert box.enqueue(work(3)) == 1  # appends after the torn tail stay readable
     assert fresh.backlog() == box.backlog() == open_box().backlog() == 3
     assert [i.id for i in open_box().claim("w", 5)] == ["e000", "e001", "e002"]
@@ -420,7 +420,7 @@ def test_a_read_only_outbox_reads_without_the_lock_and_writes_nothing(open_box, 
     (path.parent / "outbox.lock").unlink()  # a reader that took the lock would make it again
     with open(path, "ab") as f:
         f.write(b'{"r": "enqueue", "item": "m1/e9/h9", "kind": "in')  # an append under way
-    caplog.set_level(logging.WARNING, logger="kwtree.outbox")
+    caplog.set_level(logging.WARNING, logger="kwtree.caches.outbox")
     assert reader.backlog() == 1 and reader.status()["done"] == 1
     with open(path, "ab") as f:
         f.write(b'fo", "id": "e9", "hash": "h9", "model": "m1", "ts": 1}\n')

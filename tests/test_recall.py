@@ -41,14 +41,14 @@ from kwtree import (
     NotFoundError,
     RelationType,
 )
-from kwtree import recall as recall_module
-from kwtree.cli import main
-from kwtree.context import estimate_tokens
-from kwtree.embed import HashEmbedder, embed_queries
-from kwtree.indexes import serve_outbox
+from kwtree.caches.embed import HashEmbedder, embed_queries
+from kwtree.caches.outbox import Outbox, run_worker
+from kwtree.cli.main import main
+from kwtree.cli.worker import serve_outbox
 from kwtree.models import Hit
-from kwtree.outbox import Outbox, run_worker
-from kwtree.recall import RecallWeights
+from kwtree.retrieval import recall as recall_module
+from kwtree.retrieval.context import estimate_tokens
+from kwtree.retrieval.recall import RecallWeights
 
 LIMIT = 30.0  # seconds a wait_indexed may take before the test fails
 HANG = 60  # seconds before a stuck child process is reported as a failure
@@ -672,8 +672,8 @@ def test_context_of_an_unrelated_query_is_empty(inline: KeywordTree) -> None:
 BLOCKING_WORKER = """
 import sys
 from pathlib import Path
-from kwtree.embed import HashEmbedder
-from kwtree.indexes import serve_outbox
+from kwtree.caches.embed import HashEmbedder
+from kwtree.cli.worker import serve_outbox
 
 class BlockingEmbedder(HashEmbedder):
     # Announces its batch, then waits for a line the parent never sends: it is killed here,

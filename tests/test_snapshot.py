@@ -36,7 +36,7 @@ from kwtree import (
     ReadOnlyError,
     RelationType,
 )
-from kwtree.cli import main
+from kwtree.cli.main import main
 from kwtree.stores import snapshot as snapshots
 
 HANG = 120  # seconds before a stuck child is reported (never reached normally)
@@ -629,6 +629,6 @@ def test_cli_snapshot_and_restore(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_lock_name_matches_the_tree() -> None:
-    from kwtree.tree import LOCK_NAME
+    from kwtree.facade.tree import LOCK_NAME
 
     assert snapshots.LOCK_NAME == LOCK_NAME

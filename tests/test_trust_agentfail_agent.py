@@ -22,10 +22,16 @@ from helpers import dir_bytes, snapshot
 from test_anthropic_client import FakeMessagesAPI, Reply, error
 from test_anthropic_client import api as fake_messages_api
 
-from kwtree import AgentError, AgentOutcome, InvalidInputError, KeywordTree, LLMUnavailableError
+from kwtree import (
+    AgentError,
+    AgentOutcome,
+    InvalidInputError,
+    KeywordTree,
+    LLMUnavailableError,
+)
 from kwtree.agent.anthropic_client import AnthropicLLMClient
 from kwtree.agent.clients import StubLLMClient
-from kwtree.cli import main
+from kwtree.cli.main import main
 
 DOWN = LLMUnavailableError("the Anthropic API could not be reached: connection refused")
 

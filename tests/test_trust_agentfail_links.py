@@ -35,8 +35,8 @@ from kwtree import (
     repair_directory,
     verify_directory,
 )
-from kwtree.cli import main
-from kwtree.events import CRC_KEY, with_checksum
+from kwtree.cli.main import main
+from kwtree.engine.events import CRC_KEY, with_checksum
 from kwtree.stores.eventlog import SEAL_PREFIX, encode_seal, seals_start
 
 

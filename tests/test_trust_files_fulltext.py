@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kwtree import KeywordTree
+from kwtree.ops.verify import verify_directory
 from kwtree.stores.fulltext import FullTextIndex
-from kwtree.verify import verify_directory
 
 WORDS = "apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike".split()
 QUERIES = ("apple banana", "kilo", "item7 golf", "juliet")

@@ -328,7 +328,7 @@ def test_a_long_actor_is_refused_when_opening(tree_dir):
 
 
 def test_the_cli_says_which_limit_refused_a_value(tmp_path, capsys):
-    from kwtree.cli import main
+    from kwtree.cli.main import main
 
     directory = str(tmp_path / "t")
     assert main(["init", directory]) == 0

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kwtree import KeywordTree, Limits
-from kwtree.embed import EMBED_MAX_CHARS, HashEmbedder
+from kwtree.caches.embed import EMBED_MAX_CHARS, HashEmbedder
 from kwtree.normalize import terms
 
 DEFAULT = Limits()

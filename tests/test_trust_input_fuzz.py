@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 import kwtree
 from kwtree import KeywordTree, KwtreeError, Limits, RelationType
 from kwtree.agent.clients import StubLLMClient
-from kwtree.embed import HashEmbedder
-from kwtree.recall import RecallWeights
+from kwtree.caches.embed import HashEmbedder
+from kwtree.retrieval.recall import RecallWeights
 
 UNKNOWN_ID = "f" * 32
 UNKNOWN_OP = "0" * 32

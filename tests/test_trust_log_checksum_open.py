@@ -1,7 +1,7 @@
 """A changed byte that keeps a format-2 row valid JSON is found when the log is read, not
 only by ``verify`` (issue 13, items 1 and 6).
 
-Each operation's end marker carries ``crc`` (kwtree.events.with_checksum). Opening a tree,
+Each operation's end marker carries ``crc`` (kwtree.engine.events.with_checksum). Opening a tree,
 ``refresh()``, the catch-up before every write, ``as_of`` views, merged logs and
 ``history()`` check it, so such damage is ``CorruptLogError`` naming the segment and the
 operation's line, as a NUL byte in the middle is; ``repair()`` quarantines that operation

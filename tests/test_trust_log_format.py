@@ -23,10 +23,10 @@ from kwtree import (
     repair_directory,
     verify_directory,
 )
-from kwtree.cli import main
-from kwtree.git import merge_files
+from kwtree.cli.main import main
+from kwtree.ops.git import merge_files
+from kwtree.ops.upgrade import upgrade_directory
 from kwtree.stores.manifest import FORMAT_VERSION, Manifest
-from kwtree.upgrade import upgrade_directory
 
 
 def segments(directory: Path) -> list[Path]:

@@ -31,8 +31,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kwtree import KeywordTree
-from kwtree.embed import HashEmbedder
-from kwtree.stores.vectors import DEFAULT_EXACT_BELOW, PERSIST_LAG_ROWS, VectorStore, VectorStoreStats
+from kwtree.caches.embed import HashEmbedder
+from kwtree.stores.vectors import (
+    DEFAULT_EXACT_BELOW,
+    PERSIST_LAG_ROWS,
+    VectorStore,
+    VectorStoreStats,
+)
 
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
 QUERIES = ["cats", "python packaging", "coffee jazz", "rust borrow", "warm mats", "tea"]

@@ -27,9 +27,9 @@ import pytest
 from helpers import log_bytes, snapshot, tmpfs
 
 from kwtree import DiskFullError, KeywordTree
-from kwtree.embed import HashEmbedder
-from kwtree.indexes import serve_outbox
-from kwtree.outbox import Outbox
+from kwtree.caches.embed import HashEmbedder
+from kwtree.caches.outbox import Outbox
+from kwtree.cli.worker import serve_outbox
 from kwtree.stores.vectors import VectorStore
 
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
@@ -212,7 +212,7 @@ def test_the_worker_process_waits_out_a_full_disk(disk: Path) -> None:
     ids = queued(directory, 100)
     filler = fill(disk)
     seen = _Seen("trying again in")
-    logger = logging.getLogger("kwtree.outbox")
+    logger = logging.getLogger("kwtree.caches.outbox")
     logger.addHandler(seen)
     processed: list[int] = []
     worker = threading.Thread(target=lambda: processed.append(serve_outbox(directory, HashEmbedder(), once=True)))

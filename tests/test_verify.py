@@ -34,10 +34,10 @@ from kwtree import (
     repair_directory,
     verify_directory,
 )
-from kwtree.cli import main
+from kwtree.cli.main import main
+from kwtree.ops.verify import MAX_PER_CODE, Report
 from kwtree.stores.eventlog import seals_start
 from kwtree.stores.lock import LOCK_NAME, WriterLock
-from kwtree.verify import MAX_PER_CODE, Report
 
 # --- helpers ----------------------------------------------------------------------------------
 

@@ -38,8 +38,8 @@ from kwtree.agent.lexicon import KeywordTextIndex, Relevance
 from kwtree.agent.mru import MRUCache
 from kwtree.agent.navigation import Candidate, Navigator, RoundRequest
 from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
-from kwtree.models import ROOT_ID
 from kwtree.engine.state import State
+from kwtree.models import ROOT_ID
 
 __all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader"]
 

@@ -25,9 +25,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kwtree.engine.state import State
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import terms
-from kwtree.engine.state import State
 
 __all__ = ["KeywordTextIndex", "Relevance", "char_similarity"]
 

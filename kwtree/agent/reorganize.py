@@ -31,9 +31,9 @@ import orjson
 
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.lexicon import KeywordTextIndex
+from kwtree.engine.state import State, name_keys
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import normalize_name, terms
-from kwtree.engine.state import State, name_keys
 
 __all__ = ["MAX_CHILDREN", "PLAN_SCHEMA", "draft_plan", "llm_plan", "offline_plan", "outline"]
 

@@ -37,15 +37,23 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.caches.outbox import (
+    ERROR_BACKOFF_MAX,
+    WORKER_ERRORS,
+    Item,
+    Outbox,
+    record_results,
+    run_worker,
+)
+from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
-from kwtree.caches.outbox import ERROR_BACKOFF_MAX, WORKER_ERRORS, Item, Outbox, record_results, run_worker
-from kwtree.engine.state import State
+from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
 from kwtree.stores.vectors import META_FILE, VectorStore
 
-__all__ = ["CACHE_DIR", "OUTBOX_NAME", "Indexes", "entity_text"]
+__all__ = ["Indexes", "entity_text"]
 
 log = logging.getLogger("kwtree.cache")
 #: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
@@ -57,8 +65,6 @@ def _index_failure(exc: BaseException) -> bool:
     inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
     return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
 
-CACHE_DIR = "cache"
-OUTBOX_NAME = "outbox.jsonl"
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
 EntityKey = tuple[str, str]  # (kind, id)
@@ -229,7 +235,7 @@ class Indexes:
             return
         try:
             work = self._unembedded(state, written)
-            self._embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
+            self.embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
         except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
             log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
 
@@ -273,7 +279,7 @@ class Indexes:
                     self._unsent[:0] = keys
                 raise
 
-    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
+    def embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         """Embed the current text of each (kind, id, hash) that is still current; returns
         {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
         the batch, each text is tried alone, so one bad text fails only itself. A vector store
@@ -314,7 +320,7 @@ class Indexes:
             self._repaired.set()  # (also if it failed: waiting for it would never end)
 
     def _process(self, items: list[Item]) -> dict[str, str | None]:
-        result = self._embed([(item.kind, item.id, item.hash) for item in items])
+        result = self.embed([(item.kind, item.id, item.hash) for item in items])
         return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
     def _idle(self) -> None:
@@ -745,51 +751,3 @@ def _written_after(state: State, watermark: str | None) -> set[EntityKey]:
             if watermark is not None and not keyword.deleted and state.children.get(keyword.id):
                 changed.update(("keyword", kid) for kid in state.subtree(keyword.id))
     return changed
-
-
-
-def serve_outbox(
-    data_dir: Path,
-    embedder: Embedder,
-    *,
-    once: bool = False,
-    stop: threading.Event | None = None,
-    lease_seconds: float = 60.0,
-) -> int:
-    """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
-    worker``): claim outbox items, embed their current text, store the vectors. Runs until
-    ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
-    Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
-    the same item twice, and an item whose worker died is taken over when its lease ends."""
-    from kwtree.facade.tree import KeywordTree  # the facade imports this module
-
-    stop = stop or threading.Event()
-    processed = 0
-    with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
-        # The worker never writes the log, but it does write the vector store and the outbox,
-        # which the read-only tree's own caches never do.
-        indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
-                          embed_async=True, write_vectors=True, file_mode=tree.file_mode)
-        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=tree.file_mode)
-        worker = f"worker-{os.getpid()}-{time.time_ns()}"
-
-        def process(items: list[Item]) -> dict[str, str | None]:
-            nonlocal processed
-            tree.refresh()  # the texts may have been written after this process last looked
-            result = indexes._embed([(item.kind, item.id, item.hash) for item in items])
-            processed += len(items)
-            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
-
-        def idle() -> None:
-            tree.refresh()
-            if once and not outbox.backlog():
-                stop.set()
-
-        try:
-            # The repair scan first: a lost outbox row costs nothing, what has no vector is
-            # queued again. (A full disk makes the worker wait and retry, not exit.)
-            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
-        finally:
-            outbox.close()
-            indexes.close()
-    return processed

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from kwtree import __version__
-from kwtree.ops import git as kwgit
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -36,8 +35,7 @@ from kwtree.cli.output import (
     subtree,
     to_json,
 )
-from kwtree.facade.agent import ON_AGENT_FAILURE
-from kwtree.writes.keywords import INFO_POLICIES
+from kwtree.engine.events import is_op_id
 from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
@@ -47,19 +45,21 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
-from kwtree.engine.events import is_op_id
+from kwtree.facade.agent import ON_AGENT_FAILURE
+from kwtree.facade.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
 from kwtree.models import (
     ROOT_ID,
     Operation,
     Relation,
     RelationType,
 )
+from kwtree.ops import git as kwgit
 from kwtree.ops.repair import repair_directory
-from kwtree.stores.manifest import MANIFEST_NAME
-from kwtree.stores.snapshot import restore
-from kwtree.facade.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
 from kwtree.ops.upgrade import upgrade_directory
 from kwtree.ops.verify import Report, verify_directory
+from kwtree.stores.manifest import MANIFEST_NAME
+from kwtree.stores.snapshot import restore
+from kwtree.writes.keywords import INFO_POLICIES
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
 
@@ -176,7 +176,7 @@ def _load(tree: KeywordTree, args: argparse.Namespace) -> Any:
 
 def _worker(_: None, args: argparse.Namespace) -> None:
     from kwtree.caches.embed import embedder_from_spec
-    from kwtree.caches.coordinator import serve_outbox
+    from kwtree.cli.worker import serve_outbox
 
     done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once, lease_seconds=args.lease)
     print(f"embedded {done} item(s)")

@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from kwtree.facade.tree import KeywordTree
 from kwtree.models import (
     Info,
     Keyword,
@@ -21,7 +22,6 @@ from kwtree.models import (
     SearchResult,
     SearchStatus,
 )
-from kwtree.facade.tree import KeywordTree
 
 __all__ = ["agent_warning", "line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree", "subtree", "to_json"]
 

@@ -11,15 +11,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from kwtree.errors import InvalidInputError
-from kwtree.models import ROOT_ID
 from kwtree.cli.outline import load_outline
+from kwtree.errors import InvalidInputError
 from kwtree.facade.tree import KeywordTree
+from kwtree.models import ROOT_ID
 
 __all__ = ["DEFAULT_OUTLINE", "render_tree", "run_quickstart"]
 
 #: The sample outline in a source checkout (``data/`` next to the package).
-DEFAULT_OUTLINE = Path(__file__).resolve().parent.parent / "data" / "quickstart.json"
+DEFAULT_OUTLINE = Path(__file__).resolve().parents[2] / "data" / "quickstart.json"
 
 
 def render_tree(tree: KeywordTree, root_id: str = ROOT_ID, max_depth: int | None = None) -> RichTree:

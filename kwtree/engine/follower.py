@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from kwtree.errors import CorruptLogError
 from kwtree.engine.replay import (
     Bound,
     ChunkStatus,
@@ -28,6 +27,7 @@ from kwtree.engine.replay import (
     replay_sorted,
 )
 from kwtree.engine.state import State
+from kwtree.errors import CorruptLogError
 from kwtree.stores.eventlog import EventLog, Pending
 
 __all__ = ["follow"]

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 import orjson
 
-from kwtree.errors import CorruptLogError
 from kwtree.engine.events import decode_operation
-from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 from kwtree.engine.replay import Bound, check_checksum
+from kwtree.errors import CorruptLogError
+from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 
 __all__ = ["find_operation", "read_history", "touches"]
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from kwtree.writes import Stamp
-from kwtree.writes.infos import retire_link, retire_relation
-from kwtree.models import Change, Link, Relation, entity_key
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
+from kwtree.models import Change, Link, Relation, entity_key
+from kwtree.writes import Stamp
+from kwtree.writes.infos import retire_link, retire_relation
 
 __all__ = ["REPAIR_KIND", "DanglingReference", "find_dangling", "reference_findings", "retire_dangling"]
 

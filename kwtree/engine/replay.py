@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from kwtree.errors import CorruptLogError
 from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 from kwtree.engine.state import State
+from kwtree.errors import CorruptLogError
+from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
 
 __all__ = [
     "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "holds_an_end_row", "parse_operations", "replay_chunk",

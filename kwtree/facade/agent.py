@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from kwtree.retrieval import lookup as results
 from kwtree.agent import reorganize as planner
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
-from kwtree.writes import Stamp
-from kwtree.writes import reorganize as reorganize_commands
+from kwtree.engine.state import State
 from kwtree.errors import AgentError, DuplicateKeywordError
 from kwtree.limits import Limits
 from kwtree.models import (
@@ -30,8 +28,10 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
-from kwtree.engine.state import State
+from kwtree.retrieval import lookup as results
 from kwtree.validate import clean_flag, clean_json, clean_text
+from kwtree.writes import Stamp
+from kwtree.writes import reorganize as reorganize_commands
 
 __all__ = ["MAX_AGENT_LINKS", "ON_AGENT_FAILURE", "AgentMethods"]
 

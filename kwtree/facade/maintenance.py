@@ -20,6 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kwtree.caches.coordinator import Indexes
+from kwtree.caches.embed import Embedder
+from kwtree.engine.events import with_checksum
+from kwtree.engine.follower import follow
+from kwtree.engine.replay import RawOperation, parse_operations, replay_chunk
+from kwtree.engine.state import State
+from kwtree.errors import InvalidInputError, StorageError
 from kwtree.ops import export as exporting
 from kwtree.ops.compaction import (
     CompactionReport,
@@ -27,20 +34,13 @@ from kwtree.ops.compaction import (
     differences,
     history_operations,
 )
-from kwtree.caches.embed import Embedder
-from kwtree.errors import InvalidInputError, StorageError
-from kwtree.engine.events import with_checksum
-from kwtree.engine.follower import follow
-from kwtree.caches.coordinator import Indexes
 from kwtree.ops.repair import repair_under_lock
-from kwtree.engine.replay import RawOperation, parse_operations, replay_chunk
-from kwtree.engine.state import State
+from kwtree.ops.verify import Report, verify_directory
 from kwtree.stores import logswap
 from kwtree.stores import snapshot as snapshots
 from kwtree.stores.eventlog import encode_seal
 from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.validate import clean_choice, clean_flag, clean_path
-from kwtree.ops.verify import Report, verify_directory
 
 __all__ = ["MaintenanceMethods"]
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kwtree.retrieval import recall as fusion
-from kwtree.writes import require_keyword
-from kwtree.retrieval.context import render_context
 from kwtree.caches.coordinator import Indexes
+from kwtree.engine.state import State
 from kwtree.limits import Limits
 from kwtree.models import Hit, RelationType
-from kwtree.engine.state import State
+from kwtree.retrieval import recall as fusion
+from kwtree.retrieval.context import render_context
 from kwtree.validate import (
     clean_choice,
     clean_int,
@@ -23,6 +22,7 @@ from kwtree.validate import (
     clean_seconds,
     clean_text,
 )
+from kwtree.writes import require_keyword
 
 __all__ = ["RetrievalMethods"]
 

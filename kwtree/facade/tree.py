@@ -21,17 +21,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kwtree.ops import metrics
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
-from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
-from kwtree.writes import Stamp, require_info, require_keyword
-from kwtree.writes import infos as info_commands
-from kwtree.writes import keywords as keyword_commands
-from kwtree.writes.undo import undo as undo_changes
+from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, HashEmbedder
+from kwtree.engine.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
+from kwtree.engine.follower import follow
+from kwtree.engine.history import find_operation, read_history
+from kwtree.engine.replay import Bound
+from kwtree.engine.state import State, apply
 from kwtree.errors import (
     ClosedError,
     InvalidInputError,
@@ -39,12 +39,10 @@ from kwtree.errors import (
     NotFoundError,
     ReadOnlyError,
 )
-from kwtree.engine.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
-from kwtree.engine.follower import follow
-from kwtree.engine.history import find_operation, read_history
-from kwtree.caches.coordinator import Indexes
-from kwtree.limits import DEFAULT_LIMITS, Limits
+from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.maintenance import MaintenanceMethods
+from kwtree.facade.retrieval import RetrievalMethods
+from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.models import (
     EMPTY_METADATA,
     ROOT_ID,
@@ -56,10 +54,8 @@ from kwtree.models import (
     Relation,
     RelationType,
 )
+from kwtree.ops import metrics
 from kwtree.retrieval.recall import RecallWeights
-from kwtree.engine.replay import Bound
-from kwtree.facade.retrieval import RetrievalMethods
-from kwtree.engine.state import State, apply
 from kwtree.stores import leftovers, logswap
 from kwtree.stores.directory import create_directory, open_error
 from kwtree.stores.eventlog import EventLog
@@ -79,6 +75,10 @@ from kwtree.validate import (
     clean_seconds,
     shown,
 )
+from kwtree.writes import Stamp, require_info, require_keyword
+from kwtree.writes import infos as info_commands
+from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.undo import undo as undo_changes
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
 

@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 
 from kwtree.engine.events import CRC_KEY, encode_compacted
-from kwtree.models import Entity, Relation
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
+from kwtree.models import Entity, Relation
 
 __all__ = ["CHUNK_ROWS", "CompactionReport", "compacted_operations", "differences", "history_operations", "live_entities"]
 

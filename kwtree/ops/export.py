@@ -41,11 +41,10 @@ from typing import IO, Any
 
 import orjson
 
-from kwtree.writes import Stamp
-from kwtree.ops.compaction import live_entities
+from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
-from kwtree.engine.state import State
+from kwtree.ops.compaction import live_entities
 from kwtree.stores.eventlog import LOG_DIR
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory
 from kwtree.stores.lock import LOCK_NAME
@@ -60,6 +59,7 @@ from kwtree.validate import (
     clean_text,
     clean_weight,
 )
+from kwtree.writes import Stamp
 
 __all__ = [
     "EXPORT_FORMATS",

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kwtree.engine.replay import parse_operations
 from kwtree.errors import (
     GitError,
     InvalidInputError,
@@ -44,8 +45,7 @@ from kwtree.errors import (
     MergeConflictError,
     NotFoundError,
 )
-from kwtree.caches.coordinator import CACHE_DIR, OUTBOX_NAME
-from kwtree.engine.replay import parse_operations
+from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, seals_start
 from kwtree.stores.files import write_atomically
 from kwtree.stores.lock import LOCK_NAME

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kwtree.models import ROOT_ID
 from kwtree.engine.state import State
+from kwtree.models import ROOT_ID
 
 __all__ = ["WIDE_FANOUT", "tree_metrics"]
 

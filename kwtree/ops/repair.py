@@ -26,11 +26,18 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.errors import FormatError, StorageError
-from kwtree.writes import Stamp
 from kwtree.engine.events import CRC_KEY, OpClock, encode_operation, with_checksum
-from kwtree.models import Change, Operation
 from kwtree.engine.references import REPAIR_KIND, retire_dangling, to_retire
+from kwtree.errors import FormatError, StorageError
+from kwtree.models import Change, Operation
+from kwtree.ops.verify import (
+    Report,
+    _clean_directory,
+    _Examination,
+    _examine,
+    _Findings,
+)
+from kwtree.ops.verify_segments import Segment, root_keyword
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
     LOG_DIR,
@@ -40,7 +47,12 @@ from kwtree.stores.eventlog import (
     encode_seal,
     seals_start,
 )
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, write_new_file
+from kwtree.stores.files import (
+    PRIVATE_FILE_MODE,
+    fsync_directory,
+    make_dir,
+    write_new_file,
+)
 from kwtree.stores.lock import run_locked
 from kwtree.stores.manifest import (
     FORMAT_VERSION,
@@ -49,8 +61,7 @@ from kwtree.stores.manifest import (
     Manifest,
 )
 from kwtree.validate import clean_seconds
-from kwtree.ops.verify import Report, _clean_directory, _Examination, _examine, _Findings
-from kwtree.ops.verify_segments import Segment, root_keyword
+from kwtree.writes import Stamp
 
 __all__ = ["repair_directory", "repair_under_lock"]
 

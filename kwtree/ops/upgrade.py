@@ -22,9 +22,10 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.errors import DamagedDirectoryError, StorageError
 from kwtree.engine.events import CRC_KEY, checksum_problem, with_checksum
 from kwtree.engine.replay import parse_operations
+from kwtree.errors import DamagedDirectoryError, StorageError
+from kwtree.ops.verify import Report, _clean_directory, verify_directory
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
     LOG_DIR,
@@ -36,7 +37,6 @@ from kwtree.stores.eventlog import (
 from kwtree.stores.lock import run_locked
 from kwtree.stores.manifest import FORMAT_VERSION, Manifest
 from kwtree.validate import clean_seconds
-from kwtree.ops.verify import Report, _clean_directory, verify_directory
 
 __all__ = ["Upgrade", "upgrade_directory"]
 

@@ -37,6 +37,10 @@ from typing import Any
 
 import orjson
 
+from kwtree.engine.events import is_op_id
+from kwtree.engine.references import reference_findings
+from kwtree.engine.replay import RawOperation, replay_sorted
+from kwtree.engine.state import State
 from kwtree.errors import (
     CorruptLogError,
     DamagedDirectoryError,
@@ -44,15 +48,7 @@ from kwtree.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from kwtree.engine.events import is_op_id
-from kwtree.caches.coordinator import CACHE_DIR
 from kwtree.models import ROOT_ID
-from kwtree.engine.references import reference_findings
-from kwtree.engine.replay import RawOperation, replay_sorted
-from kwtree.engine.state import State
-from kwtree.stores import logswap
-from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
-from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.ops.verify_fulltext import check_fulltext
 from kwtree.ops.verify_segments import (
     Segment,
@@ -61,6 +57,10 @@ from kwtree.ops.verify_segments import (
     scratch_state,
     short,
 )
+from kwtree.stores import logswap
+from kwtree.stores.directory import CACHE_DIR
+from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
+from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.validate import clean_path
 
 __all__ = [

@@ -35,9 +35,10 @@ from typing import Protocol
 
 import orjson
 
-from kwtree.caches.coordinator import CACHE_DIR, search_text
-from kwtree.normalize import terms
+from kwtree.caches.coordinator import search_text
 from kwtree.engine.state import State
+from kwtree.normalize import terms
+from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.fulltext import KINDS, FullTextIndex, is_panic
 
 __all__ = ["SAMPLE", "check_fulltext"]

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 import orjson
 
-from kwtree.errors import CorruptLogError
 from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
 from kwtree.engine.replay import RawOperation, replay_sorted, row_after_damage
 from kwtree.engine.state import State
+from kwtree.errors import CorruptLogError
+from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
 from kwtree.stores.eventlog import QUARANTINE_DIR, seals_start
 
 __all__ = ["Findings", "Segment", "SegmentReader", "Span", "Validator", "root_keyword", "scratch_state", "short"]

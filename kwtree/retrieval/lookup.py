@@ -9,6 +9,7 @@ import re
 import unicodedata
 
 from kwtree.agent.descend import Descent, DescentStatus
+from kwtree.engine.state import State
 from kwtree.models import (
     ROOT_ID,
     Info,
@@ -18,7 +19,6 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import CJK_CHARS, normalize_name
-from kwtree.engine.state import State
 
 __all__ = ["INFOS_PER_RESULT", "from_descent", "keyword_path", "links_for_text", "matched", "names_in_text"]
 

@@ -25,11 +25,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval.lookup import names_in_text
-from kwtree.engine.state import State
 
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from kwtree.errors import FormatError, InvalidInputError, NotFoundError, StorageError
 from kwtree.engine.events import is_op_id
+from kwtree.errors import FormatError, InvalidInputError, NotFoundError, StorageError
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,

@@ -17,7 +17,11 @@ from kwtree.stores.files import fsync_directory, make_dir
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 
-__all__ = ["create_directory", "open_error"]
+__all__ = ["CACHE_DIR", "OUTBOX_NAME", "create_directory", "open_error"]
+
+#: The caches' directory and the outbox file, inside a data directory (both rebuildable).
+CACHE_DIR = "cache"
+OUTBOX_NAME = "outbox.jsonl"
 
 #: errno values of a data_dir that cannot be a directory (the caller's path is wrong: e.g. a
 #: part of it is a file, which mkdir reports as ENOTDIR or EEXIST); any other OSError while

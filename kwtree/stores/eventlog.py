@@ -42,8 +42,8 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.errors import FormatError, storage_error
 from kwtree.engine.events import is_op_id, with_checksum
+from kwtree.errors import FormatError, storage_error
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,
     fsync_directory,

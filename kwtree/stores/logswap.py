@@ -28,7 +28,13 @@ import sys
 from pathlib import Path
 
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, make_dir, mode_in, write_new_file
+from kwtree.stores.files import (
+    PRIVATE_FILE_MODE,
+    fsync_directory,
+    make_dir,
+    mode_in,
+    write_new_file,
+)
 
 __all__ = [
     "COMPACTED_DIR", "COMPACTING_DIR", "OLD_LOG_DIR", "interrupted", "new_log_dir", "recover", "seal", "swap_in",

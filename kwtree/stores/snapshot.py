@@ -39,6 +39,9 @@ from typing import Any
 
 import orjson
 
+from kwtree.engine.follower import follow
+from kwtree.engine.replay import Bound
+from kwtree.engine.state import State
 from kwtree.errors import (
     CorruptLogError,
     FormatError,
@@ -46,10 +49,7 @@ from kwtree.errors import (
     NotFoundError,
     StorageError,
 )
-from kwtree.engine.follower import follow
 from kwtree.models import ROOT_ID
-from kwtree.engine.replay import Bound
-from kwtree.engine.state import State
 from kwtree.stores import leftovers
 from kwtree.stores.archive import (
     CHUNK,

@@ -60,7 +60,14 @@ from kwtree.errors import (
     disk_full_error,
     storage_error,
 )
-from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, open_file, write_all, write_atomically
+from kwtree.stores.files import (
+    PRIVATE_FILE_MODE,
+    low_on_space,
+    make_dir,
+    open_file,
+    write_all,
+    write_atomically,
+)
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from kwtree.engine.state import State
 from kwtree.errors import NotFoundError
 from kwtree.models import Info, Keyword
-from kwtree.engine.state import State
 from kwtree.validate import clean_id
 
 __all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from kwtree.writes import Stamp, new_ids, require_info, require_keyword
+from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, VersionConflictError
 from kwtree.models import Change, Info, Keyword, Link, Relation, RelationType
-from kwtree.engine.state import State
 from kwtree.validate import (
     check_patch,
     clean_int,
@@ -18,6 +17,7 @@ from kwtree.validate import (
     clean_text,
     clean_weight,
 )
+from kwtree.writes import Stamp, new_ids, require_info, require_keyword
 
 __all__ = [
     "INFO_PATCH_FIELDS",

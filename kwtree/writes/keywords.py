@@ -6,8 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kwtree.writes import Stamp, new_ids, require_keyword
-from kwtree.writes.infos import retire_link, retire_relation
+from kwtree.engine.state import State
 from kwtree.errors import (
     CycleError,
     DuplicateKeywordError,
@@ -27,7 +26,6 @@ from kwtree.models import (
     RelationType,
 )
 from kwtree.normalize import normalize_name
-from kwtree.engine.state import State
 from kwtree.validate import (
     check_patch,
     clean_aliases,
@@ -37,6 +35,8 @@ from kwtree.validate import (
     clean_name_key,
     clean_text,
 )
+from kwtree.writes import Stamp, new_ids, require_keyword
+from kwtree.writes.infos import retire_link, retire_relation
 
 __all__ = [
     "INFO_POLICIES",

@@ -13,9 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kwtree.writes import Stamp
-from kwtree.writes import keywords as keyword_commands
-from kwtree.writes.undo import check_consistent, in_apply_order
+from kwtree.engine.state import PUT, State
 from kwtree.errors import (
     CycleError,
     DuplicateKeywordError,
@@ -24,8 +22,10 @@ from kwtree.errors import (
     NotFoundError,
 )
 from kwtree.models import Change
-from kwtree.engine.state import PUT, State
 from kwtree.validate import clean_id, clean_text
+from kwtree.writes import Stamp
+from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.undo import check_consistent, in_apply_order
 
 __all__ = ["STEP_FIELDS", "apply_plan", "clean_plan"]
 

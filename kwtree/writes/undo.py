@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kwtree.writes.infos import retire_link, retire_relation
+from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, UndoConflictError
 from kwtree.models import (
     ROOT_ID,
@@ -17,7 +17,7 @@ from kwtree.models import (
     Relation,
     entity_key,
 )
-from kwtree.engine.state import State
+from kwtree.writes.infos import retire_link, retire_relation
 
 __all__ = ["check_consistent", "current_of", "undo"]
 

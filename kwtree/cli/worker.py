@@ -1,0 +1,61 @@
+"""``kwtree worker``: an embedding worker process that drains a tree's outbox."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from kwtree.caches.coordinator import Indexes
+from kwtree.caches.embed import Embedder
+from kwtree.caches.outbox import Item, Outbox, run_worker
+from kwtree.facade.tree import KeywordTree
+from kwtree.stores.directory import OUTBOX_NAME
+
+__all__ = ["serve_outbox"]
+
+
+def serve_outbox(
+    data_dir: Path,
+    embedder: Embedder,
+    *,
+    once: bool = False,
+    stop: threading.Event | None = None,
+    lease_seconds: float = 60.0,
+) -> int:
+    """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
+    worker``): claim outbox items, embed their current text, store the vectors. Runs until
+    ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
+    Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
+    the same item twice, and an item whose worker died is taken over when its lease ends."""
+    stop = stop or threading.Event()
+    processed = 0
+    with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
+        # The worker never writes the log, but it does write the vector store and the outbox,
+        # which the read-only tree's own caches never do.
+        indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
+                          embed_async=True, write_vectors=True, file_mode=tree.file_mode)
+        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=tree.file_mode)
+        worker = f"worker-{os.getpid()}-{time.time_ns()}"
+
+        def process(items: list[Item]) -> dict[str, str | None]:
+            nonlocal processed
+            tree.refresh()  # the texts may have been written after this process last looked
+            result = indexes.embed([(item.kind, item.id, item.hash) for item in items])
+            processed += len(items)
+            return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+
+        def idle() -> None:
+            tree.refresh()
+            if once and not outbox.backlog():
+                stop.set()
+
+        try:
+            # The repair scan first: a lost outbox row costs nothing, what has no vector is
+            # queued again. (A full disk makes the worker wait and retry, not exit.)
+            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
+        finally:
+            outbox.close()
+            indexes.close()
+    return processed
