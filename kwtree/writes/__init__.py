@@ -1,7 +1,8 @@
-"""Commands decide what a write changes: each takes the current State, the new operation's
-stamp and the caller's arguments, checks them, and returns the Changes to commit (an empty
-list when there is nothing to do). They never touch the State or the disk, so a command that
-raises leaves everything as it was. The facade commits what they return and applies it."""
+"""Write deciders: each takes the current State, the new operation's stamp and the caller's
+arguments, checks them, and returns the Changes to commit (an empty list when there is nothing
+to do). They never touch the State or the disk, so a decider that raises leaves everything as
+it was; the engine commits what they return and applies it. They may import the ground floor
+and the engine's State and codec; nothing else."""
 
 from __future__ import annotations
 
