@@ -126,3 +126,24 @@ def test_an_empty_newest_segment_left_by_a_crash_is_written_to_next(tmp_path):
     assert [op for op, _ in operations_in(store.read(None))] == [first[0][0], later[0][0]]
     assert _newest_segment(tmp_path / "t").stem == empty_name
     store.close()
+
+
+def test_a_log_replaced_while_it_is_read_restarts_from_the_new_one(tmp_path):
+    """A compaction removes the old segments under a reader paused between two of them: its
+    next batch restarts from the new log instead of failing."""
+    clock = OpClock()
+    writer = SegmentStore.create(tmp_path / "t", segment_bytes=4096, durable=False)
+    old = [make_operation(clock, size=5000) for _ in range(4)]
+    append_all(writer, old)
+    reader = SegmentStore(tmp_path / "t", writable=False)
+    batches = reader.tail(None)
+    first = next(batches)
+    assert [op for op, _ in operations_in([first])] == [old[0][0]]
+    new = [make_operation(clock, size=5000) for _ in range(3)]
+    with writer.locked():
+        writer.replace(new)
+    rest = list(batches)
+    assert rest[0].restart
+    assert [op for op, _ in operations_in(rest)] == [op for op, _ in new]
+    writer.close()
+    reader.close()

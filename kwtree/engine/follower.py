@@ -28,9 +28,10 @@ from kwtree.engine.replay import (
 )
 from kwtree.engine.state import State
 from kwtree.stores.eventlog import EventLog
+from kwtree.stores.logstore import LogStore, Position
 from kwtree.stores.segments import check_tail
 
-__all__ = ["follow"]
+__all__ = ["follow", "follow_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -98,3 +99,49 @@ def replay_all_sorted(events: EventLog, bound: Bound | None) -> State:
     state = State()
     replay_sorted(state, operations, bound)
     return state
+
+
+def follow_store(
+    store: LogStore, position: Position | None, state: State, bound: Bound | None, state_lock: threading.Lock,
+) -> tuple[State, Position | None]:
+    """Apply every whole operation ``store`` holds after ``position`` (None: the whole log;
+    up to ``bound``); returns the state and the position to pass next time (and to
+    ``LogStore.append``).
+
+    The state is the one passed in, updated in place, or a new one when the store says the
+    log was replaced (a ``restart`` batch) or the log holds operations out of id order and is
+    replayed from the start, sorted. Once ``bound`` is reached the position stays before the
+    batch that reached it: a view with a bound never tails again. This is ``follow`` over the
+    log-store seam: torn tails, checksums and replaced logs are the store's business.
+    """
+    if bound is not None and bound.timestamp is not None:
+        return _replay_store_sorted(store, bound)  # (as ``follow``: a view by time replays sorted)
+    for batch in store.tail(position):
+        if batch.restart:
+            log.info("the log was replaced (compacted or restored): replaying it")
+            state = State()
+        if batch.data:
+            with state_lock:
+                result = replay_chunk(state, batch.data, batch.source, batch.first_line, bound,
+                                      checksums=batch.checksums)
+            if result.status is ChunkStatus.OUT_OF_ORDER:
+                log.info("operations out of id order in %s (a merged log): replaying in op-id order", batch.source)
+                return _replay_store_sorted(store, bound)
+            if result.status is ChunkStatus.BOUND_REACHED:
+                return state, position
+        position = batch.end
+    return state, position
+
+
+def _replay_store_sorted(store: LogStore, bound: Bound | None) -> tuple[State, Position | None]:
+    """A new State from every whole operation in ``store``, applied in op-id order, and the
+    position at the end of the log."""
+    operations: list[RawOperation] = []
+    position = None
+    for batch in store.read(None):
+        operations.extend(parse_operations(batch.data, batch.source, batch.first_line,
+                                           checksums=batch.checksums)[0])
+        position = batch.end
+    state = State()
+    replay_sorted(state, operations, bound)
+    return state, position
