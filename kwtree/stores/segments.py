@@ -66,9 +66,12 @@ def whole_operations_end(data: bytes) -> int:
     # Rows of the incomplete operation are consecutive and share its id (written first, at
     # the start of each row): step back over them.
     prefix = _ROW_START + str(row["op"]).encode() + b'"'
-    while start and data.startswith(prefix, start):
-        start = data.rfind(b"\n", 0, start - 1) + 1
-    return start if not data.startswith(prefix, start) else 0
+    while start:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        if not data.startswith(prefix, previous):
+            break
+        start = previous
+    return start
 
 
 def completes_an_operation(data: bytes) -> bool:
