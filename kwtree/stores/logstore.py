@@ -73,7 +73,8 @@ class LogStore(Protocol):
     """The durable event log of one tree, as the engine uses it.
 
     Readers never take the lock; appending and replacing happen only under ``locked()``.
-    One instance is used by one thread at a time (the engine serialises its calls).
+    One instance is used by one thread at a time (the engine serialises its calls), and
+    reads one ``tail`` or ``read`` at a time: starting one abandons the one before.
     Operations are returned in the order they were appended; a store does not sort them
     (merged logs may hold ids out of order: the engine decides what to do about that).
     """

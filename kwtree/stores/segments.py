@@ -268,7 +268,8 @@ class SegmentStore:
                 nlines = pending.data.count(b"\n", 0, nbytes)
                 segment, offset, line = events.position
                 end = Position(str(events.generation), (segment, offset + nbytes, line + nlines))
-                yield Batch(pending.data[:nbytes], pending.path, pending.first_line, events.checksums, end, restart)
+                data = pending.data if nbytes == len(pending.data) else pending.data[:nbytes]  # (no copy at open)
+                yield Batch(data, pending.path, pending.first_line, events.checksums, end, restart)
                 restart = False
                 events.advance(nbytes, nlines)
             check_tail(events, pending, thorough)
