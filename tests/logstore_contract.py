@@ -332,7 +332,7 @@ class LogStoreContract:
         new = [make_operation(clock, rows=3, size=400) for _ in range(4)]
         with writer.locked():
             _, mine = read_through(writer.tail(None))
-            end = writer.replace(new)
+            end = writer.replace(new, after=mine)
             late = make_operation(clock)
             after_late = writer.append(late[1], late[0], after=end)  # the replacement's end is the end
         got = list(follower.tail(position))
@@ -350,8 +350,8 @@ class LogStoreContract:
         append_all(writer, [make_operation(clock) for _ in range(3)])
         _, position = read_through(follower.tail(None))
         with writer.locked():
-            read_through(writer.tail(None))
-            writer.replace([])
+            _, mine = read_through(writer.tail(None))
+            writer.replace([], after=mine)
         got = list(follower.tail(position))
         assert len(got) == 1 and got[0].restart and got[0].data == b""
         assert list(follower.tail(got[0].end)) == []
@@ -374,9 +374,9 @@ class LogStoreContract:
             raise ValueError("the new log is wrong")
 
         with writer.locked():
-            read_through(writer.tail(None))
+            _, mine = read_through(writer.tail(None))
             with pytest.raises(ValueError):
-                writer.replace(new, check=check)
+                writer.replace(new, after=mine, check=check)
         assert seen == expected(new)  # the check read the new log before it became the log
         assert list(follower.tail(position)) == []
         assert operations_in(writer.read(None)) == expected(old)
@@ -384,10 +384,16 @@ class LogStoreContract:
         append_all(writer, more)
         assert operations_in(follower.tail(position)) == expected(more)
 
-    def test_replace_outside_the_lock_is_refused(self, factory, opened, tmp_path, clock):
+    def test_replace_outside_the_lock_or_behind_the_end_is_refused(self, factory, opened, tmp_path, clock):
         store = self.open(factory, opened, tmp_path / "t")
+        other = self.open(factory, opened, tmp_path / "t")
         old = [make_operation(clock)]
-        append_all(store, old)
+        position = append_all(store, old)[-1]
         with pytest.raises(StorageError):
-            store.replace([make_operation(clock)])
-        assert operations_in(store.read(None)) == expected(old)
+            store.replace([make_operation(clock)], after=position)
+        later = [make_operation(clock)]
+        append_all(other, later)
+        with store.locked():
+            with pytest.raises(StorageError):  # it would drop the operation appended since
+                store.replace([make_operation(clock)], after=position)
+        assert operations_in(store.read(None)) == expected(old + later)

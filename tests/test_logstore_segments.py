@@ -7,7 +7,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from logstore_contract import LogStoreContract, StoreFactory, append_all, make_operation, operations_in
+from logstore_contract import (
+    LogStoreContract,
+    StoreFactory,
+    append_all,
+    make_operation,
+    operations_in,
+    read_through,
+)
 
 from kwtree.engine.events import OpClock
 from kwtree.errors import CorruptLogError
@@ -141,9 +148,27 @@ def test_a_log_replaced_while_it_is_read_restarts_from_the_new_one(tmp_path):
     assert [op for op, _ in operations_in([first])] == [old[0][0]]
     new = [make_operation(clock, size=5000) for _ in range(3)]
     with writer.locked():
-        writer.replace(new)
+        _, end = read_through(writer.tail(None))
+        writer.replace(new, after=end)
     rest = list(batches)
     assert rest[0].restart
     assert [op for op, _ in operations_in(rest)] == [op for op, _ in new]
     writer.close()
     reader.close()
+
+
+def test_replace_moves_a_torn_tail_to_quarantine(tmp_path):
+    clock = OpClock()
+    store = SegmentStore.create(tmp_path / "t", durable=False)
+    append_all(store, [make_operation(clock)])
+    _, torn = make_operation(clock, rows=2)
+    with _newest_segment(tmp_path / "t").open("ab") as segment:
+        segment.write(torn[:-20])
+    new = [make_operation(clock)]
+    with store.locked():
+        _, end = read_through(store.tail(None))
+        store.replace(new, after=end)
+    assert [op for op, _ in operations_in(store.read(None))] == [new[0][0]]
+    (kept,) = (tmp_path / "t" / "quarantine").iterdir()
+    assert kept.read_bytes() == torn[:-20]
+    store.close()

@@ -124,12 +124,18 @@ class LogStore(Protocol):
         ...
 
     def replace(
-        self, operations: Iterable[tuple[str, bytes]], *, check: Callable[[Iterator[Batch]], None] | None = None,
+        self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
+        check: Callable[[Iterator[Batch]], None] | None = None,
     ) -> Position:
         """Replace the whole log with ``operations`` ((op id, encoded rows), in order) as a
         new generation, and return the position at its end.
 
-        Only under ``locked()``. The new log is written and made durable first; ``check``, if
+        Only under ``locked()`` and with ``after`` the end of the log as the caller read it
+        under this hold of the lock (as for ``append``; otherwise StorageError and nothing
+        changes): the new log was derived from the operations up to there, and no operation
+        appended after it may be dropped. What the old log held that was not an operation (a
+        torn tail) is the store's to keep aside (the JSONL store moves it to quarantine/).
+        The new log is written and made durable first; ``check``, if
         given, then reads it (raising aborts the replacement: the old log stays, the error
         propagates); only then does it become the log, in one atomic step, so a crash at any
         moment leaves either the old log or the new one. The returned position is this

@@ -292,10 +292,10 @@ class SegmentStore:
 
     def _check_at_end(self, what: str, after: Position | None) -> None:
         if not self._held:
-            raise StorageError(f"{what} to the log of {self.directory} outside its writer lock: nothing was "
+            raise StorageError(f"{what} of the log of {self.directory} outside its writer lock: nothing was "
                                f"written; take store.locked() and tail the log first")
         if self._at_end is None or self._at_end[0] != after:
-            raise StorageError(f"{what} to the log of {self.directory} at {after}, which is not the end of the log "
+            raise StorageError(f"{what} of the log of {self.directory} at {after}, which is not the end of the log "
                                f"as read under this lock: nothing was written; tail the log and decide again")
 
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
@@ -307,13 +307,13 @@ class SegmentStore:
         return end
 
     def replace(
-        self, operations: Iterable[tuple[str, bytes]], *, check: Callable[[Iterator[Batch]], None] | None = None,
+        self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
+        check: Callable[[Iterator[Batch]], None] | None = None,
     ) -> Position:
-        if not self._held:
-            raise StorageError(f"a replacement of the log of {self.directory} outside its writer lock: nothing was "
-                               f"changed; take store.locked() first")
+        self._check_at_end("a replacement", after)
         events = self.events
-        logswap.recover(self.directory)
+        if events.unconsumed_bytes:
+            events.quarantine_tail()  # a torn tail is not an operation: keep it aside, as an append would
         target = logswap.new_log_dir(self.directory)
         try:
             written = self._write_generation(target, operations, events.checksums)
