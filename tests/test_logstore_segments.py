@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import shutil
+
 import orjson
 import pytest
 from logstore_contract import (
@@ -17,7 +19,7 @@ from logstore_contract import (
 )
 
 from kwtree.engine.events import OpClock
-from kwtree.errors import CorruptLogError
+from kwtree.errors import CorruptLogError, StorageError
 from kwtree.stores.logstore import LogStore
 from kwtree.stores.segments import SegmentStore, whole_operations_end
 
@@ -171,4 +173,27 @@ def test_replace_moves_a_torn_tail_to_quarantine(tmp_path):
     assert [op for op, _ in operations_in(store.read(None))] == [new[0][0]]
     (kept,) = (tmp_path / "t" / "quarantine").iterdir()
     assert kept.read_bytes() == torn[:-20]
+    store.close()
+
+
+def test_replace_first_finishes_a_replacement_a_crash_interrupted(tmp_path):
+    """A writer that died after committing a new log (``log.compacted/``, the portable swap)
+    but before putting it in place: the next replacement finishes that one first and, since
+    the log it read is gone, refuses until the log is read again."""
+    clock = OpClock()
+    directory = tmp_path / "t"
+    store = SegmentStore.create(directory, durable=False)
+    old = [make_operation(clock) for _ in range(2)]
+    append_all(store, old)
+    shutil.copytree(directory / "log", directory / "log.compacted")  # the dead writer's new log
+    new = [make_operation(clock)]
+    with store.locked():
+        _, end = read_through(store.tail(None))
+        with pytest.raises(StorageError):
+            store.replace(new, after=end)
+        assert not (directory / "log.compacted").exists()
+        got = list(store.tail(end))
+        assert got[0].restart and [op for op, _ in operations_in(got)] == [op for op, _ in old]
+        store.replace(new, after=got[-1].end)
+    assert [op for op, _ in operations_in(store.read(None))] == [new[0][0]]
     store.close()

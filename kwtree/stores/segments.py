@@ -312,6 +312,10 @@ class SegmentStore:
     ) -> Position:
         self._check_at_end("a replacement", after)
         events = self.events
+        if logswap.recover(self.directory) and events.rewritten():
+            self._at_end = None
+            raise StorageError(f"the log of {self.directory} was replaced by a replacement a crash had interrupted, "
+                               f"finished now: nothing else was changed; tail the log and decide again")
         if events.unconsumed_bytes:
             events.quarantine_tail()  # a torn tail is not an operation: keep it aside, as an append would
         target = logswap.new_log_dir(self.directory)
