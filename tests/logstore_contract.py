@@ -344,6 +344,20 @@ class LogStoreContract:
         reopened = self.open(factory, opened, tmp_path / "t")
         assert operations_in(reopened.read(None)) == expected(new + [late])
 
+    def test_a_position_in_a_replaced_log_restarts_even_after_reading_the_new_one(self, factory, opened, tmp_path,
+                                                                              clock):
+        writer = self.open(factory, opened, tmp_path / "t")
+        follower = self.open(factory, opened, tmp_path / "t")
+        append_all(writer, [make_operation(clock) for _ in range(3)])
+        _, old_position = read_through(follower.tail(None))
+        new = [make_operation(clock, rows=2)]
+        with writer.locked():
+            _, mine = read_through(writer.tail(None))
+            writer.replace(new, after=mine)
+        assert operations_in(follower.read(None)) == expected(new)
+        got = list(follower.tail(old_position))
+        assert got[0].restart and operations_in(got) == expected(new)
+
     def test_replace_with_nothing_gives_one_empty_restart_batch(self, factory, opened, tmp_path, clock):
         writer = self.open(factory, opened, tmp_path / "t")
         follower = self.open(factory, opened, tmp_path / "t")

@@ -135,13 +135,13 @@ class LogStore(Protocol):
         changes): the new log was derived from the operations up to there, and no operation
         appended after it may be dropped. What the old log held that was not an operation (a
         torn tail) is the store's to keep aside (the JSONL store moves it to quarantine/).
-        The new log is written and made durable first; ``check``, if
-        given, then reads it (raising aborts the replacement: the old log stays, the error
-        propagates); only then does it become the log, in one atomic step, so a crash at any
-        moment leaves either the old log or the new one. The returned position is this
-        store's end of the log for a following ``append``; other readers learn of the new
-        log at their next ``tail`` (a ``restart`` batch). Raises StorageError with the old
-        log unchanged.
+
+        The new log is written and made durable first; ``check``, if given, then reads it
+        (raising aborts the replacement: the old log stays, the error propagates); only then
+        does it become the log, in one atomic step, so a crash at any moment leaves either
+        the old log or the new one. The returned position is this store's end of the log for
+        a following ``append``; other readers learn of the new log at their next ``tail`` (a
+        ``restart`` batch). Raises StorageError with the old log unchanged.
         """
         ...
 

@@ -203,8 +203,7 @@ class SegmentStore:
             events.reattach()
             restart = after is not None
         elif after is not None and after.generation != str(events.generation):
-            events.rewind()
-            restart = True
+            restart = True  # (this store already moved on to the new log, in an earlier read)
         if after is None or restart:
             events.rewind()
         elif after.key != events.position:
