@@ -1,13 +1,14 @@
 """Keeping a State in step with the event log: the initial replay on open, tailing what other
 processes append, and the op-id-ordered replay that merged logs need.
 
-After each segment's data, ``_check_tail`` decides what the bytes after the last whole
-operation are. Only a torn tail — an incomplete last operation of the newest segment with
-nothing after it that completes an operation; zero padding is normal — is ignored (and
-left for the next writer to move to quarantine/). Anything else is damage in the middle of
-the log, CorruptLogError at the damaged line, at open, refresh and write alike: a NUL byte
-or a zeroed block hiding whole operations after it, an incomplete operation at the end of a
-sealed segment, or a seal naming a successor segment the log lacks (format 2). A whole
+After each segment's data, the JSONL store's ``check_tail`` (``kwtree.stores.segments``)
+decides what the bytes after the last whole operation are. Only a torn tail — an incomplete
+last operation of the newest segment with nothing after it that completes an operation; zero
+padding is normal — is ignored (and left for the next writer to move to quarantine/).
+Anything else is damage in the middle of the log, CorruptLogError at the damaged line, at
+open, refresh and write alike: a NUL byte or a zeroed block hiding whole operations after it,
+an incomplete operation at the end of a sealed segment, or a seal naming a successor segment
+the log lacks (format 2). A whole
 operation whose checksum does not match its bytes is found by the replay itself (format 2:
 ``kwtree.engine.replay.check_checksum``, told by ``EventLog.checksums`` that every operation has one).
 """
@@ -21,63 +22,18 @@ from kwtree.engine.replay import (
     Bound,
     ChunkStatus,
     RawOperation,
-    holds_an_end_row,
     parse_operations,
     replay_chunk,
     replay_sorted,
 )
 from kwtree.engine.state import State
-from kwtree.errors import CorruptLogError
-from kwtree.stores.eventlog import EventLog, Pending
+from kwtree.stores.eventlog import EventLog
+from kwtree.stores.logstore import LogStore, Position
+from kwtree.stores.segments import check_tail
 
-__all__ = ["follow"]
+__all__ = ["follow", "follow_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
-
-
-def _check_tail(events: EventLog, pending: Pending, at_open: bool) -> None:
-    """Raise CorruptLogError unless what follows the consumed operations of ``pending``'s
-    segment is nothing, zero padding, or (in the newest segment) a torn tail."""
-    if not at_open and events.clean_end():  # before every write: keep it to a few microseconds
-        return
-    missing = events.missing_successors()
-    if missing:
-        segment, _, line = events.position
-        raise CorruptLogError(
-            pending.path, line,
-            f"the seal of segment {segment} names its successor {missing[0]}, which is missing from the log: the "
-            f"operations it held are lost (a deleted file, a partial copy or restore); put it back from a backup or "
-            f"snapshot, or run `kwtree repair` to accept the loss",
-        )
-    newest = events.on_last_segment
-    partial = events.unconsumed_bytes
-    hidden = events.hidden_bytes(thorough=at_open or bool(partial) or not newest)
-    if not partial and not hidden:
-        return
-    segment, offset, line = events.position
-    path = pending.path
-    if hidden:
-        data = pending.data
-        nul_line = line + data.count(b"\n", len(data) - partial)
-        whole = holds_an_end_row(hidden)
-        if not newest or whole:
-            among = ", whole operations among them" if whole else " in a sealed segment"
-            raise CorruptLogError(
-                path, nul_line,
-                f"a NUL byte at byte {offset + partial} hides {len(hidden) - 1} bytes of data after it{among}: damage "
-                f"in the middle of the log (a zeroed block or a damaged byte; a torn write never leaves a whole "
-                f"operation after it); `kwtree verify` lists the damage and `kwtree repair` moves the damaged "
-                f"operation to quarantine/ and keeps every intact one",
-            )
-    if not newest:
-        raise CorruptLogError(path, line, f"sealed segment {segment} ends with an incomplete operation (byte {offset})")
-    if at_open:
-        log.warning(
-            "ignored %d bytes of an incomplete operation at the end of %s (byte %d): a torn write "
-            "from a crashed writer, or a write still in progress; the next writer moves a torn "
-            "tail to quarantine/",
-            events.unconsumed_bytes, path, offset,
-        )
 
 
 def follow(events: EventLog, state: State, bound: Bound | None, state_lock: threading.Lock, *, at_open: bool) -> State:
@@ -120,7 +76,7 @@ def _tail(events: EventLog, state: State, bound: Bound | None, state_lock: threa
                 return replay_all_sorted(events, bound)
             if result.status is ChunkStatus.BOUND_REACHED:
                 return state
-        _check_tail(events, pending, at_open)
+        check_tail(events, pending, at_open)
         if not events.next_segment():
             return state
 
@@ -137,9 +93,55 @@ def replay_all_sorted(events: EventLog, bound: Bound | None) -> State:
                                                  checksums=events.checksums)
         operations.extend(found)
         events.advance(nbytes, nlines)
-        _check_tail(events, pending, at_open=True)
+        check_tail(events, pending, at_open=True)
         if not events.next_segment():
             break
     state = State()
     replay_sorted(state, operations, bound)
     return state
+
+
+def follow_store(
+    store: LogStore, position: Position | None, state: State, bound: Bound | None, state_lock: threading.Lock,
+) -> tuple[State, Position | None]:
+    """Apply every whole operation ``store`` holds after ``position`` (None: the whole log;
+    up to ``bound``); returns the state and the position to pass next time (and to
+    ``LogStore.append``).
+
+    The state is the one passed in, updated in place, or a new one when the store says the
+    log was replaced (a ``restart`` batch) or the log holds operations out of id order and is
+    replayed from the start, sorted. Once ``bound`` is reached the position stays before the
+    batch that reached it: a view with a bound never tails again. This is ``follow`` over the
+    log-store seam: torn tails, checksums and replaced logs are the store's business.
+    """
+    if bound is not None and bound.timestamp is not None:
+        return _replay_store_sorted(store, bound)  # (as ``follow``: a view by time replays sorted)
+    for batch in store.tail(position):
+        if batch.restart:
+            log.info("the log was replaced (compacted or restored): replaying it")
+            state = State()
+        if batch.data:
+            with state_lock:
+                result = replay_chunk(state, batch.data, batch.source, batch.first_line, bound,
+                                      checksums=batch.checksums)
+            if result.status is ChunkStatus.OUT_OF_ORDER:
+                log.info("operations out of id order in %s (a merged log): replaying in op-id order", batch.source)
+                return _replay_store_sorted(store, bound)
+            if result.status is ChunkStatus.BOUND_REACHED:
+                return state, position
+        position = batch.end
+    return state, position
+
+
+def _replay_store_sorted(store: LogStore, bound: Bound | None) -> tuple[State, Position | None]:
+    """A new State from every whole operation in ``store``, applied in op-id order, and the
+    position at the end of the log."""
+    operations: list[RawOperation] = []
+    position = None
+    for batch in store.read(None):
+        operations.extend(parse_operations(batch.data, batch.source, batch.first_line,
+                                           checksums=batch.checksums)[0])
+        position = batch.end
+    state = State()
+    replay_sorted(state, operations, bound)
+    return state, position

@@ -182,6 +182,26 @@ class EventLog:
         self._allocated = 0
         self.rewind()
 
+    @property
+    def generation(self) -> int:
+        """Which ``log/`` directory this log reads (its inode number; held open, so it is
+        not reused while this log reads it): a replaced log has another."""
+        return self._dir_ino
+
+    def seek(self, segment: str | None, offset: int, line: int) -> None:
+        """Put the read position at a ``position`` this log gave earlier (in this generation:
+        just after a whole operation). Raises FileNotFoundError if its segment is gone."""
+        self._segments = segment_names(self._dir_fd)
+        if segment is None:
+            self.rewind()
+            return
+        if segment not in self._segments:
+            raise FileNotFoundError(f"log segment {segment}{SEGMENT_SUFFIX} is not in {self.log_dir}")
+        self._index = self._segments.index(segment)
+        self._offset = self._data_end = offset
+        self._line = line
+        self._rest, self._hidden, self._seal_bytes = b"", 0, 0
+
     def seek_end(self) -> None:
         """Put the read position at the end of the newest segment, for a caller that has
         applied the whole log (it has just written it)."""

@@ -1,0 +1,387 @@
+"""The JSONL segment store: the embedded ``LogStore`` (``kwtree.stores.logstore``) of a data
+directory, a thin adapter over the proven parts — ``EventLog`` (segments, preallocation,
+checksums, seals, torn tails), ``WriterLock`` (flock) and ``logswap`` (the atomic swap of a
+whole new log).
+
+Positions are ``(segment name, byte offset, line number)`` of the ``log/`` directory whose
+inode is the generation. The store keeps one ``EventLog`` as its reading cursor; a tail from
+the position it last gave continues from there without a seek, so the catch-up before a write
+costs what it cost before the seam.
+
+Whole operations: a segment's new bytes are cut after the last complete line that carries an
+end marker (``whole_operations_end``); an unreadable complete line is left in, so the reader's
+replay reports it with its line number. ``check_tail`` then decides what the bytes after the
+cut are: nothing, padding, a torn tail (withheld; the next append moves it to
+``quarantine/``), or damage (CorruptLogError). ``kwtree.engine.follower`` uses the same check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import orjson
+
+from kwtree.engine.events import is_op_id, with_checksum
+from kwtree.errors import CorruptLogError, LockTimeoutError, StorageError
+from kwtree.stores import logswap
+from kwtree.stores.directory import create_directory
+from kwtree.stores.eventlog import SEGMENT_SUFFIX, EventLog, Pending, encode_seal
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.logstore import Batch, Position
+from kwtree.stores.manifest import Manifest
+
+__all__ = ["SegmentStore", "check_tail", "completes_an_operation", "whole_operations_end"]
+
+log = logging.getLogger("kwtree.engine.replay")
+
+_ROW_START = b'{"op":"'
+
+
+def _row(line: bytes) -> dict[str, object] | None:
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return row if type(row) is dict else None
+
+
+def whole_operations_end(data: bytes) -> int:
+    """How many leading bytes of ``data`` (rows from the start of a line) hold whole
+    operations: up to the last complete line with an end marker, leaving out the rows of an
+    operation still without one (a torn or still-growing one). A complete last line that is
+    not a readable row is kept, so the replay reports it where it is."""
+    end = data.rfind(b"\n") + 1
+    if not end:
+        return 0
+    start = data.rfind(b"\n", 0, end - 1) + 1
+    row = _row(data[start:end - 1])
+    if row is None or "end" in row or not is_op_id(row.get("op")):
+        return end
+    # Rows of the incomplete operation are consecutive and share its id (written first, at
+    # the start of each row): step back over them.
+    prefix = _ROW_START + str(row["op"]).encode() + b'"'
+    while start:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        if not data.startswith(prefix, previous):
+            break
+        start = previous
+    return start
+
+
+def completes_an_operation(data: bytes) -> bool:
+    """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
+    marker: bytes after damage that complete an operation, which a torn write never leaves.
+    (A line damaged at its start may end in a whole row, which begins with ``{"op":"``; a
+    nested object never passes for one: the closing brace of its row follows it.)"""
+    for line in data.split(b"\n")[:-1]:
+        if b'"end":' not in line:
+            continue
+        at = 0
+        while at >= 0:
+            row = _row(line[at:])
+            if row is not None and "end" in row and is_op_id(row.get("op")):
+                return True
+            at = line.find(_ROW_START, at + 1)
+    return False
+
+
+def check_tail(events: EventLog, pending: Pending, at_open: bool) -> None:
+    """Raise CorruptLogError unless what follows the consumed operations of ``pending``'s
+    segment is nothing, zero padding, or (in the newest segment) a torn tail.
+
+    Only a torn tail — an incomplete last operation of the newest segment with nothing after
+    it that completes an operation — is ignored (and left for the next writer to move to
+    quarantine/). Anything else is damage in the middle of the log: a NUL byte or a zeroed
+    block hiding whole operations after it, an incomplete operation at the end of a sealed
+    segment, or a seal naming a successor segment the log lacks (format 2).
+    """
+    if not at_open and events.clean_end():  # before every write: keep it to a few microseconds
+        return
+    missing = events.missing_successors()
+    if missing:
+        segment, _, line = events.position
+        raise CorruptLogError(
+            pending.path, line,
+            f"the seal of segment {segment} names its successor {missing[0]}, which is missing from the log: the "
+            f"operations it held are lost (a deleted file, a partial copy or restore); put it back from a backup or "
+            f"snapshot, or run `kwtree repair` to accept the loss",
+        )
+    newest = events.on_last_segment
+    partial = events.unconsumed_bytes
+    hidden = events.hidden_bytes(thorough=at_open or bool(partial) or not newest)
+    if not partial and not hidden:
+        return
+    segment, offset, line = events.position
+    path = pending.path
+    if hidden:
+        data = pending.data
+        nul_line = line + data.count(b"\n", len(data) - partial)
+        whole = completes_an_operation(hidden)
+        if not newest or whole:
+            among = ", whole operations among them" if whole else " in a sealed segment"
+            raise CorruptLogError(
+                path, nul_line,
+                f"a NUL byte at byte {offset + partial} hides {len(hidden) - 1} bytes of data after it{among}: damage "
+                f"in the middle of the log (a zeroed block or a damaged byte; a torn write never leaves a whole "
+                f"operation after it); `kwtree verify` lists the damage and `kwtree repair` moves the damaged "
+                f"operation to quarantine/ and keeps every intact one",
+            )
+    if not newest:
+        raise CorruptLogError(path, line, f"sealed segment {segment} ends with an incomplete operation (byte {offset})")
+    if at_open:
+        log.warning(
+            "ignored %d bytes of an incomplete operation at the end of %s (byte %d): a torn write "
+            "from a crashed writer, or a write still in progress; the next writer moves a torn "
+            "tail to quarantine/",
+            events.unconsumed_bytes, path, offset,
+        )
+
+
+class SegmentStore:
+    """The log of one data directory as JSONL segments (see the module docstring and
+    docs/log-format.md); a ``LogStore``.
+
+    ``writable`` stores take the writer lock file and may append and replace; ``durable``
+    ones preallocate and ``fdatasync`` (``sync`` of ``append`` still decides each write).
+    Opening a writable store finishes a log swap a crash interrupted (under the lock).
+    Raises FormatError when ``directory`` is not a tree's (no manifest or no ``log/``).
+    """
+
+    def __init__(self, directory: Path, *, writable: bool = True, durable: bool = True,
+                 lock_timeout: float = 10.0) -> None:
+        self.directory = directory
+        manifest = Manifest.load(directory)
+        self.segment_bytes = manifest.segment_bytes
+        self._lock: WriterLock | None = None
+        self._events: EventLog | None = None
+        self._held = False
+        self._at_end: tuple[Position | None] | None = None  # (end of log,) while caught up under the lock
+        try:
+            if writable:
+                self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
+                if logswap.interrupted(directory):
+                    with self._lock:
+                        logswap.recover(directory)
+            self._events = EventLog(directory, manifest.segment_bytes, writable=writable, preallocate=durable,
+                                    checksums=manifest.checksums)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def create(cls, directory: Path, *, segment_bytes: int | None = None, file_mode: int = PRIVATE_FILE_MODE,
+               durable: bool = True, lock_timeout: float = 10.0) -> SegmentStore:
+        """Make ``directory`` (new or empty) a data directory with an empty log, or open the
+        one there, and return its writable store."""
+        create_directory(directory, segment_bytes, file_mode, lock_timeout, durable=durable)
+        return cls(directory, durable=durable, lock_timeout=lock_timeout)
+
+    @property
+    def events(self) -> EventLog:
+        """The reading cursor (for JSONL-only callers: snapshots, verify, size)."""
+        if self._events is None:
+            raise StorageError(f"the log store of {self.directory} is closed")
+        return self._events
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _position(self) -> Position:
+        events = self.events
+        return Position(str(events.generation), events.position)
+
+    def tail(self, after: Position | None) -> Iterator[Batch]:
+        events = self.events
+        self._at_end = None  # the cursor moves: caught up again only once this is read through
+        restart = False
+        if events.rewritten():
+            events.reattach()
+            restart = after is not None
+        elif after is not None and after.generation != str(events.generation):
+            restart = True  # (this store already moved on to the new log, in an earlier read)
+        if after is None or restart:
+            events.rewind()
+        elif after.key != events.position:
+            self._seek(after)
+        return self._batches(None if restart else after, restart=restart, thorough=after is None or restart,
+                             follow=True)
+
+    def read(self, after: Position | None) -> Iterator[Batch]:
+        events = self.events
+        self._at_end = None
+        if after is not None and (after.generation != str(events.generation) or events.rewritten()):
+            raise StorageError(f"the log of {self.directory} was replaced since that position was read: "
+                               f"read it again from the start")
+        if events.rewritten():
+            events.reattach()
+        if after is None:
+            events.rewind()
+        elif after.key != events.position:
+            self._seek(after)
+        return self._batches(after, restart=False, thorough=after is None, follow=False)
+
+    def _seek(self, after: Position) -> None:
+        segment, offset, line = after.key
+        try:
+            self.events.seek(segment, offset, line)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            raise StorageError(f"the log of {self.directory} no longer holds position {after.key}") from None
+
+    def _batches(self, given: Position | None, *, restart: bool, thorough: bool, follow: bool) -> Iterator[Batch]:
+        """The rest of the log from the cursor (at ``given``), segment by segment. A log
+        replaced while this reads it (the old one removed under it) is read again from the
+        start when ``follow``. Read through under the lock, it marks the store caught up."""
+        events = self.events
+        while True:
+            try:
+                for batch in self._segment_batches(restart=restart, thorough=thorough):
+                    restart = False
+                    given = batch.end
+                    yield batch
+                break
+            except FileNotFoundError as exc:
+                if not follow or not events.rewritten():
+                    raise StorageError(f"could not read the log of {self.directory}: {exc}") from exc
+                log.info("the log in %s was replaced while it was read: reading the new one", self.directory)
+                events.reattach()
+                restart, thorough = True, True
+        if restart:  # a new, empty log: say so with one empty batch
+            given = self._position()
+            yield Batch(b"", str(events.log_dir), 1, events.checksums, given, restart=True)
+        if self._held:
+            self._at_end = (given,)
+
+    def _segment_batches(self, *, restart: bool, thorough: bool) -> Iterator[Batch]:
+        events = self.events
+        while True:
+            pending = events.read_pending()
+            if pending is None:
+                return
+            nbytes = whole_operations_end(pending.data)
+            if nbytes or restart:
+                nlines = pending.data.count(b"\n", 0, nbytes)
+                segment, offset, line = events.position
+                end = Position(str(events.generation), (segment, offset + nbytes, line + nlines))
+                data = pending.data if nbytes == len(pending.data) else pending.data[:nbytes]  # (no copy at open)
+                yield Batch(data, pending.path, pending.first_line, events.checksums, end, restart)
+                restart = False
+                events.advance(nbytes, nlines)
+            check_tail(events, pending, thorough)
+            if not events.next_segment():
+                return
+
+    # --- writing -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        if self._lock is None:
+            raise StorageError(f"this log store of {self.directory} was opened read-only: it has no writer lock")
+        with self._lock:
+            self._held = True
+            try:
+                yield
+            finally:
+                self._held = False
+                self._at_end = None
+
+    def _check_at_end(self, what: str, after: Position | None) -> None:
+        if not self._held:
+            raise StorageError(f"{what} of the log of {self.directory} outside its writer lock: nothing was "
+                               f"written; take store.locked() and tail the log first")
+        if self._at_end is None or self._at_end[0] != after:
+            raise StorageError(f"{what} of the log of {self.directory} at {after}, which is not the end of the log "
+                               f"as read under this lock: nothing was written; tail the log and decide again")
+
+    def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
+        self._check_at_end("an append", after)
+        self._at_end = None  # until the append has succeeded
+        self.events.append(encoded, op_id, sync=sync)
+        end = self._position()
+        self._at_end = (end,)
+        return end
+
+    def replace(
+        self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
+        check: Callable[[Iterator[Batch]], None] | None = None,
+    ) -> Position:
+        self._check_at_end("a replacement", after)
+        events = self.events
+        if logswap.recover(self.directory) and events.rewritten():
+            self._at_end = None
+            raise StorageError(f"the log of {self.directory} was replaced by a replacement a crash had interrupted, "
+                               f"finished now: nothing else was changed; tail the log and decide again")
+        if events.unconsumed_bytes:
+            events.quarantine_tail()  # a torn tail is not an operation: keep it aside, as an append would
+        target = logswap.new_log_dir(self.directory)
+        try:
+            written = self._write_generation(target, operations, events.checksums)
+            logswap.seal(target)
+            if check is not None:
+                generation = str(os.stat(target).st_ino)  # kept by the rename that swaps it in
+                check(_batches_of(target, written, generation, events.checksums))
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        logswap.swap_in(self.directory)
+        events.reattach()
+        events.seek_end()
+        end = self._position()
+        self._at_end = (end,)
+        return end
+
+    def _write_generation(self, target: Path, operations: Iterable[tuple[str, bytes]],
+                          checksums: bool) -> list[tuple[str, bytes]]:
+        """Write ``operations`` as the segments of ``target``, each sealed (format 2) once its
+        successor is known; returns (name, data without its seal) of each segment."""
+        segments: list[tuple[str, bytes]] = []
+        parts: list[bytes] = []
+        first: str | None = None
+        size = 0
+
+        def flush() -> None:
+            assert first is not None
+            if segments and checksums:
+                name, data = segments[-1]
+                logswap.write_segment(target, name, data + encode_seal(data, first))
+            elif segments:
+                logswap.write_segment(target, *segments[-1])
+            segments.append((first, b"".join(parts)))
+
+        for op_id, data in operations:
+            if first is None:
+                first = op_id
+            parts.append(with_checksum(data) if checksums else data)
+            size += len(parts[-1])
+            if size >= self.segment_bytes:
+                flush()
+                parts, first, size = [], None, 0
+        if parts:
+            flush()
+        if segments:
+            logswap.write_segment(target, *segments[-1])
+        return segments
+
+    def close(self) -> None:
+        events, lock = self._events, self._lock
+        self._events = self._lock = None
+        if events is not None and lock is not None:
+            try:
+                with lock:
+                    events.trim_padding()
+            except (LockTimeoutError, OSError) as exc:
+                log.warning("could not trim the log padding of %s on close: %s", self.directory, exc)
+        for handle in (events, lock):
+            if handle is not None:
+                handle.close()
+
+
+def _batches_of(target: Path, segments: list[tuple[str, bytes]], generation: str,
+                checksums: bool) -> Iterator[Batch]:
+    for name, data in segments:
+        end = Position(generation, (name, len(data), data.count(b"\n") + 1))
+        yield Batch(data, str(target / f"{name}{SEGMENT_SUFFIX}"), 1, checksums, end)
