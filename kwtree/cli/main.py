@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kwtree import __version__
+import kwtree
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -240,9 +240,7 @@ def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _restore(_: None, args: argparse.Namespace) -> None:
-    from kwtree.stores.snapshot import restore
-
-    done = restore(args.snapshot, args.dir)
+    done = kwtree.restore(args.snapshot, args.dir)
     if args.json:
         print(json.dumps(done, indent=2))
         return
@@ -257,15 +255,11 @@ def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
 
 
 def _verify(_: None, args: argparse.Namespace) -> None:
-    from kwtree.ops.verify import verify_directory
-
-    _show_report(verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
+    _show_report(kwtree.verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
 
 
 def _repair(_: None, args: argparse.Namespace) -> None:
-    from kwtree.ops.repair import repair_directory
-
-    report = repair_directory(args.dir, lock_timeout=args.lock_timeout)
+    report = kwtree.repair_directory(args.dir, lock_timeout=args.lock_timeout)
     _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
 
 
@@ -283,18 +277,10 @@ def _upgrade(_: None, args: argparse.Namespace) -> None:
 
 
 def _import(_: None, args: argparse.Namespace) -> None:
-    from kwtree.facade.tree import KeywordTree
-
-    with KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
+    with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
         counts, op_id = tree.tree_metrics(), tree.last_op_id
     print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
           f"{counts['relations']} relations into {args.dir} (operation {op_id})")
-
-
-def _git() -> Any:
-    from kwtree.ops import git
-
-    return git
 
 
 # The options of update and update-info have the dests of the patch fields they set.
@@ -546,7 +532,7 @@ COMMANDS: tuple[Command, ...] = (
         show=lambda r, t, a: print("the plan has no steps: nothing written" if r is None else line(r)),
     ),
     Command(
-        "worker", "kwtree.caches.coordinator (the embedding worker)",
+        "worker", "kwtree.cli.worker.serve_outbox",
         "embed what the outbox holds, in this process (with --once: until it is empty, then exit)",
         example="./memory --once", opens="none", call=_worker,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
@@ -597,7 +583,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     # Both work on the directory, not on an open tree: a damaged log cannot be opened.
     Command(
-        "verify", "kwtree.ops.verify.verify_directory (KeywordTree.verify)",
+        "verify", "kwtree.verify_directory (KeywordTree.verify)",
         "check DIR's log, manifest and caches without changing anything; exit 1 if there is an error",
         example="./memory", opens="none",
         call=_verify,
@@ -605,7 +591,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--json", action="store_true", help="print the report as one JSON document")),
     ),
     Command(
-        "repair", "kwtree.ops.repair.repair_directory (KeywordTree.repair)",
+        "repair", "kwtree.repair_directory (KeywordTree.repair)",
         "move DIR's damaged operations and torn tail to quarantine/ (nothing is deleted), retire links naming "
         "nothing, and have the caches rebuilt",
         example="./memory", opens="none",
@@ -644,19 +630,19 @@ COMMANDS: tuple[Command, ...] = (
                   help="full (default): synced to disk before the command returns; none: skip the sync")),
     ),
     Command(
-        "git", "kwtree.ops.git.setup",
+        "git", "kwtree.git.setup",
         "init: make DIR ready for git (.gitignore, .gitattributes, the kwtree merge driver; "
         "git init when DIR is in no repository)",
         example="init ./memory", opens="none",
-        call=lambda _, a: print(_git().setup(a.dir)),
+        call=lambda _, a: print(kwtree.git.setup(a.dir)),
         args=(arg("action", choices=("init",), help="init: set DIR up (idempotent; run it in every clone)"),
               arg("dir", type=Path, metavar="DIR", help="the tree's directory")),
     ),
     Command(
-        "merge-driver", "kwtree.ops.git.merge_files",
+        "merge-driver", "kwtree.git.merge_files",
         "merge two versions of a log segment into OURS (git runs this for log/*.jsonl; exit 1 = conflict)",
         example='/dev/null "$(ls ./memory/log/*.jsonl | head -n 1)" /dev/null', opens="none",
-        call=lambda _, a: print(_git().merge_files(a.base, a.ours, a.theirs, path=a.path)),
+        call=lambda _, a: print(kwtree.git.merge_files(a.base, a.ours, a.theirs, path=a.path)),
         args=(arg("base", metavar="BASE", help="the common ancestor's version (git's %%O)"),
               arg("ours", metavar="OURS", help="our version, replaced by the merge (git's %%A)"),
               arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
@@ -703,7 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "                                   when the agent fails: write by the fallback with a\n"
                  "                                   warning on stderr (default), or exit 1 writing nothing",
     )
-    parser.add_argument("--version", action="version", version=f"kwtree {__version__}")
+    parser.add_argument("--version", action="version", version=f"kwtree {kwtree.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
     bundles = _bundles()
     for command in COMMANDS:
@@ -753,16 +739,15 @@ def _on_agent_failure() -> str:
 
 
 def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
-    from kwtree.facade.tree import KeywordTree
     from kwtree.stores.manifest import MANIFEST_NAME
 
     agent = {"llm_client": _llm_client(), "on_agent_failure": _on_agent_failure()}
     if command.opens == "read":
-        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
+        return kwtree.KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
         # A mistyped DIR must not silently become a new, empty tree.
         raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
-    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
+    return kwtree.KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
 
 
 def run(command: Command, args: argparse.Namespace) -> None:
