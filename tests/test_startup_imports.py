@@ -70,3 +70,18 @@ def test_opening_a_tree_loads_no_optional_operation(tmp_path: Path) -> None:
     loaded = _loaded_after(code)
     assert sorted(m for m in loaded if m.startswith("kwtree.ops.") and m.split(".")[2] in OPTIONAL_OPS) == []
     assert "anthropic" not in _top_level(loaded)
+
+
+def test_the_startup_benchmark_runs(tmp_path: Path) -> None:
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        import startup
+    finally:
+        sys.path.remove(str(bench))
+    result = startup.run(runs=1, work=tmp_path)
+    assert {key: len(samples) for key, samples in result["raw_ms"].items()} == {
+        "bare": 1, "import": 1, "facade": 1, "help": 1, "version": 1, "open": 1}
+    table = startup.markdown(result)
+    assert "| kwtree --help |" in table and "x bare (min)" in table
+    assert list(tmp_path.iterdir()) == []  # its scratch tree is removed
