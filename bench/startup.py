@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,14 +63,14 @@ def _once(argv: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def run(runs: int = 20, work: Path | None = None) -> dict:
+def run(runs: int = 20, work: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=work) as directory:
         tree = Path(directory) / "sample"
         with KeywordTree(tree, worker=False) as opened:
             load_outline(opened, SAMPLE)
         table = commands(tree)
         raw: dict[str, list[float]] = {key: [] for key in table}
-        for argv in (argv for _, argv in table.values()):
+        for _, argv in table.values():
             _once(argv)  # warm the page cache, the bytecode and the tree's caches; not counted
         for _ in range(runs):
             for key, (_, argv) in table.items():
@@ -77,7 +78,7 @@ def run(runs: int = 20, work: Path | None = None) -> dict:
     return {"runs": runs, "labels": {key: label for key, (label, _) in table.items()}, "raw_ms": raw}
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict[str, Any]) -> str:
     raw = result["raw_ms"]
     base = min(raw["bare"])
     lines = [

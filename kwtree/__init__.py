@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.caches.embed import Embedder, HashEmbedder
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
-    from kwtree.ops import git
+    from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.verify import Finding, Report, verify_directory
