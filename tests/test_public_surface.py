@@ -87,6 +87,7 @@ def test_every_public_name_resolves_and_is_listed_by_dir() -> None:
         exec(f"from kwtree import {name}", namespace)  # the lazy ones too
         assert namespace[name] is getattr(kwtree, name)
     assert set(PUBLIC) | {"git", "__version__"} <= set(dir(kwtree))
+    assert set(kwtree._LAZY_NAMES) <= set(PUBLIC)  # the lazy table holds public names only
     assert kwtree.KeywordTree.__module__ == "kwtree.facade.tree"
     try:
         kwtree.no_such_name  # noqa: B018
