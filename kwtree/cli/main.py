@@ -255,7 +255,8 @@ def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
 
 
 def _verify(_: None, args: argparse.Namespace) -> None:
-    _show_report(kwtree.verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
+    advice = f"`kwtree repair {args.dir}` moves damaged lines to quarantine/"
+    _show_report(kwtree.verify_directory(args.dir), args, advice)
 
 
 def _repair(_: None, args: argparse.Namespace) -> None:
