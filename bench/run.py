@@ -33,6 +33,7 @@ import placement  # noqa: E402
 import reads  # noqa: E402
 import retrieval  # noqa: E402
 import snapshot  # noqa: E402
+import startup  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -131,6 +132,11 @@ def _run_export(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"keywords": keywords, "infos": infos}, export.run(keywords, infos, work)
 
 
+def _run_startup(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    runs = 10 if quick else 30
+    return {"runs": runs}, startup.run(runs, work)
+
+
 def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
@@ -146,6 +152,7 @@ SUITES = {
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
     "peers": (_run_peers, peers.markdown),
+    "startup": (_run_startup, startup.markdown),
 }
 
 

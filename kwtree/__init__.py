@@ -2,7 +2,18 @@
 
 A keyword tree (keywords with aliases, descriptions and typed relations) with text memories
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
+
+``import kwtree`` loads only the errors, the entities and name normalisation.
+Everything else named in ``__all__`` (``KeywordTree`` itself, the whole-directory
+operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
+first use (PEP 562), so ``kwtree --help`` and a script that never opens a tree do not pay for
+numpy, tantivy, hnswlib or the anthropic SDK. ``from kwtree import X`` works for every name.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import (
     AgentError,
@@ -30,15 +41,15 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
-from kwtree.facade.tree import KeywordTree
-from kwtree.limits import Limits
 from kwtree.models import (
     ROOT_ID,
     AgentOutcome,
     Change,
+    Hit,
     Info,
     Keyword,
     Link,
+    LinkedKeyword,
     Operation,
     Relation,
     RelationType,
@@ -46,34 +57,68 @@ from kwtree.models import (
     SearchStatus,
 )
 from kwtree.normalize import normalize_name
-from kwtree.ops.compaction import CompactionReport
-from kwtree.ops.repair import repair_directory
-from kwtree.ops.verify import Finding, Report, verify_directory
-from kwtree.stores.snapshot import restore
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from kwtree.agent.anthropic_client import AnthropicLLMClient
+    from kwtree.agent.clients import LLMClient, StubLLMClient
+    from kwtree.caches.embed import Embedder, HashEmbedder
+    from kwtree.facade.tree import KeywordTree
+    from kwtree.limits import Limits
+    from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
+    from kwtree.ops.compaction import CompactionReport
+    from kwtree.ops.repair import repair_directory
+    from kwtree.ops.verify import Finding, Report, verify_directory
+    from kwtree.retrieval.recall import RecallWeights
+    from kwtree.stores.snapshot import restore
 
 __version__ = "0.1.0"
+
+#: Public names imported on first use: name -> the module that defines it.
+_LAZY_NAMES = {
+    "AnthropicLLMClient": "kwtree.agent.anthropic_client",
+    "CompactionReport": "kwtree.ops.compaction",
+    "Embedder": "kwtree.caches.embed",
+    "Finding": "kwtree.ops.verify",
+    "HashEmbedder": "kwtree.caches.embed",
+    "KeywordTree": "kwtree.facade.tree",
+    "LLMClient": "kwtree.agent.clients",
+    "Limits": "kwtree.limits",
+    "RecallWeights": "kwtree.retrieval.recall",
+    "Report": "kwtree.ops.verify",
+    "StubLLMClient": "kwtree.agent.clients",
+    "repair_directory": "kwtree.ops.repair",
+    "restore": "kwtree.stores.snapshot",
+    "verify_directory": "kwtree.ops.verify",
+}
+#: Public modules imported on first use: ``kwtree.git.setup(dir)`` after ``import kwtree``.
+_LAZY_MODULES = {"git": "kwtree.ops.git"}
 
 __all__ = [
     "ROOT_ID",
     "AgentError",
     "AgentOutcome",
+    "AnthropicLLMClient",
     "Change",
     "ClosedError",
-    "CorruptLogError",
     "CompactionReport",
+    "CorruptLogError",
     "CycleError",
     "DamagedDirectoryError",
     "DiskFullError",
     "DuplicateKeywordError",
+    "Embedder",
     "Finding",
     "FormatError",
     "GitError",
     "HasChildrenError",
+    "HashEmbedder",
+    "Hit",
     "Info",
     "InvalidInputError",
     "Keyword",
     "KeywordTree",
     "KwtreeError",
+    "LLMClient",
     "LLMError",
     "LLMResponseError",
     "LLMTimeoutError",
@@ -81,17 +126,20 @@ __all__ = [
     "LimitExceededError",
     "Limits",
     "Link",
-    "MergeConflictError",
+    "LinkedKeyword",
     "LockTimeoutError",
+    "MergeConflictError",
     "NotFoundError",
     "Operation",
     "ReadOnlyError",
+    "RecallWeights",
     "Relation",
     "RelationType",
     "Report",
     "SearchResult",
     "SearchStatus",
     "StorageError",
+    "StubLLMClient",
     "UndoConflictError",
     "VersionConflictError",
     "normalize_name",
@@ -99,3 +147,19 @@ __all__ = [
     "restore",
     "verify_directory",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a lazy public name (or the ``git`` module) on first use and keep it here."""
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    elif name in _LAZY_MODULES:
+        value = importlib.import_module(_LAZY_MODULES[name])
+    else:
+        raise AttributeError(f"module 'kwtree' has no attribute {name!r}")
+    globals()[name] = value  # later lookups find it without calling this again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_LAZY_MODULES))

@@ -14,16 +14,19 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 __all__ = [
+    "DIRECTIONS",
+    "DURABILITY_MODES",
     "EMPTY_METADATA",
+    "INFO_POLICIES",
     "ROOT_ID",
     "AgentOutcome",
     "Change",
     "Entity",
     "Hit",
     "Info",
-    "LinkedKeyword",
     "Keyword",
     "Link",
+    "LinkedKeyword",
     "Operation",
     "Relation",
     "RelationType",
@@ -35,6 +38,15 @@ __all__ = [
 ROOT_ID = "root"
 #: The shared metadata of every entity that has none (one object, not one per entity).
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
+
+# The allowed values of KeywordTree's choice arguments. They live down here, beside the
+# entities, so that the ``kwtree`` command can offer them without importing the facade.
+#: ``durability``: "full" syncs every write to disk before returning; "none" skips the syncs.
+DURABILITY_MODES = ("full", "none")
+#: ``get_relations(direction=...)``: the relations starting at, ending at, or touching a keyword.
+DIRECTIONS = ("out", "in", "both")
+#: ``delete_keyword(info_policy=...)``: what becomes of the infos linked to deleted keywords.
+INFO_POLICIES = ("reattach", "delete", "keep")
 
 
 class RelationType(str, enum.Enum):

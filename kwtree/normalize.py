@@ -10,11 +10,11 @@ separator (Z*) and other (C*: control, format, unassigned). Symbols and marks st
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import unicodedata
-
-import snowballstemmer
+from typing import Any
 
 from kwtree.errors import InvalidInputError
 
@@ -45,8 +45,13 @@ def normalize_name(text: str) -> str:
 # Han, Hiragana, Katakana, Hangul (and their extensions): scripts written without spaces.
 #: A regex character class (without brackets) of those scripts, for other modules' patterns.
 CJK_CHARS = _CJK = "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
-_CJK_RUN = re.compile(rf"[{_CJK}]")
+
+
+@functools.cache
+def _token_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A word or CJK run, and a CJK character. Compiled at the first tokenize, not at import:
+    the Unicode classes take ~8 ms to compile, which ``import kwtree`` need not pay."""
+    return re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+"), re.compile(rf"[{_CJK}]")
 
 
 def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
@@ -61,9 +66,10 @@ def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
     Punctuation and spacing separate tokens.
     """
     folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+    token, cjk_run = _token_patterns()
     tokens: list[str] = []
-    for run in _TOKEN.findall(folded):
-        if len(run) > 1 and _CJK_RUN.match(run):
+    for run in token.findall(folded):
+        if len(run) > 1 and cjk_run.match(run):
             for i in range(len(run)):
                 if cjk_singles:
                     tokens.append(run[i])
@@ -86,7 +92,16 @@ STOPWORDS = frozenset(
 )
 
 
-_STEMMER = snowballstemmer.stemmer("english")
+@functools.cache
+def _english_stemmer() -> Any:
+    """The Snowball English (Porter2) stemmer, made at the first stem rather than at import:
+    importing ``snowballstemmer`` loads the stemmers of all its languages (~20 ms), which
+    ``import kwtree`` and the ``kwtree`` command's help need not pay."""
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
 _STEMMER_LOCK = threading.Lock()  # a Snowball stemmer keeps its word in its own fields
 _STEMS: dict[str, str] = {}
 _STEMS_LIMIT = 200_000
@@ -104,7 +119,7 @@ def _stem(word: str) -> str:
     if not 3 < len(word) <= _MAX_STEM_CHARS or not word.isascii() or not word.isalpha():
         return word
     with _STEMMER_LOCK:
-        found = _STEMMER.stemWord(word)
+        found = _english_stemmer().stemWord(word)
     if len(_STEMS) >= _STEMS_LIMIT:
         _STEMS.clear()
     _STEMS[word] = found

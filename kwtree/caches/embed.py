@@ -12,15 +12,13 @@ them raises :class:`~kwtree.errors.InvalidInputError`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import http.client
 import importlib
 import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -118,11 +116,17 @@ _KEY = b"kwtree-hash-v1"  # part of the recipe: changing it (or anything below) 
 # Conversational words that normalize.STOPWORDS keeps (reflexive pronouns, modals,
 # interjections, contraction tails as terms() splits them: "I'm" -> "m"). Without IDF they
 # outweigh the content words of short chat turns: dropping them lifts LoCoMo R@10 by about 2.
-# Held as terms (stems), the form _embed_chunk compares: "really" is "realli" there.
-_FILLER = frozenset(terms("""mine ourselves yourself himself herself themselves can will shall might
+# Held as terms (stems), the form _embed_chunk compares: "really" is "realli" there. Stemmed at
+# the first embedding, not at import: stemming loads the Snowball stemmers.
+_FILLER_WORDS = """mine ourselves yourself himself herself themselves can will shall might
     must just really too even still yet yeah yes yep yup oh wow hey hi hello thanks thank please
     okay ok sure well hmm um uh lol haha s t m d ll ve re don didn doesn isn wasn aren weren won wouldn
-    couldn shouldn haven hasn"""))
+    couldn shouldn haven hasn"""
+
+
+@functools.cache
+def _filler() -> frozenset[str]:
+    return frozenset(terms(_FILLER_WORDS))
 
 
 def _h64(feature: str) -> int:
@@ -135,7 +139,7 @@ class HashEmbedder:
     sublinearly (``1 + log tf`` per feature), L2-normalised on its own, then mixed:
 
     - ``word`` (0.3): the terms of ``kwtree.normalize.terms`` (stop words dropped, English
-      words stemmed, CJK runs as character pairs), less the conversational ``_FILLER`` words;
+      words stemmed, CJK runs as character pairs), less the conversational ``_FILLER_WORDS``;
     - ``pair`` (0.1): pairs of adjacent terms;
     - ``char`` (0.6): character 2- to 4-grams of each term with ``<``/``>`` word boundaries
       (they match inflections, compounds and typos); for a CJK term its single characters.
@@ -188,9 +192,10 @@ class HashEmbedder:
         words: list[int] = []
         rows_of_words: list[int] = []
         chars: list[np.ndarray] = []
+        filler = _filler()
         for row, text in enumerate(texts):
             for term in terms(text):
-                if term not in _FILLER:
+                if term not in filler:
                     word, char = self._term(term)
                     words.append(word)
                     rows_of_words.append(row)
@@ -332,6 +337,10 @@ class OpenAIEmbedder:
             [self._request(kept[i : i + step]) for i in range(0, len(kept), step)]))
 
     def _request(self, texts: list[str]) -> np.ndarray:
+        import http.client  # only this embedder talks HTTP; the others need not import it
+        import urllib.error
+        import urllib.request
+
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"

@@ -20,9 +20,9 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kwtree import __version__
+import kwtree
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -35,7 +35,6 @@ from kwtree.cli.output import (
     subtree,
     to_json,
 )
-from kwtree.engine.events import is_op_id
 from kwtree.errors import (
     HasChildrenError,
     InvalidInputError,
@@ -45,21 +44,21 @@ from kwtree.errors import (
     UndoConflictError,
     VersionConflictError,
 )
-from kwtree.facade.agent import ON_AGENT_FAILURE
-from kwtree.facade.tree import DIRECTIONS, DURABILITY_MODES, KeywordTree
 from kwtree.models import (
+    DIRECTIONS,
+    DURABILITY_MODES,
+    INFO_POLICIES,
     ROOT_ID,
     Operation,
     Relation,
     RelationType,
 )
-from kwtree.ops import git as kwgit
-from kwtree.ops.repair import repair_directory
-from kwtree.ops.upgrade import upgrade_directory
-from kwtree.ops.verify import Report, verify_directory
-from kwtree.stores.manifest import MANIFEST_NAME
-from kwtree.stores.snapshot import restore
-from kwtree.writes.keywords import INFO_POLICIES
+
+# The parser needs none of the library beyond the models: `kwtree --help` and `--version`
+# stay fast. Each command imports what it calls (the facade, verify, git, ...) when it runs.
+if TYPE_CHECKING:
+    from kwtree.facade.tree import KeywordTree
+    from kwtree.ops.verify import Report
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
 
@@ -86,6 +85,8 @@ _HINTS: tuple[tuple[type[KwtreeError], str], ...] = (
 
 def _as_of(text: str) -> str | float:
     """An op id, epoch seconds, or an ISO-8601 time (without a zone: local time)."""
+    from kwtree.engine.events import is_op_id
+
     if is_op_id(text):
         return text
     try:
@@ -138,7 +139,7 @@ def _patch(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
 # --- the command table -------------------------------------------------------------------------
 
 Arg = tuple[tuple[str, ...], dict[str, Any]]
-Show = Callable[[Any, KeywordTree, argparse.Namespace], None]
+Show = Callable[[Any, "KeywordTree", argparse.Namespace], None]
 
 
 def arg(*flags: str, **options: Any) -> Arg:
@@ -239,7 +240,7 @@ def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _restore(_: None, args: argparse.Namespace) -> None:
-    done = restore(args.snapshot, args.dir)
+    done = kwtree.restore(args.snapshot, args.dir)
     if args.json:
         print(json.dumps(done, indent=2))
         return
@@ -254,15 +255,18 @@ def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
 
 
 def _verify(_: None, args: argparse.Namespace) -> None:
-    _show_report(verify_directory(args.dir), args, f"`kwtree repair {args.dir}` moves damaged lines to quarantine/")
+    advice = f"`kwtree repair {args.dir}` moves damaged lines to quarantine/"
+    _show_report(kwtree.verify_directory(args.dir), args, advice)
 
 
 def _repair(_: None, args: argparse.Namespace) -> None:
-    report = repair_directory(args.dir, lock_timeout=args.lock_timeout)
+    report = kwtree.repair_directory(args.dir, lock_timeout=args.lock_timeout)
     _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
 
 
 def _upgrade(_: None, args: argparse.Namespace) -> None:
+    from kwtree.ops.upgrade import upgrade_directory
+
     done = upgrade_directory(args.dir, lock_timeout=args.lock_timeout)
     if args.json:
         print(json.dumps({"directory": done.directory, "format_before": done.format_before,
@@ -274,7 +278,7 @@ def _upgrade(_: None, args: argparse.Namespace) -> None:
 
 
 def _import(_: None, args: argparse.Namespace) -> None:
-    with KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
+    with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
         counts, op_id = tree.tree_metrics(), tree.last_op_id
     print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
           f"{counts['relations']} relations into {args.dir} (operation {op_id})")
@@ -529,7 +533,7 @@ COMMANDS: tuple[Command, ...] = (
         show=lambda r, t, a: print("the plan has no steps: nothing written" if r is None else line(r)),
     ),
     Command(
-        "worker", "kwtree.caches.coordinator (the embedding worker)",
+        "worker", "kwtree.cli.worker.serve_outbox",
         "embed what the outbox holds, in this process (with --once: until it is empty, then exit)",
         example="./memory --once", opens="none", call=_worker,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
@@ -580,7 +584,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     # Both work on the directory, not on an open tree: a damaged log cannot be opened.
     Command(
-        "verify", "kwtree.ops.verify.verify_directory (KeywordTree.verify)",
+        "verify", "kwtree.verify_directory (KeywordTree.verify)",
         "check DIR's log, manifest and caches without changing anything; exit 1 if there is an error",
         example="./memory", opens="none",
         call=_verify,
@@ -588,7 +592,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--json", action="store_true", help="print the report as one JSON document")),
     ),
     Command(
-        "repair", "kwtree.ops.repair.repair_directory (KeywordTree.repair)",
+        "repair", "kwtree.repair_directory (KeywordTree.repair)",
         "move DIR's damaged operations and torn tail to quarantine/ (nothing is deleted), retire links naming "
         "nothing, and have the caches rebuilt",
         example="./memory", opens="none",
@@ -627,19 +631,19 @@ COMMANDS: tuple[Command, ...] = (
                   help="full (default): synced to disk before the command returns; none: skip the sync")),
     ),
     Command(
-        "git", "kwtree.ops.git.setup",
+        "git", "kwtree.git.setup",
         "init: make DIR ready for git (.gitignore, .gitattributes, the kwtree merge driver; "
         "git init when DIR is in no repository)",
         example="init ./memory", opens="none",
-        call=lambda _, a: print(kwgit.setup(a.dir)),
+        call=lambda _, a: print(kwtree.git.setup(a.dir)),
         args=(arg("action", choices=("init",), help="init: set DIR up (idempotent; run it in every clone)"),
               arg("dir", type=Path, metavar="DIR", help="the tree's directory")),
     ),
     Command(
-        "merge-driver", "kwtree.ops.git.merge_files",
+        "merge-driver", "kwtree.git.merge_files",
         "merge two versions of a log segment into OURS (git runs this for log/*.jsonl; exit 1 = conflict)",
         example='/dev/null "$(ls ./memory/log/*.jsonl | head -n 1)" /dev/null', opens="none",
-        call=lambda _, a: print(kwgit.merge_files(a.base, a.ours, a.theirs, path=a.path)),
+        call=lambda _, a: print(kwtree.git.merge_files(a.base, a.ours, a.theirs, path=a.path)),
         args=(arg("base", metavar="BASE", help="the common ancestor's version (git's %%O)"),
               arg("ours", metavar="OURS", help="our version, replaced by the merge (git's %%A)"),
               arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
@@ -686,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "                                   when the agent fails: write by the fallback with a\n"
                  "                                   warning on stderr (default), or exit 1 writing nothing",
     )
-    parser.add_argument("--version", action="version", version=f"kwtree {__version__}")
+    parser.add_argument("--version", action="version", version=f"kwtree {kwtree.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
     bundles = _bundles()
     for command in COMMANDS:
@@ -727,6 +731,8 @@ def _llm_client() -> Any:
 
 def _on_agent_failure() -> str:
     """KWTREE_ON_AGENT_FAILURE: "fallback" (default: warn and go on) or "raise" (exit 1)."""
+    from kwtree.facade.agent import ON_AGENT_FAILURE
+
     choice = os.environ.get("KWTREE_ON_AGENT_FAILURE", "").strip().lower() or "fallback"
     if choice not in ON_AGENT_FAILURE:
         raise InvalidInputError(f"KWTREE_ON_AGENT_FAILURE must be 'fallback' or 'raise', got {choice!r}")
@@ -734,13 +740,15 @@ def _on_agent_failure() -> str:
 
 
 def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
+    from kwtree.stores.manifest import MANIFEST_NAME
+
     agent = {"llm_client": _llm_client(), "on_agent_failure": _on_agent_failure()}
     if command.opens == "read":
-        return KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
+        return kwtree.KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
         # A mistyped DIR must not silently become a new, empty tree.
         raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
-    return KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
+    return kwtree.KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
 
 
 def run(command: Command, args: argparse.Namespace) -> None:

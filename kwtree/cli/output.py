@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kwtree.facade.tree import KeywordTree
 from kwtree.models import (
     Info,
     Keyword,
@@ -22,6 +21,9 @@ from kwtree.models import (
     SearchResult,
     SearchStatus,
 )
+
+if TYPE_CHECKING:  # the printers take an open tree; importing the facade is the caller's cost
+    from kwtree.facade.tree import KeywordTree
 
 __all__ = ["agent_warning", "line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree", "subtree", "to_json"]
 

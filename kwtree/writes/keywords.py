@@ -18,6 +18,7 @@ from kwtree.errors import (
 )
 from kwtree.models import (
     EMPTY_METADATA,
+    INFO_POLICIES,
     ROOT_ID,
     Change,
     Keyword,
@@ -52,7 +53,6 @@ __all__ = [
 ]
 
 KEYWORD_PATCH_FIELDS = ("name", "aliases", "description", "metadata")
-INFO_POLICIES = ("reattach", "delete", "keep")
 _SPEC_FIELDS = frozenset({"name", "aliases", "description", "metadata", "parent_id", "parent_ref", "ref"})
 
 
