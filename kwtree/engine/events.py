@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -164,7 +164,11 @@ def _relation_fields(r: Relation, op: str, kind: str | None) -> dict[str, Any]:
     return row
 
 
-_ENCODERS = {
+# The first parameter is Any because each encoder takes only the class it is filed under; the
+# lookup by ``type(entity)`` is what pairs them, which a Callable type cannot say.
+_Encoder: TypeAlias = Callable[[Any, str, str | None], dict[str, Any]]
+
+_ENCODERS: dict[type[Entity], tuple[str, _Encoder]] = {
     Keyword: ("keyword", _keyword_fields),
     Info: ("info", _info_fields),
     Link: ("link", _link_fields),
@@ -385,7 +389,7 @@ def decode_relation(r: dict[str, Any], op_id: str) -> Relation:
     )
 
 
-DECODERS = {
+DECODERS: dict[str, Callable[[dict[str, Any], str], Entity]] = {
     "keyword": decode_keyword,
     "info": decode_info,
     "link": decode_link,
