@@ -322,7 +322,7 @@ class Outbox:
         self._check_writable()
         with self._locked():
             now = self.clock()
-            picked = []
+            picked: list[Item] = []
             for entry in self._open.values():
                 if len(picked) >= limit:
                     break
@@ -354,8 +354,9 @@ class Outbox:
             now, rows = self.clock(), []
             for it in items:
                 entry = self._entries.get(it.key)
-                counts = entry is not None and entry.status == "leased" and entry.worker == worker
-                attempt = (entry.item.attempt if counts else it.attempt) + 1
+                lease = entry if entry is not None and entry.status == "leased" and entry.worker == worker else None
+                counts = lease is not None
+                attempt = (lease.item.attempt if lease is not None else it.attempt) + 1
                 delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
                 rows.append({"r": "failed", "item": it.key, "worker": worker, "error": error,
                              "attempt": attempt, "retry_at": now + delay, "ts": now})
