@@ -440,7 +440,7 @@ class Outbox:
 def run_worker(outbox: Outbox, worker: str, process: Callable[[list[Item]], dict[str, str | None]], *,
                batch: int = 64, stop: threading.Event, idle_wait: float = 0.2,
                on_idle: Callable[[], None] | None = None,
-               on_start: Callable[[], None] | None = None,
+               on_start: Callable[[], object] | None = None,
                on_error: Callable[[Exception | None], None] | None = None,
                wake: threading.Event | None = None) -> None:
     """Claim batches and record what ``process`` reports until ``stop`` is set.
