@@ -208,7 +208,8 @@ def check_patch(patch: object, allowed: tuple[str, ...], hint: str) -> Mapping[s
         raise InvalidInputError(f"patch is empty; give at least one of {', '.join(allowed)}")
     unknown = sorted(str(key) for key in patch if key not in allowed)
     if unknown:
-        raise InvalidInputError(f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} ({hint})")
+        raise InvalidInputError(
+            f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} ({hint})")
     return patch
 
 

@@ -378,7 +378,7 @@ class Outbox:
         """Counts of ``pending`` (claimable now), ``leased`` (live lease), ``failed`` (waiting
         for retry), ``done`` (since the last compaction) and ``dead``, plus ``dead_items``."""
         with self._locked():
-            now, counts = self.clock(), Counter({name: 0 for name in ("pending", "leased", "failed", "done", "dead")})
+            now, counts = self.clock(), Counter(dict.fromkeys(("pending", "leased", "failed", "done", "dead"), 0))
             dead_items = []
             for entry in self._entries.values():
                 if self._claimable(entry, now):

@@ -8,12 +8,12 @@ One row is one version of one entity, written by orjson with keys in a fixed ord
 
 Fields that hold their default (empty aliases, description, source, reason or metadata,
 ``deleted: false``, no parent, no ``before``, ``updated_at`` equal to ``created_at``) are
-omitted; a reader fills them back in, so every row still carries the entity's full state. ``before`` repeats the previous version's
-fields, including its ``op`` and ``v``, so ``undo`` needs no history scan. The last row of
-each operation carries ``end``; an operation without it is torn. From format 2 on, ``end``
-ends with ``crc``: the CRC-32 of the operation's bytes before ``,"crc":`` (``with_checksum``),
-so a changed byte that still reads as JSON is found by ``verify``. docs/log-format.md has
-the full description.
+omitted; a reader fills them back in, so every row still carries the entity's full state.
+``before`` repeats the previous version's fields, including its ``op`` and ``v``, so ``undo``
+needs no history scan. The last row of each operation carries ``end``; an operation without
+it is torn. From format 2 on, ``end`` ends with ``crc``: the CRC-32 of the operation's bytes
+before ``,"crc":`` (``with_checksum``), so a changed byte that still reads as JSON is found
+by ``verify``. docs/log-format.md has the full description.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from kwtree.models import (
 __all__ = [
     "COMPACT_KIND",
     "CRC_KEY",
+    "DECODERS",
     "OpClock",
     "checksum_problem",
-    "DECODERS",
     "decode_operation",
     "encode_compacted",
     "encode_operation",
