@@ -567,10 +567,8 @@ class VectorStore:
         """Rows covered by the persisted index per hnsw.json, if it matches our rows and the
         size of hnsw.bin (the CRC is checked only when loading); else 0."""
         meta = _read_json(self._index_meta_path)
-        if not meta:
-            return 0
-        rows = meta.get("rows")
-        if (not isinstance(rows, int) or not 0 < rows <= len(self._keys)
+        rows = meta.get("rows") if meta else None
+        if (not meta or not isinstance(rows, int) or not 0 < rows <= len(self._keys)
                 or {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows)
                 or meta.get("size") != _file_size(self._index_path)):
             return 0
