@@ -2,7 +2,8 @@
 
 Entities are slotted dataclasses that kwtree never changes after handing them out: every
 write makes a new object, so a value you hold is a consistent snapshot. Treat them as
-read-only; ``metadata`` is a read-only mapping to make the intent plain.
+read-only; ``metadata`` is a read-only mapping to make the intent plain. The four entity
+classes are final: replay and the writes dispatch on an entity's exact type.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, final
 
 __all__ = [
     "DIRECTIONS",
@@ -85,6 +86,7 @@ class AgentOutcome:
         return self.fallback is not None
 
 
+@final
 @dataclass(slots=True, eq=True)
 class Keyword:
     """One node of the tree. ``level`` (root = 0) is derived at replay, never stored.
@@ -109,6 +111,7 @@ class Keyword:
     agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
 
 
+@final
 @dataclass(slots=True, eq=True)
 class Info:
     """A text memory, linked to any number of keywords. ``agent`` is set only on the info
@@ -127,6 +130,7 @@ class Info:
     agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
 
 
+@final
 @dataclass(slots=True, eq=True)
 class Link:
     """Info ↔ keyword. At most one link exists per (info, keyword) pair."""
@@ -141,6 +145,7 @@ class Link:
     op_id: str
 
 
+@final
 @dataclass(slots=True, eq=True)
 class Relation:
     """A directed, typed edge between two keywords; one per (from, to, type)."""

@@ -119,11 +119,11 @@ def _stem(word: str) -> str:
     if not 3 < len(word) <= _MAX_STEM_CHARS or not word.isascii() or not word.isalpha():
         return word
     with _STEMMER_LOCK:
-        found = _english_stemmer().stemWord(word)
+        stem: str = _english_stemmer().stemWord(word)  # snowballstemmer has no types
     if len(_STEMS) >= _STEMS_LIMIT:
         _STEMS.clear()
-    _STEMS[word] = found
-    return found
+    _STEMS[word] = stem
+    return stem
 
 
 def terms(text: str, cjk_singles: bool = False) -> list[str]:

@@ -133,7 +133,8 @@ def public_reads(tree: KeywordTree, keyword_ids: Iterable[str] = (), info_ids: I
             for relation in RelationType:
                 entry[f"infos_{relation.value}"] = [i.id for i in tree.get_infos_of_keyword(kid, relation, 0, PAGE_ALL)]
             entry["relations"] = sorted(
-                (r.from_id, r.to_id, r.type, r.weight, r.reason, r.version) for r in tree.get_relations(kid, direction="both")
+                (r.from_id, r.to_id, r.type, r.weight, r.reason, r.version)
+                for r in tree.get_relations(kid, direction="both")
             )
         reads["keywords"][kid] = entry
     for iid in sorted(iids):
@@ -194,7 +195,8 @@ def _assert_same(what: str, got: Any, expected: Any) -> None:
         raise AssertionError(f"{what} differ at {difference}")
 
 
-def _ids(tree: KeywordTree, keyword_ids: Iterable[str] | None, info_ids: Iterable[str] | None) -> tuple[list[str], list[str]]:
+def _ids(tree: KeywordTree, keyword_ids: Iterable[str] | None,
+         info_ids: Iterable[str] | None) -> tuple[list[str], list[str]]:
     kids, iids = known_ids(tree)
     return list(dict.fromkeys([*kids, *(keyword_ids or ())])), list(dict.fromkeys([*iids, *(info_ids or ())]))
 
@@ -245,7 +247,8 @@ def assert_tree_shape(tree: KeywordTree, keyword_ids: Iterable[str] | None = Non
             assert not child.deleted and child.parent_id == node, (child.id, child.parent_id, node)
             path_ids = [*seen[node], child.id]
             seen[child.id] = path_ids
-            assert [k.id for k in tree.get_path(child.id)] == path_ids, f"get_path({child.id}) disagrees with get_children"
+            assert [k.id for k in tree.get_path(child.id)] == path_ids, (
+                f"get_path({child.id}) disagrees with get_children")
             assert child.level == len(path_ids) - 1, (child.id, child.level, path_ids)
             stack.append(child.id)
     live = {kid for kid in kids if _is_live(tree.get_keyword, kid)}
@@ -333,9 +336,10 @@ def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None =
     and per recall mode the same infos: bm25 the same infos matching the text, vector the same
     infos with the same similarity, hybrid the same infos. ``exact=True`` also compares every
     rank and score and ``context(query)``. ``queries`` default to keyword names and the first
-    words of each info; ``modes`` are the recall modes compared. The copies live in a temporary directory, removed at the end: the
-    tree's own files are never touched. Call it with no write in flight; ``open_options`` go
-    to both opens (e.g. the ``embedder`` the tree uses)."""
+    words of each info; ``modes`` are the recall modes compared. The copies live in a
+    temporary directory, removed at the end: the tree's own files are never touched. Call it
+    with no write in flight; ``open_options`` go to both opens (e.g. the ``embedder`` the tree
+    uses)."""
     options = {"durability": "none", **open_options}
     work = Path(tempfile.mkdtemp(prefix="kwtree-caches-"))
     try:
@@ -550,13 +554,15 @@ def apply_step(tree: KeywordTree, step: Step, keyword_ids: list[str], info_ids: 
         elif action == "merge":
             tree.merge_keywords(pick(keyword_ids, x), pick(keyword_ids, y))
         elif action == "info":
-            info_ids.append(tree.create_info(f"note {WORDS[z % len(WORDS)]} {z}", keyword_ids=[pick(keyword_ids, x)]).id)
+            note = tree.create_info(f"note {WORDS[z % len(WORDS)]} {z}", keyword_ids=[pick(keyword_ids, x)])
+            info_ids.append(note.id)
         elif action == "link":
             tree.link_info(pick(info_ids, x), pick(keyword_ids, y), list(RelationType)[z % 4])
         elif action == "unlink":
             tree.unlink_info(pick(info_ids, x), pick(keyword_ids, y))
         elif action == "relate":
-            tree.relate(pick(keyword_ids, x), pick(keyword_ids, y), ("related_to", "part_of")[z % 2], weight=1.0 + z % 3)
+            tree.relate(pick(keyword_ids, x), pick(keyword_ids, y), ("related_to", "part_of")[z % 2],
+                        weight=1.0 + z % 3)
         elif action == "unrelate":
             tree.unrelate(pick(keyword_ids, x), pick(keyword_ids, y))
         elif action == "delete_info":

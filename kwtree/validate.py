@@ -208,7 +208,8 @@ def check_patch(patch: object, allowed: tuple[str, ...], hint: str) -> Mapping[s
         raise InvalidInputError(f"patch is empty; give at least one of {', '.join(allowed)}")
     unknown = sorted(str(key) for key in patch if key not in allowed)
     if unknown:
-        raise InvalidInputError(f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} ({hint})")
+        raise InvalidInputError(
+            f"patch has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} ({hint})")
     return patch
 
 
@@ -238,13 +239,13 @@ def clean_int(value: object, field: str, minimum: int, maximum: int | None = Non
 def clean_choice(value: object, field: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InvalidInputError(f"{field} must be one of {', '.join(map(repr, choices))}, got {shown(value)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def clean_flag(value: object, field: str) -> bool:
     if type(value) is not bool:
         raise InvalidInputError(f"{field} must be True or False, got {shown(value)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def clean_path(value: object, field: str) -> Path:
@@ -268,6 +269,6 @@ def clean_path(value: object, field: str) -> Path:
 
 def clean_seconds(value: object, field: str) -> float:
     """A duration in seconds: an int or float >= 0 (not a bool)."""
-    if type(value) not in (int, float) or not value >= 0:  # type: ignore[operator]
+    if (type(value) is not int and type(value) is not float) or not value >= 0:
         raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {shown(value)}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import anthropic
 
@@ -213,7 +213,7 @@ def _require(condition: bool, message: str) -> None:
         raise InvalidInputError(message)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -82,4 +82,4 @@ class StubLLMClient:
             raise item
         if callable(item):
             item = item(document)
-        return item  # type: ignore[return-value]
+        return item

@@ -27,10 +27,11 @@ answered something that is not a decision), ``invalid_jump`` (an idx that was no
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -44,8 +45,14 @@ from kwtree.models import ROOT_ID
 __all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader"]
 
 T = TypeVar("T")
-#: Runs a function on the current state under the state's lock and returns its result.
-Reader = Callable[[Callable[[State], T]], T]
+
+
+class Reader(Protocol):
+    """Runs a function on the current state under the state's lock and returns its result."""
+
+    def __call__(self, use: Callable[[State], T], /) -> T: ...
+
+
 #: Why a walk can end in a fallback instead of the navigator's decision.
 FALLBACKS = ("agent_failure", "invalid_jump", "agent_timeout")
 
@@ -107,7 +114,8 @@ class _Fallback(Exception):
 class DescendLoop:
     """The loop with its navigator, MRU cache, text index and counters. Thread-safe."""
 
-    def __init__(self, navigator: Navigator, mru_capacity: int = 128, max_candidates: int = 50, max_rounds: int = 6) -> None:
+    def __init__(self, navigator: Navigator, mru_capacity: int = 128, max_candidates: int = 50,
+                 max_rounds: int = 6) -> None:
         self.navigator = navigator
         self.mru = MRUCache(mru_capacity)
         self.max_candidates = max_candidates
@@ -115,11 +123,12 @@ class DescendLoop:
         self._index = KeywordTextIndex()
         self._index_lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        self._stats: dict[str, Any] = {"descents": 0, "calls": 0, "rounds": 0, "failures": 0, "fallbacks": {}, "outcomes": {}}
+        self._stats: dict[str, Any] = {"descents": 0, "calls": 0, "rounds": 0, "failures": 0,
+                                       "fallbacks": {}, "outcomes": {}}
 
     # --- relevance ---------------------------------------------------------------------------
 
-    def relevance(self, read: Reader[Any], query: str, description: str = "") -> Relevance:
+    def relevance(self, read: Reader, query: str, description: str = "") -> Relevance:
         """The lexical relevance of every keyword to the query, on the current state."""
 
         def score(state: State) -> Relevance:
@@ -129,7 +138,7 @@ class DescendLoop:
 
         return read(score)
 
-    def with_index(self, read: Reader[Any], use: Callable[[State, KeywordTextIndex], T]) -> T:
+    def with_index(self, read: Reader, use: Callable[[State, KeywordTextIndex], T]) -> T:
         """``use(state, index)`` on the current state with the text index in step with it."""
 
         def run(state: State) -> T:
@@ -141,7 +150,7 @@ class DescendLoop:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def descend(self, read: Reader[Any], query: str, intent: str, description: str = "") -> Descent:
+    def descend(self, read: Reader, query: str, intent: str, description: str = "") -> Descent:
         """Walk the tree for ``query`` (a name or a text) with ``intent`` "search" or
         "suggest_parent". Never raises for what the navigator does: failures are fallbacks."""
         assert intent in INTENTS
@@ -151,12 +160,8 @@ class DescendLoop:
         current = ROOT_ID
         try:
             for round_number in range(1, self.max_rounds + 1):
-                candidates, path = read(
-                    lambda state, starts=starts, current=current: (
-                        self._collect(state, starts, relevance),
-                        _path_names(state, current),
-                    )
-                )
+                candidates, path = read(functools.partial(self._view, starts=starts, relevance=relevance,
+                                                          current=current))
                 if not candidates:
                     return self._finish(descent, DescentStatus.MISSING, parent=current, reason="no_candidates")
                 request = RoundRequest(intent, query, description, round_number, path, current, candidates, relevance)
@@ -174,16 +179,19 @@ class DescendLoop:
                 if action == "jump":
                     parents = [c for c in chosen if c.has_children]
                     if len(chosen) > 1 and not parents:
-                        return self._finish(descent, DescentStatus.AMBIGUOUS, ids=[c.id for c in chosen], reason="jumped to leaves")
+                        return self._finish(descent, DescentStatus.AMBIGUOUS, ids=[c.id for c in chosen],
+                                            reason="jumped to leaves")
                     targets = parents or chosen
-                    starts = read(lambda state, targets=targets: _children_of(state, [c.id for c in targets]))
-                    current = read(lambda state, targets=targets: _common_ancestor(state, [c.id for c in targets]))
+                    target_ids = [c.id for c in targets]
+                    starts = read(functools.partial(_children_of, ids=target_ids))
+                    current = read(functools.partial(_common_ancestor, ids=target_ids))
                     continue
                 if action == "match":
                     status = DescentStatus.MATCHED if len(chosen) == 1 else DescentStatus.AMBIGUOUS
                     return self._finish(descent, status, ids=[c.id for c in chosen], reason=_reason(answer), read=read)
                 if action == "ambiguous":
-                    return self._finish(descent, DescentStatus.AMBIGUOUS, ids=[c.id for c in chosen], reason=_reason(answer))
+                    return self._finish(descent, DescentStatus.AMBIGUOUS, ids=[c.id for c in chosen],
+                                        reason=_reason(answer))
                 return self._finish(
                     descent, DescentStatus.MISSING, parent=current, name=suggest_name or query, reason=_reason(answer)
                 )
@@ -203,7 +211,7 @@ class DescendLoop:
         parent: str | None = None,
         name: str | None = None,
         reason: str = "",
-        read: Reader[Any] | None = None,
+        read: Reader | None = None,
     ) -> Descent:
         descent.status = status
         descent.keyword_ids = tuple(dict.fromkeys(ids))
@@ -229,6 +237,11 @@ class DescendLoop:
         recent = [kid for kid in self.mru.snapshot() if state.live_keyword(kid) is not None]
         recent = recent[: self.max_candidates // 2]
         return list(dict.fromkeys([*recent, *state.children.get(ROOT_ID, ())]))
+
+    def _view(self, state: State, starts: list[str], relevance: Relevance,
+              current: str) -> tuple[list[Candidate], list[str]]:
+        """A round's candidates, and the names on the path from the root to ``current``."""
+        return self._collect(state, starts, relevance), _path_names(state, current)
 
     def _collect(self, state: State, starts: list[str], relevance: Relevance) -> list[Candidate]:
         """Breadth first from ``starts``, each node once, at most ``max_candidates``; a level

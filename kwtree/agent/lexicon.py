@@ -272,7 +272,8 @@ class KeywordTextIndex:
         relevance.match_reach = _reach(keywords, relevance.match)
         relevance.parent_reach = _reach(keywords, relevance.parent)
         relevance.match_target = _best(relevance.match_reach, relevance.match)
-        relevance.parent_target = _most_specific(state, relevance.parent, _best(relevance.parent_reach, relevance.parent))
+        best = _best(relevance.parent_reach, relevance.parent)
+        relevance.parent_target = _most_specific(state, relevance.parent, best)
         relevance.match_path = _path_set(state, relevance.match_target[1])
         relevance.parent_path = _path_set(state, relevance.parent_target[1])
         return relevance

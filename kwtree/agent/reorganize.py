@@ -55,8 +55,10 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "op": {"type": "string", "enum": ["merge", "move", "group"]},
-                    "idx": {"type": "integer", "description": "merge: the keyword folded away; move: the keyword moved"},
-                    "target_idx": {"type": "integer", "description": "merge: kept keyword; move: new parent; group: parent"},
+                    "idx": {"type": "integer",
+                            "description": "merge: the keyword folded away; move: the keyword moved"},
+                    "target_idx": {"type": "integer",
+                                   "description": "merge: kept keyword; move: new parent; group: parent"},
                     "name": {"type": "string", "description": "group: the new keyword's name"},
                     "member_idxs": {"type": "array", "items": {"type": "integer"}},
                     "reason": {"type": "string"},
@@ -150,7 +152,8 @@ def _moves(state: State, index: KeywordTextIndex, scope: list[str], skip: set[st
             steps.append({
                 "op": "move", "keyword_id": kid, "new_parent_id": pid,
                 "reason": (f"{keyword.name!r} reads as a kind of {state.keywords[pid].name!r} "
-                           f"(parent score {score:.2f} vs {current:.2f} under {state.keywords[keyword.parent_id].name!r})"),
+                           f"(parent score {score:.2f} vs {current:.2f} "
+                           f"under {state.keywords[keyword.parent_id].name!r})"),
             })
             skip.add(kid)
             break
@@ -179,12 +182,14 @@ def _groups(state: State, scope: list[str], skip: set[str]) -> list[dict[str, An
                 continue
             name = surface[term].most_common(1)[0][0]
             existing = [c for c in children if _stem_key(state.keywords[c].name) == (term,)]
-            reason = f"{len(members)} of the {len(children)} children of {state.keywords[parent_id].name!r} are kinds of {name!r}"
+            reason = (f"{len(members)} of the {len(children)} children of {state.keywords[parent_id].name!r} "
+                      f"are kinds of {name!r}")
             if existing:
                 for member in members:
                     steps.append({"op": "move", "keyword_id": member, "new_parent_id": existing[0], "reason": reason})
             else:
-                steps.append({"op": "group", "parent_id": parent_id, "name": name, "member_ids": members, "reason": reason})
+                steps.append({"op": "group", "parent_id": parent_id, "name": name, "member_ids": members,
+                              "reason": reason})
             skip.update(members)
     return steps
 
@@ -203,7 +208,7 @@ def offline_plan(state: State, index: KeywordTextIndex, scope_id: str) -> list[d
 
 def outline(state: State, scope_id: str) -> list[tuple[str, dict[str, Any]]]:
     """The scope as the LLM sees it, breadth first: (id, {idx, name, path, children})."""
-    rows = []
+    rows: list[tuple[str, dict[str, Any]]] = []
     queue = [scope_id]
     while queue and len(rows) < MAX_OUTLINE:
         kid = queue.pop(0)
@@ -220,11 +225,13 @@ def outline(state: State, scope_id: str) -> list[tuple[str, dict[str, Any]]]:
     return rows
 
 
-def llm_plan(client: LLMClient, rows: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def llm_plan(client: LLMClient, rows: list[tuple[str, dict[str, Any]]],
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """The steps an LLM drafts for an outline, the steps dropped (with why), and the
     request document. Raises whatever the client raises."""
     document = {"intent": "reorganize", "max_children": MAX_CHILDREN, "outline": [row for _, row in rows]}
-    messages = [{"role": "system", "content": PLAN_PROMPT}, {"role": "user", "content": orjson.dumps(document).decode()}]
+    messages = [{"role": "system", "content": PLAN_PROMPT},
+                {"role": "user", "content": orjson.dumps(document).decode()}]
     answer = client.chat(messages, PLAN_SCHEMA)
     ids = [kid for kid, _ in rows]
     steps, dropped = [], []

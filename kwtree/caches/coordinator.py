@@ -21,6 +21,7 @@ is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from th
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -131,7 +132,7 @@ class Indexes:
         # A tree that may not write the shared full-text index searches a private one, in this
         # temporary directory, whenever the shared one does not reflect exactly its state.
         self._private_dir: Path | None = None
-        self._private_cleanup: weakref.finalize | None = None  # removes it, at close or exit
+        self._private_cleanup: weakref.finalize[..., Indexes] | None = None  # removes it, at close or exit
         self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
@@ -145,7 +146,7 @@ class Indexes:
         # (kind, id) -> (entity version, content hash of its text or None): a version is never
         # changed once stored, so its hash is computed once (by the open's repair scan, a
         # write, or a search). Only touched under the state lock.
-        self._digests: dict[EntityKey, tuple[object, str]] = {}
+        self._digests: dict[EntityKey, tuple[object, str | None]] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()  # cuts the worker's wait short (close, wait_indexed)
         self._repaired = threading.Event()  # the open's repair scan has queued what it found
@@ -236,7 +237,7 @@ class Indexes:
         try:
             work = self._unembedded(state, written)
             self.embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
-        except Exception:  # noqa: BLE001 -- the write is committed; the repair scan embeds it later
+        except Exception:  # the write is committed; the repair scan embeds it later
             log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
 
     def _unembedded(self, state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
@@ -288,8 +289,9 @@ class Indexes:
         self._recover_vanished_vectors()
         texts, keys = [], []
         for kind, entity_id, digest in items:
-            text = self._read(lambda state, kind=kind, entity_id=entity_id: entity_text(state, kind, entity_id))
-            if text is not None and content_hash(self._model, text) == digest and not self._vectors.has(entity_id, digest):
+            text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
+            if (text is not None and content_hash(self._model, text) == digest
+                    and not self._vectors.has(entity_id, digest)):
                 texts.append(text)
                 keys.append((entity_id, digest))
         result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
@@ -353,18 +355,19 @@ class Indexes:
         """The worker's first step: the repair scan (retried by run_worker while the disk
         refuses its rows), then loading or building a large store's graph."""
         try:
-            if self._write_locks is not None and not (self._cache / "vectors" / _slug(self._model) / META_FILE).exists():
+            meta = self._cache / "vectors" / _slug(self._model) / META_FILE
+            if self._write_locks is not None and not meta.exists():
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
         except WORKER_ERRORS:
             raise
-        except Exception:  # noqa: BLE001 -- a cache problem must never take the tree down
+        except Exception:  # a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
         self._repaired.set()
         try:
             self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
-        except Exception:  # noqa: BLE001 -- the first search tries again
+        except Exception:  # the first search tries again
             log.exception("could not load the vector graph ahead of the first search")
 
     def reload_vectors(self) -> int:
@@ -407,7 +410,7 @@ class Indexes:
         keys = self._read(ids)
         work = []
         for start in range(0, len(keys), _REPAIR_CHUNK):
-            work += self._read(lambda state, chunk=keys[start : start + _REPAIR_CHUNK]: missing(state, chunk))
+            work += self._read(functools.partial(missing, keys=keys[start : start + _REPAIR_CHUNK]))
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
         if work:
             self._outbox.enqueue(work)
@@ -718,12 +721,12 @@ class Indexes:
             self._thread.join(timeout=30)
         try:
             self._flush()  # for a `kwtree worker`, or the next open
-        except Exception:  # noqa: BLE001 -- the repair scan of the next open finds them
+        except Exception:  # the repair scan of the next open finds them
             log.exception("could not queue the last writes' embeddings on close")
         try:
             # For the next open, and for read-only trees: they search it while it matches their state.
             self._sync_fulltext(only_if_written=True)
-        except Exception:  # noqa: BLE001 -- a cache that cannot be flushed is rebuilt next time
+        except Exception:  # a cache that cannot be flushed is rebuilt next time
             log.exception("could not bring the full-text index up to date on close")
         if self._write_vectors and self._vector_store is not None:
             try:

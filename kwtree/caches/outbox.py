@@ -322,7 +322,7 @@ class Outbox:
         self._check_writable()
         with self._locked():
             now = self.clock()
-            picked = []
+            picked: list[Item] = []
             for entry in self._open.values():
                 if len(picked) >= limit:
                     break
@@ -354,8 +354,9 @@ class Outbox:
             now, rows = self.clock(), []
             for it in items:
                 entry = self._entries.get(it.key)
-                counts = entry is not None and entry.status == "leased" and entry.worker == worker
-                attempt = (entry.item.attempt if counts else it.attempt) + 1
+                lease = entry if entry is not None and entry.status == "leased" and entry.worker == worker else None
+                counts = lease is not None
+                attempt = (lease.item.attempt if lease is not None else it.attempt) + 1
                 delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
                 rows.append({"r": "failed", "item": it.key, "worker": worker, "error": error,
                              "attempt": attempt, "retry_at": now + delay, "ts": now})
@@ -377,7 +378,7 @@ class Outbox:
         """Counts of ``pending`` (claimable now), ``leased`` (live lease), ``failed`` (waiting
         for retry), ``done`` (since the last compaction) and ``dead``, plus ``dead_items``."""
         with self._locked():
-            now, counts = self.clock(), Counter({name: 0 for name in ("pending", "leased", "failed", "done", "dead")})
+            now, counts = self.clock(), Counter(dict.fromkeys(("pending", "leased", "failed", "done", "dead"), 0))
             dead_items = []
             for entry in self._entries.values():
                 if self._claimable(entry, now):
@@ -439,7 +440,7 @@ class Outbox:
 def run_worker(outbox: Outbox, worker: str, process: Callable[[list[Item]], dict[str, str | None]], *,
                batch: int = 64, stop: threading.Event, idle_wait: float = 0.2,
                on_idle: Callable[[], None] | None = None,
-               on_start: Callable[[], None] | None = None,
+               on_start: Callable[[], object] | None = None,
                on_error: Callable[[Exception | None], None] | None = None,
                wake: threading.Event | None = None) -> None:
     """Claim batches and record what ``process`` reports until ``stop`` is set.

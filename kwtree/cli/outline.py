@@ -75,7 +75,7 @@ def load_outline(tree: KeywordTree, path: str | Path) -> LoadedOutline:
     def resolve(ref: object, where: str) -> str:
         if ref not in ids:
             raise InvalidInputError(f"outline {where}: {ref!r} is not the ref of a keyword in this outline")
-        return ids[ref]  # type: ignore[index]
+        return ids[ref]
 
     info_specs = []
     for index, item in enumerate(outline.get("infos", [])):

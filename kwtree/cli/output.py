@@ -25,7 +25,10 @@ from kwtree.models import (
 if TYPE_CHECKING:  # the printers take an open tree; importing the facade is the caller's cost
     from kwtree.facade.tree import KeywordTree
 
-__all__ = ["agent_warning", "line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree", "subtree", "to_json"]
+__all__ = [
+    "agent_warning", "line", "show_detail", "show_hits", "show_plan", "show_search", "show_text", "show_tree",
+    "subtree", "to_json",
+]
 
 
 # --- printing: JSON documents and tab-separated text -------------------------------------------
@@ -129,7 +132,7 @@ def show_tree(tree: KeywordTree, args: argparse.Namespace) -> None:
 
 def subtree(tree: KeywordTree, root_id: str, depth: int | None) -> dict[str, Any]:
     """The keyword and its descendants (``depth`` levels of them) as nested JSON data."""
-    node = to_json(tree.get_keyword(root_id))
+    node: dict[str, Any] = to_json(tree.get_keyword(root_id))  # a keyword becomes a dict
     if depth is None or depth > 0:
         below = None if depth is None else depth - 1
         node["children"] = [subtree(tree, child.id, below) for child in tree.get_children(root_id)]
@@ -157,7 +160,8 @@ def show_search(result: SearchResult) -> None:
         for keyword in result.candidates:
             print(f"  {line(keyword)}")
     else:
-        hint = f"; suggested: {result.suggested_name!r} under {result.suggested_parent_id}" if result.suggested_parent_id else ""
+        hint = (f"; suggested: {result.suggested_name!r} under {result.suggested_parent_id}"
+                if result.suggested_parent_id else "")
         print(f"not found ({result.reason}){hint}{agent}")
 
 

@@ -90,12 +90,14 @@ def run_quickstart(data_dir: Path | None = None, console: Console | None = None)
         for name, description in (("Ramen", "Japanese noodle soup, a favourite food"),
                                   ("Osaka", "a travel destination in Japan")):
             placed = tree.create_keyword(name, description=description)
-            path = " › ".join(k.name for k in tree.get_path(placed.parent_id)[1:])
+            path = " › ".join(k.name for k in tree.get_path(placed.id)[1:-1])  # the path to its parent
             console.print(f"create_keyword({name!r}) with no parent: placed under {escape(path)}")
         memo = tree.create_info("Ravi fixed the billing retries bug during on-call week.", auto_link=True)
         linked = ", ".join(f"{k.name} ({relation.value})" for k, relation in tree.get_keywords_of_info(memo.id))
         console.print(f"create_info(..., auto_link=True) linked it to: {escape(linked)}")
-        decided = tree.history(entity_id=memo.id)[0].audit["agent"]  # type: ignore[index]
+        audit = tree.history(entity_id=memo.id)[0].audit
+        assert audit is not None  # an auto-linked info's operation records the agent's decision
+        decided = audit["agent"]
         console.print(f"[dim]each agent decision is kept with its operation: {len(decided['rounds'])} round(s), "
                       f"navigator {decided['navigator']!r}, outcome {decided['outcome']['status']!r}[/dim]")
 

@@ -8,12 +8,12 @@ One row is one version of one entity, written by orjson with keys in a fixed ord
 
 Fields that hold their default (empty aliases, description, source, reason or metadata,
 ``deleted: false``, no parent, no ``before``, ``updated_at`` equal to ``created_at``) are
-omitted; a reader fills them back in, so every row still carries the entity's full state. ``before`` repeats the previous version's
-fields, including its ``op`` and ``v``, so ``undo`` needs no history scan. The last row of
-each operation carries ``end``; an operation without it is torn. From format 2 on, ``end``
-ends with ``crc``: the CRC-32 of the operation's bytes before ``,"crc":`` (``with_checksum``),
-so a changed byte that still reads as JSON is found by ``verify``. docs/log-format.md has
-the full description.
+omitted; a reader fills them back in, so every row still carries the entity's full state.
+``before`` repeats the previous version's fields, including its ``op`` and ``v``, so ``undo``
+needs no history scan. The last row of each operation carries ``end``; an operation without
+it is torn. From format 2 on, ``end`` ends with ``crc``: the CRC-32 of the operation's bytes
+before ``,"crc":`` (``with_checksum``), so a changed byte that still reads as JSON is found
+by ``verify``. docs/log-format.md has the full description.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -42,9 +42,9 @@ from kwtree.models import (
 __all__ = [
     "COMPACT_KIND",
     "CRC_KEY",
+    "DECODERS",
     "OpClock",
     "checksum_problem",
-    "DECODERS",
     "decode_operation",
     "encode_compacted",
     "encode_operation",
@@ -164,7 +164,11 @@ def _relation_fields(r: Relation, op: str, kind: str | None) -> dict[str, Any]:
     return row
 
 
-_ENCODERS = {
+# The first parameter is Any because each encoder takes only the class it is filed under; the
+# lookup by ``type(entity)`` is what pairs them, which a Callable type cannot say.
+_Encoder: TypeAlias = Callable[[Any, str, str | None], dict[str, Any]]
+
+_ENCODERS: dict[type[Entity], tuple[str, _Encoder]] = {
     Keyword: ("keyword", _keyword_fields),
     Info: ("info", _info_fields),
     Link: ("link", _link_fields),
@@ -385,7 +389,7 @@ def decode_relation(r: dict[str, Any], op_id: str) -> Relation:
     )
 
 
-DECODERS = {
+DECODERS: dict[str, Callable[[dict[str, Any], str], Entity]] = {
     "keyword": decode_keyword,
     "info": decode_info,
     "link": decode_link,

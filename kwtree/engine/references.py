@@ -86,7 +86,7 @@ def retire_dangling(references: Sequence[DanglingReference], stamp: Stamp) -> li
     result, for the state ``references`` were found in)."""
     return [
         retire_link(ref.entity, stamp.op_id) if type(ref.entity) is Link
-        else retire_relation(ref.entity, stamp.op_id)  # type: ignore[arg-type]
+        else retire_relation(ref.entity, stamp.op_id)
         for ref in references
     ]
 
@@ -138,7 +138,7 @@ def _row_key(row: dict[str, object]) -> tuple[object, ...]:
 def _entity_row_key(entity: Link | Relation) -> tuple[object, ...]:
     if type(entity) is Link:
         return ("link", entity.info_id, entity.keyword_id)
-    return ("relation", entity.from_id, entity.to_id, entity.type)  # type: ignore[union-attr]
+    return ("relation", entity.from_id, entity.to_id, entity.type)
 
 
 def _last_rows(dangling: list[DanglingReference],

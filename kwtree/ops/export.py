@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 
@@ -78,6 +78,7 @@ __all__ = [
 EXPORT_VERSION = 1
 EXPORT_FORMATS = ("json", "markdown")
 _BUFFER = 1 << 20
+T = TypeVar("T")
 
 
 # --- collecting a consistent view ---------------------------------------------------------------
@@ -235,9 +236,9 @@ def _write_markdown(data: ExportData, out: IO[bytes], exported_at: float, source
     *also under:* naming the other keywords' paths. Then the relations, then the infos linked
     to no keyword. Metadata and times are only in the JSON export."""
     keywords = {k.id: k for k in data.keywords}
-    children: dict[str, list[Keyword]] = {}
+    children: dict[str | None, list[Keyword]] = {}  # (None never occurs: the root comes first)
     for keyword in data.keywords[1:]:
-        children.setdefault(keyword.parent_id, []).append(keyword)  # type: ignore[arg-type]
+        children.setdefault(keyword.parent_id, []).append(keyword)
     links_of: dict[str, list[Link]] = {}
     keywords_of: dict[str, list[str]] = {}
     for link in data.links:
@@ -250,10 +251,12 @@ def _write_markdown(data: ExportData, out: IO[bytes], exported_at: float, source
         """"A › B › C" without the root (the root's own name for the root); iterative, so a
         tree of any depth works, and memoised along the way."""
         chain: list[str] = []
-        node: str = kid
+        node = kid
         while node not in paths:
             chain.append(node)
-            node = keywords[node].parent_id  # type: ignore[assignment]
+            parent = keywords[node].parent_id
+            assert parent is not None  # only the root has none, and it is in paths
+            node = parent
         found = paths[node]
         prefix = "" if node == ROOT_ID else found + " › "
         for node in reversed(chain):
@@ -328,7 +331,8 @@ class ImportPlan:
 
 
 _TOP_FIELDS = frozenset({"kwtree_export", "exported_at", "last_op_id", "keywords", "infos", "links", "relations"})
-_KEYWORD_FIELDS = frozenset({"id", "name", "aliases", "parent_id", "description", "metadata", "created_at", "updated_at"})
+_KEYWORD_FIELDS = frozenset({"id", "name", "aliases", "parent_id", "description", "metadata",
+                             "created_at", "updated_at"})
 _INFO_FIELDS = frozenset({"id", "content", "source", "metadata", "created_at", "updated_at"})
 _LINK_FIELDS = frozenset({"info_id", "keyword_id", "relation", "created_by", "created_at"})
 _RELATION_FIELDS = frozenset({"from_id", "to_id", "type", "weight", "reason", "created_at"})
@@ -370,7 +374,7 @@ def _json_type(value: object) -> str:
         type(value), "a number")
 
 
-def _check(field: str, clean: Callable[..., Any], *args: Any, **options: Any) -> Any:
+def _check(field: str, clean: Callable[..., T], *args: Any, **options: Any) -> T:
     try:
         return clean(*args, **options)
     except InvalidInputError as exc:
@@ -389,15 +393,15 @@ def _id(value: object, field: str) -> str:
 def _label(value: object, field: str) -> str:
     if type(value) is str and value and value.isprintable() and value.strip() == value:
         return value  # the common case, without clean_label's work
-    return _check(field, clean_label, value, field)  # type: ignore[no-any-return]
+    return _check(field, clean_label, value, field)
 
 
 def _time(value: object, field: str) -> float | None:
     if value is None:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+    if (type(value) is not int and type(value) is not float) or not math.isfinite(value):
         raise _Bad(f".{field} must be a finite number of epoch seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _list(doc: dict[str, Any], name: str, required: bool = False) -> list[Any]:
@@ -405,9 +409,10 @@ def _list(doc: dict[str, Any], name: str, required: bool = False) -> list[Any]:
         if required:
             raise _Bad(f"$ has no {name!r} list")
         return []
-    if type(doc[name]) is not list:
-        raise _Bad(f"$.{name} must be a list, got {_json_type(doc[name])}")
-    return doc[name]
+    found = doc[name]
+    if type(found) is not list:
+        raise _Bad(f"$.{name} must be a list, got {_json_type(found)}")
+    return found
 
 
 def read_export(path: str | os.PathLike[str]) -> ImportPlan:
@@ -626,7 +631,8 @@ def import_changes(plan: ImportPlan, state: State, stamp: Stamp) -> list[Change]
         new_root = Keyword(ROOT_ID, spec["name"], spec["aliases"], None, spec["description"], spec["metadata"],
                            root.version + 1, created, _updated(spec, created), False, op_id)
         fields = ("name", "aliases", "description", "created_at", "updated_at")
-        if any(getattr(new_root, f) != getattr(root, f) for f in fields) or dict(new_root.metadata) != dict(root.metadata):
+        if (any(getattr(new_root, f) != getattr(root, f) for f in fields)
+                or dict(new_root.metadata) != dict(root.metadata)):
             changes.append(Change(new_root, root))
     for spec in plan.keywords:
         created = spec["created_at"] if spec["created_at"] is not None else ts

@@ -86,8 +86,8 @@ def _upgrade(directory: Path) -> Upgrade:
     torn = [f for f in report.findings if f.code == "torn-tail"]
     if torn:
         raise DamagedDirectoryError(
-            f"{directory} ends with a torn operation ({torn[0].location}); run `kwtree repair {directory}` (or open the "
-            f"tree for writing once) to move it to quarantine/, then upgrade", report)
+            f"{directory} ends with a torn operation ({torn[0].location}); run `kwtree repair {directory}` "
+            f"(or open the tree for writing once) to move it to quarantine/, then upgrade", report)
     names = segment_names(directory / LOG_DIR)
     target = logswap.new_log_dir(directory)
     operations = 0

@@ -88,7 +88,8 @@ def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) 
     return [term for term, count in counts.most_common(FEEDBACK_TERMS) if count >= 2]
 
 
-def merge_rankings(first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]], weight: float) -> list[tuple[str, float]]:
+def merge_rankings(first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]],
+                   weight: float) -> list[tuple[str, float]]:
     """One ranking from two of the same retriever (reciprocal rank fusion, ``second``
     weighted), each id keeping its score from ``first`` when it has one."""
     fused: dict[str, float] = {}
@@ -222,7 +223,8 @@ def fuse(
     if weights.thread > 0:
         neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0])
         joining = {n for near in neighbours.values() for n in near if n not in own}
-        joining = {iid for iid in joining if state.live_info(iid) is not None and _allowed(state, iid, subtree, relation)}
+        joining = {iid for iid in joining
+                   if state.live_info(iid) is not None and _allowed(state, iid, subtree, relation)}
         own.update(dict.fromkeys(joining, 0.0))
         neighbours.update(_neighbours(state, joining))
         threads = {iid: weights.thread * sum(own.get(n, 0.0) for n in neighbours.get(iid, ())) for iid in own}

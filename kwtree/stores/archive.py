@@ -22,7 +22,7 @@ import re
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import orjson
 
@@ -112,7 +112,8 @@ def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
     if type(found) is not int or found < 1:
         raise FormatError(f"{bad} bad snapshot format {found!r}")
     if found > SNAPSHOT_FORMAT:
-        raise FormatError(f"{archive} was written by a newer kwtree (snapshot format {found}); upgrade kwtree to restore it")
+        raise FormatError(f"{archive} was written by a newer kwtree (snapshot format {found}); "
+                          "upgrade kwtree to restore it")
     tree_format = header.get("tree_format")
     if type(tree_format) is not int or not OLDEST_FORMAT <= tree_format <= FORMAT_VERSION:
         raise FormatError(f"{archive} holds a tree of format {tree_format!r}; "
@@ -129,11 +130,13 @@ def _check_header(archive: Path, raw: bytes) -> dict[str, Any]:
     names = []
     for entry in members:
         if (type(entry) is not dict or type(entry.get("name")) is not str or type(entry.get("size")) is not int
-                or entry["size"] < 0 or not isinstance(entry.get("sha256"), str) or not _DIGEST.fullmatch(entry["sha256"])):
+                or entry["size"] < 0 or not isinstance(entry.get("sha256"), str)
+                or not _DIGEST.fullmatch(entry["sha256"])):
             raise FormatError(f"{bad} bad member entry {entry!r}")
         names.append(entry["name"])
     segments = names[1:]
-    if names[0] != MANIFEST_NAME or not all(_SEGMENT_MEMBER.fullmatch(n) for n in segments) or segments != sorted(set(segments)):
+    if (names[0] != MANIFEST_NAME or not all(_SEGMENT_MEMBER.fullmatch(n) for n in segments)
+            or segments != sorted(set(segments))):
         raise FormatError(f"{bad} its member list is not {MANIFEST_NAME} then distinct log segments in order")
     return header
 
@@ -193,7 +196,8 @@ def _check_room(archive: Path, header: Mapping[str, Any], staging: Path) -> None
 def extract(archive: Path, staging: Path) -> dict[str, Any]:
     """Check the archive member by member into ``staging``; returns its header."""
     try:
-        tar = tarfile.open(archive, mode="r:")
+        # Opened apart from the `with tar:` below so that only the open's TarError is translated.
+        tar = tarfile.open(archive, mode="r:")  # noqa: SIM115
     except tarfile.TarError as exc:
         raise FormatError(f"{archive} is not a kwtree snapshot (not an uncompressed tar archive: {exc})") from None
     try:
@@ -204,12 +208,13 @@ def extract(archive: Path, staging: Path) -> dict[str, Any]:
             _check_member(archive, first)
             if first.size > _HEADER_LIMIT:
                 raise FormatError(f"{archive}: {SNAPSHOT_MANIFEST} is implausibly large ({first.size} bytes)")
-            raw = os.pread(tar.fileobj.fileno(), first.size, first.offset_data)  # type: ignore[union-attr]
+            # tarfile.open(path) reads through a real file; typeshed's protocol for it lacks fileno().
+            source = cast(BinaryIO, tar.fileobj).fileno()
+            raw = os.pread(source, first.size, first.offset_data)
             if len(raw) != first.size:
                 raise FormatError(f"{archive} is truncated: it ends inside {SNAPSHOT_MANIFEST}")
             header = _check_header(archive, raw)
             _check_room(archive, header, staging)
-            source = tar.fileobj.fileno()  # type: ignore[union-attr]
             file_mode = PRIVATE_FILE_MODE  # until the archived manifest says which
             for entry in header["members"]:
                 member = tar.next()

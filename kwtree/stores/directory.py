@@ -63,7 +63,8 @@ def open_error(directory: Path, exc: OSError) -> InvalidInputError | StorageErro
     reason = exc.strerror or str(exc)
     where = exc.filename if exc.filename is not None else directory
     if exc.errno in _BAD_PATH_ERRNOS:
-        return InvalidInputError(f"data_dir {directory} cannot be a kwtree directory: {reason} ({where}); pass another path")
+        return InvalidInputError(
+            f"data_dir {directory} cannot be a kwtree directory: {reason} ({where}); pass another path")
     return StorageError(f"cannot open or create the tree in {directory}: {reason} ({where}); "
                         f"check the permissions and free space there")
 

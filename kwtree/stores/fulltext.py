@@ -24,6 +24,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import cast
 
 import orjson
 import tantivy
@@ -61,6 +62,16 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("key", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("text", tokenizer_name="whitespace", index_option="freq")
     return builder.build()
+
+
+def _stored_key(searcher: tantivy.Searcher, address: tantivy.DocAddress) -> str:
+    """The "<kind>:<id>" of the document at ``address``; every document is added with one."""
+    return cast(str, searcher.doc(address).get_first("key"))
+
+
+def _count(result: tantivy.SearchResult) -> int:
+    """The number of matches of a search made with ``count=True``."""
+    return int(result.count)  # type: ignore[attr-defined]  # tantivy 0.27's stub omits SearchResult.count
 
 
 class FullTextIndex:
@@ -329,7 +340,7 @@ class FullTextIndex:
         ]
         hits = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False).hits
         cut = len(kind) + 1
-        return [(searcher.doc(address).get_first("key")[cut:], score) for score, address in hits]
+        return [(_stored_key(searcher, address)[cut:], score) for score, address in hits]
 
     def count(self, kind: str) -> int:
         """The number of documents of ``kind`` (pending changes are committed first)."""
@@ -338,7 +349,7 @@ class FullTextIndex:
         if searcher is None:
             return 0
         query = tantivy.Query.term_query(self._schema, "kind", kind)
-        return int(searcher.search(query, 1, count=True).count)
+        return _count(searcher.search(query, 1, count=True))
 
     def all_keys(self, kind: str) -> list[str]:
         """The stored key of every live document of ``kind``."""
@@ -347,11 +358,11 @@ class FullTextIndex:
         if searcher is None:
             return []
         query = tantivy.Query.term_query(self._schema, "kind", kind)
-        found = searcher.search(query, 1, count=True).count
+        found = _count(searcher.search(query, 1, count=True))
         if not found:
             return []
         hits = searcher.search(query, found).hits
-        return [searcher.doc(address).get_first("key") for _, address in hits]
+        return [_stored_key(searcher, address) for _, address in hits]
 
     def matching(self, kind: str, words: list[str], entity_id: str | None = None) -> int:
         """How many live documents of ``kind`` (only ``entity_id``'s, if given) hold every
@@ -360,11 +371,12 @@ class FullTextIndex:
         searcher = self._current_searcher()
         if searcher is None:
             return 0
-        clauses = [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "kind", kind))]
+        must, term = tantivy.Occur.Must, tantivy.Query.term_query
+        clauses = [(must, term(self._schema, "kind", kind))]
         if entity_id is not None:
-            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "key", self._key(kind, entity_id))))
-        clauses += [(tantivy.Occur.Must, tantivy.Query.term_query(self._schema, "text", prefix + word)) for word in words]
-        return int(searcher.search(tantivy.Query.boolean_query(clauses), 1, count=True).count)
+            clauses.append((must, term(self._schema, "key", self._key(kind, entity_id))))
+        clauses += [(must, term(self._schema, "text", prefix + word)) for word in words]
+        return _count(searcher.search(tantivy.Query.boolean_query(clauses), 1, count=True))
 
     def close(self) -> None:
         """Commit pending changes (keeping the watermark) and release everything."""

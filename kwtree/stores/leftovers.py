@@ -34,7 +34,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # pragma: no cover - platforms without fcntl keep their leftovers
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module or None; each use checks for None
 
 __all__ = [
     "ARCHIVE_MAGIC", "ASIDE_TAG", "STAGING_TAG", "archive_tmp_name", "hold", "let_go", "lock_open_file",

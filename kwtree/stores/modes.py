@@ -23,7 +23,7 @@ __all__ = ["apply_file_mode"]
 
 
 def _owned(name: str) -> bool:
-    return name in KWTREE_ENTRIES or name == LOCK_NAME or name == LOG_DIR or name.startswith(f"{LOG_DIR}.")
+    return name in KWTREE_ENTRIES or name in (LOCK_NAME, LOG_DIR) or name.startswith(f"{LOG_DIR}.")
 
 
 def _chmod_tree(path: Path, file_mode: int) -> None:

@@ -23,6 +23,7 @@ place by renames, keeping the old one aside until the caller has opened the new 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import hashlib
@@ -126,9 +127,11 @@ def clean_target(directory: Path, path: object) -> Path | None:
             f"(a restore replaces that directory); the default is beside it"
         )
     if os.path.lexists(target):
-        raise InvalidInputError(f"{target} already exists: a snapshot never overwrites a file; delete it or pass another path")
+        raise InvalidInputError(f"{target} already exists: a snapshot never overwrites a file; "
+                                "delete it or pass another path")
     if not target.parent.is_dir():
-        raise NotFoundError(f"cannot write the snapshot {target}: directory {target.parent} does not exist; create it first")
+        raise NotFoundError(f"cannot write the snapshot {target}: directory {target.parent} does not exist; "
+                            "create it first")
     return target
 
 
@@ -384,10 +387,8 @@ def _stream(segment: _Segment, out: int) -> str:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 # --- restoring: staging and checking the archive's log -------------------------------------------
@@ -455,7 +456,8 @@ def target_replaces(data_dir: Path) -> bool:
     cwd = Path.cwd().resolve()
     home = data_dir.resolve()
     if cwd == home or home in cwd.parents:
-        raise InvalidInputError(f"cannot restore into {data_dir}: it holds the working directory; change to another directory first")
+        raise InvalidInputError(f"cannot restore into {data_dir}: it holds the working directory; "
+                                "change to another directory first")
     entries = os.listdir(data_dir)
     if not entries:
         return False
@@ -544,11 +546,12 @@ def discard(directory: Path) -> None:
         leftovers.let_go(directory)
 
 
-def summary(header: Mapping[str, Any], data_dir: Path, snapshot: object, *, replaced: bool) -> dict[str, Any]:
+def summary(header: Mapping[str, Any], data_dir: Path, snapshot: str | os.PathLike[str], *,
+            replaced: bool) -> dict[str, Any]:
     """What a restore reports: where, from what, the watermark, counts and bytes."""
     return {
         "data_dir": str(data_dir),
-        "snapshot": os.fspath(snapshot),  # type: ignore[arg-type]
+        "snapshot": os.fspath(snapshot),
         "last_op_id": header["last_op_id"],
         **{key: header["counts"][key] for key in COUNT_KEYS},
         "bytes": sum(entry["size"] for entry in header["members"]),

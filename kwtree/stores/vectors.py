@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import filelock
 import hnswlib
@@ -119,7 +119,7 @@ class VectorStoreStats:
     persisted_rows: int  # rows covered by the hnsw.bin this process last loaded or saved
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None if it is missing or not an object."""
     try:
         value = orjson.loads(path.read_bytes())
@@ -295,7 +295,7 @@ class VectorStore:
 
     # --- opening and reading --------------------------------------------------------------
 
-    def _check_meta(self, meta: dict | None) -> bool:
+    def _check_meta(self, meta: dict[str, Any] | None) -> bool:
         """True if ``meta`` is a valid format-1 meta of this model and dim; raises on a mismatch."""
         if meta is None or meta.get("format") != FORMAT:
             return False
@@ -558,7 +558,7 @@ class VectorStore:
                 log.warning("%s", exc)
         return index
 
-    def _index_meta(self, rows: int) -> dict:
+    def _index_meta(self, rows: int) -> dict[str, Any]:
         return {"format": INDEX_FORMAT, "model": self.model, "dim": self.dim, "rows": rows,
                 "space": HNSW_SPACE, "M": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION,
                 "last_key": list(self._keys[rows - 1]) if rows else None}
@@ -568,7 +568,7 @@ class VectorStore:
         size of hnsw.bin (the CRC is checked only when loading); else 0."""
         meta = _read_json(self._index_meta_path)
         rows = meta.get("rows") if meta else None
-        if (not isinstance(rows, int) or not 0 < rows <= len(self._keys)
+        if (not meta or not isinstance(rows, int) or not 0 < rows <= len(self._keys)
                 or {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows)
                 or meta.get("size") != _file_size(self._index_path)):
             return 0
@@ -606,6 +606,7 @@ class VectorStore:
             log.warning("vector cache %s: not using the persisted index: %s; rebuilding it from "
                         "the vectors", self.directory, problem)
             return None
+        assert isinstance(rows, int)  # no problem means rows checked out above
         self._loaded_rows = self._persisted_rows = rows
         return index
 

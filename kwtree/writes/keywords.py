@@ -84,7 +84,8 @@ def _new_keyword(
     stamp: Stamp, kid: str, name: str, parent: Keyword, aliases: tuple[str, ...], description: str, metadata: Any
 ) -> Keyword:
     ts = stamp.timestamp
-    return Keyword(kid, name, aliases, parent.id, description, metadata, 1, ts, ts, False, stamp.op_id, parent.level + 1)
+    return Keyword(kid, name, aliases, parent.id, description, metadata, 1, ts, ts, False, stamp.op_id,
+                   parent.level + 1)
 
 
 def create_keyword(
@@ -116,7 +117,8 @@ def update_keyword(state: State, stamp: Stamp, keyword_id: object, patch: object
     if "name" in patch:
         name, new_key = clean_name_key(patch["name"])
         if new_key != key:
-            _check_unique_sibling(state, state.keywords[keyword.parent_id], new_key, exclude=keyword.id)  # type: ignore[index]
+            assert keyword.parent_id is not None  # only the root has none, and its rename was refused above
+            _check_unique_sibling(state, state.keywords[keyword.parent_id], new_key, exclude=keyword.id)
         key = new_key
     aliases = clean_aliases(patch.get("aliases", keyword.aliases), key)
     description = (
@@ -247,11 +249,13 @@ def delete_keyword(
         )
     ]
     if policy == "reattach":
-        parent_id: str = keyword.parent_id  # type: ignore[assignment]
+        parent_id = keyword.parent_id
+        assert parent_id is not None  # only the root has none, and its deletion was refused above
         for info_id in orphans:
             existing = state.links.get((info_id, parent_id))
             version = existing.version + 1 if existing is not None else 1
-            link = Link(info_id, parent_id, affected[info_id], stamp.actor, stamp.timestamp, False, version, stamp.op_id)
+            link = Link(info_id, parent_id, affected[info_id], stamp.actor, stamp.timestamp, False, version,
+                        stamp.op_id)
             changes.append(Change(link, existing))
     elif policy == "delete":
         for info_id in orphans:

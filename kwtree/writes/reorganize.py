@@ -41,7 +41,8 @@ _OPTIONAL = {"merge": ("reason",), "move": ("reason",), "group": ("reason", "des
 def clean_plan(plan: object) -> list[dict[str, Any]]:
     """The plan's steps, checked for shape (not yet against the tree)."""
     if not isinstance(plan, Mapping):
-        raise InvalidInputError(f"plan must be a dict with a 'steps' list (as reorganize() returns), got {type(plan).__name__}")
+        raise InvalidInputError(
+            f"plan must be a dict with a 'steps' list (as reorganize() returns), got {type(plan).__name__}")
     steps = plan.get("steps")
     if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
         raise InvalidInputError("plan['steps'] must be a list of steps")
@@ -100,10 +101,10 @@ def _step_changes(state: State, stamp: Stamp, step: dict[str, Any]) -> list[Chan
         state, stamp, step["name"], parent, None, step.get("description", ""), None
     )
     _put(state, created)
-    group = created[0].after
+    group_id = created[0].key  # the new keyword's id
     changes = list(created)
     for member in step["member_ids"]:
-        moved = keyword_commands.move_keyword(state, stamp, member, group.id)  # type: ignore[union-attr]
+        moved = keyword_commands.move_keyword(state, stamp, member, group_id)
         _put(state, moved)
         changes.extend(moved)
     return changes

@@ -24,27 +24,26 @@ __all__ = ["check_consistent", "current_of", "undo"]
 
 def current_of(state: State, entity: Entity) -> Entity | None:
     """The stored version (live or tombstone) of the entity ``entity`` is a version of."""
-    kind = type(entity)
-    if kind is Keyword:
-        return state.keywords.get(entity.id)  # type: ignore[union-attr]
-    if kind is Info:
-        return state.infos.get(entity.id)  # type: ignore[union-attr]
-    if kind is Link:
-        return state.links.get((entity.info_id, entity.keyword_id))  # type: ignore[union-attr]
-    return state.relations.get((entity.from_id, entity.to_id, entity.type))  # type: ignore[union-attr]
+    if type(entity) is Keyword:
+        return state.keywords.get(entity.id)
+    if type(entity) is Info:
+        return state.infos.get(entity.id)
+    if type(entity) is Link:
+        return state.links.get((entity.info_id, entity.keyword_id))
+    return state.relations.get((entity.from_id, entity.to_id, entity.type))
 
 
 def _restore(target: Entity, current: Entity, op_id: str, timestamp: float) -> Entity:
-    fields: dict[str, object] = {"version": current.version + 1, "op_id": op_id}
+    version = current.version + 1
     if type(target) is Keyword or type(target) is Info:
-        fields["updated_at"] = timestamp
-    return dataclasses.replace(target, **fields)  # type: ignore[type-var]
+        return dataclasses.replace(target, version=version, op_id=op_id, updated_at=timestamp)
+    return dataclasses.replace(target, version=version, op_id=op_id)
 
 
 def _same_state(a: Entity, b: Entity) -> bool:
     """Equal apart from bookkeeping (version, writer, update time, derived level)."""
     ignore = {"version", "op_id", "updated_at", "level"}
-    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in ignore)  # type: ignore[arg-type]
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in ignore)
 
 
 def undo(state: State, op: Operation, op_id: str, timestamp: float, force: bool) -> list[Change]:
@@ -87,26 +86,31 @@ def in_apply_order(state: State, changes: list[Change]) -> list[Change]:
     restored under; then links, relations and infos; then keywords that end deleted,
     deepest first. (Undoing an operation backwards is not enough: after a forced undo of
     an earlier operation, a child's row can come before the row that revives its parent.)"""
-    live = {c.after.id: c for c in changes if type(c.after) is Keyword and not c.after.deleted}
-    depth: dict[str, int] = {}
+    live: dict[str, Change] = {}  # the keywords that end live, and the parent each ends under
+    parents: dict[str, str | None] = {}
+    for c in changes:
+        if type(c.after) is Keyword and not c.after.deleted:
+            live[c.after.id] = c
+            parents[c.after.id] = c.after.parent_id
+    depth: dict[str | None, int] = {}
 
-    def depth_in_result(kid: str) -> int:
+    def depth_in_result(kid: str | None) -> int:
         """Depth among the keywords this undo restores (a keyword outside them counts 0)."""
         path: list[str] = []
-        while kid in live and kid not in depth and kid not in path:  # (a cycle stops the walk;
+        while kid in parents and kid not in depth and kid not in path:  # (a cycle stops the walk;
             path.append(kid)  # check_consistent reports it)
-            kid = live[kid].after.parent_id  # type: ignore[assignment,union-attr]
+            kid = parents[kid]
         below = depth.get(kid, 0)
         for node in reversed(path):
             below += 1
             depth[node] = below
         return below
 
-    restored = sorted(live.values(), key=lambda c: depth_in_result(c.after.id))  # type: ignore[union-attr]
-    deleted = [c for c in changes if type(c.after) is Keyword and c.after.deleted]
-    deleted.sort(key=lambda c: -state.keywords[c.after.id].level)  # type: ignore[union-attr]
+    restored = [live[kid] for kid in sorted(live, key=depth_in_result)]
+    deleted = [(c.after.id, c) for c in changes if type(c.after) is Keyword and c.after.deleted]
+    deleted.sort(key=lambda pair: -state.keywords[pair[0]].level)
     others = [c for c in changes if type(c.after) is not Keyword]
-    return [*restored, *others, *deleted]
+    return [*restored, *others, *(c for _, c in deleted)]
 
 
 def _retire_dependents(state: State, changes: list[Change], op_id: str) -> list[Change]:
@@ -176,7 +180,7 @@ def check_consistent(state: State, changes: list[Change], context: str) -> None:
                 f"which is no longer live"
             )
         seen = {kid}
-        current = keyword.parent_id
+        current: str | None = keyword.parent_id
         while current is not None:
             if current in seen:
                 raise InvalidInputError(f"{context}: keyword {keyword.name!r} ({kid}) would become its own ancestor")
@@ -189,6 +193,8 @@ def check_consistent(state: State, changes: list[Change], context: str) -> None:
         if type(after) is Link:
             info = infos.get(after.info_id) or state.infos.get(after.info_id)
             if info is None or info.deleted or not keyword_live(after.keyword_id):
-                raise InvalidInputError(f"{context}: link {entity_key(after)} would join an entity that is no longer live")
+                raise InvalidInputError(
+                    f"{context}: link {entity_key(after)} would join an entity that is no longer live")
         elif type(after) is Relation and not (keyword_live(after.from_id) and keyword_live(after.to_id)):
-            raise InvalidInputError(f"{context}: relation {entity_key(after)} would join a keyword that is no longer live")
+            raise InvalidInputError(
+                f"{context}: relation {entity_key(after)} would join a keyword that is no longer live")
