@@ -23,7 +23,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -43,6 +43,7 @@ __all__ = [
     "COMPACT_KIND",
     "CRC_KEY",
     "OpClock",
+    "Stamp",
     "checksum_problem",
     "DECODERS",
     "decode_operation",
@@ -60,6 +61,14 @@ _RELATIONS = {member.value: member for member in RelationType}
 def is_op_id(value: object) -> bool:
     """True if ``value`` has the form of an operation id (32 lowercase hex digits)."""
     return isinstance(value, str) and len(value) == OP_ID_LENGTH and _HEX.issuperset(value)
+
+
+class Stamp(NamedTuple):
+    """Identity of the operation being decided: every entity it writes carries these."""
+
+    op_id: str
+    timestamp: float
+    actor: str
 
 
 class OpClock:
