@@ -49,7 +49,7 @@ from kwtree.normalize import normalize_name
 from kwtree.ops.compaction import CompactionReport
 from kwtree.ops.repair import repair_directory
 from kwtree.ops.verify import Finding, Report, verify_directory
-from kwtree.stores.snapshot import restore
+from kwtree.ops.restore import restore
 
 __version__ = "0.1.0"
 

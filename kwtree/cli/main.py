@@ -58,7 +58,7 @@ from kwtree.ops.repair import repair_directory
 from kwtree.ops.upgrade import upgrade_directory
 from kwtree.ops.verify import Report, verify_directory
 from kwtree.stores.manifest import MANIFEST_NAME
-from kwtree.stores.snapshot import restore
+from kwtree.ops.restore import restore
 from kwtree.writes.keywords import INFO_POLICIES
 
 __all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
