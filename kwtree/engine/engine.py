@@ -114,7 +114,12 @@ class Engine:
         self._actor = actor
         self._limits = limits
         self._mutex = threading.Lock()  # serialises this process's writes and refreshes
-        self._state_lock = threading.Lock()  # readers never see half of an applied operation
+        #: Held while an operation is applied to the state: a reader holding it never sees
+        #: half of one. (A plain attribute, never rebound: reads take it on their hot path.)
+        self.state_lock = threading.Lock()
+        #: The current State. Read it under ``state_lock`` (or use ``read``); only the engine
+        #: rebinds it, and only under ``exclusive()``. (A plain attribute: reads are hot.)
+        self.state: State
         self._clock = OpClock()
         self._listeners: list[CommitListener] = []
         self._closed = True  # until the open below succeeds
@@ -149,7 +154,7 @@ class Engine:
             collecting = gc.isenabled()
             gc.disable()  # replay allocates millions of objects that never form cycles
             try:
-                state = follow(events, State(), self._bound, self._state_lock, at_open=True)
+                state = follow(events, State(), self._bound, self.state_lock, at_open=True)
             finally:
                 if collecting:
                     gc.enable()
@@ -159,7 +164,7 @@ class Engine:
             raise
         assert events is not None
         self._file_mode = manifest.file_mode
-        self._lock, self._log, self._state = lock, events, state
+        self._lock, self._log, self.state = lock, events, state
         self._observe_clock()
         self._closed = False
         # Descriptors are released even if the owner never closes the engine (but only
@@ -209,7 +214,7 @@ class Engine:
         self._open(None, None)
         if check is not None:
             try:
-                check(self._state)
+                check(self.state)
             except BaseException:
                 self.release()
                 raise
@@ -243,18 +248,6 @@ class Engine:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def state(self) -> State:
-        """The current State. Read it under ``state_lock`` (or use ``read``); it changes only
-        under ``exclusive()``."""
-        return self._state
-
-    @property
-    def state_lock(self) -> threading.Lock:
-        """Held while an operation is applied to the state: a reader holding it never sees
-        half of one."""
-        return self._state_lock
-
     def check_open(self) -> None:
         """Raise ClosedError once the engine is closed."""
         if self._closed:
@@ -271,18 +264,18 @@ class Engine:
 
     def read(self, read: Callable[[State], T]) -> T:
         """``read`` applied to the current state under the state lock."""
-        with self._state_lock:
-            return read(self._state)
+        with self.state_lock:
+            return read(self.state)
 
     def _follow(self) -> State:
         """Apply what other processes appended (the caller holds the mutex) and let the
         clock see it, so the next op id is greater than every id in the log."""
-        self._state = follow(self._log, self._state, None, self._state_lock, at_open=False)
+        self.state = follow(self._log, self.state, None, self.state_lock, at_open=False)
         self._observe_clock()
-        return self._state
+        return self.state
 
     def _observe_clock(self) -> None:
-        state = self._state
+        state = self.state
         if state.last_op_id is not None:
             self._clock.observe(state.last_op_id, state.last_timestamp)
 
@@ -293,7 +286,7 @@ class Engine:
         if self._bound is not None:
             return 0
         with self._mutex:
-            before = self._state.op_count
+            before = self.state.op_count
             return self._follow().op_count - before
 
     def catch_up_locked(self) -> State:
@@ -315,7 +308,7 @@ class Engine:
         if self._bound is None and self._log.rewritten():
             self.catch_up()
         timestamp = self._bound.timestamp if self._bound is not None else None
-        bound = Bound(op_id=self._state.last_op_id, timestamp=timestamp)
+        bound = Bound(op_id=self.state.last_op_id, timestamp=timestamp)
         return read_history(self.read_segments(), entity_id, limit, bound)
 
     def find_operation(self, op_id: str) -> Operation | None:
@@ -335,32 +328,63 @@ class Engine:
         self.check_open()
         with self._mutex:
             self.check_open()
-            yield self._state
+            yield self.state
+
+    def _begin_write(self, *, catch_up: bool) -> State:
+        """The preamble of every write: take this process's write mutex, then the directory's
+        writer lock, then (``catch_up``) apply what other processes appended; returns the
+        state. ClosedError, ReadOnlyError, LockTimeoutError, CorruptLogError; on failure
+        nothing is held. ``_end_write`` releases. (Plain calls, not a generator context: a
+        commit pays this on every write.)"""
+        self.check_writable()
+        self._mutex.acquire()
+        try:
+            self.check_writable()
+            assert self._lock is not None
+            self._lock.acquire()
+            try:
+                return self._follow() if catch_up else self.state
+            except BaseException:
+                self._lock.release()
+                raise
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def _end_write(self) -> None:
+        assert self._lock is not None
+        try:
+            self._lock.release()
+        finally:
+            self._mutex.release()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[State]:
         """The write mutex, then the directory's writer lock: no other writer, in this
         process or another, writes meanwhile. Nothing is caught up (``writing`` does that).
         ClosedError, ReadOnlyError, LockTimeoutError."""
-        self.check_writable()
-        with self._mutex:
-            self.check_writable()
-            assert self._lock is not None
-            with self._lock:
-                yield self._state
+        state = self._begin_write(catch_up=False)
+        try:
+            yield state
+        finally:
+            self._end_write()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[State]:
         """``locked()``, with the operations other processes appended applied first: the
         yielded state is the directory's latest. CorruptLogError if the log is damaged."""
-        with self.locked():
-            yield self._follow()
+        state = self._begin_write(catch_up=True)
+        try:
+            yield state
+        finally:
+            self._end_write()
 
     def commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
         """Decide, write and apply one operation of ``kind``; None when ``decide`` returns no
         changes (nothing is written). Durable on return when the engine is. Whatever raises
         (the decider, LimitExceededError, the disk) leaves the log and the state as they were."""
-        with self.writing() as state:
+        state = self._begin_write(catch_up=True)  # what ``writing()`` does, without its generator
+        try:
             op_id, timestamp = self._clock.next()
             changes = decide(state, Stamp(op_id, timestamp, self._actor))
             if not changes:
@@ -368,10 +392,12 @@ class Engine:
             self._limits.check_changes(changes)
             op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
             self._log.append(encode_operation(op), op_id, sync=self._durable)
-            with self._state_lock:
+            with self.state_lock:
                 apply(state, op)
             for listener in self._listeners:
                 listener(op, state)
+        finally:
+            self._end_write()
         return op
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -416,7 +442,7 @@ class Engine:
         logswap.swap_in(self._dir)
         self._log.reattach()
         self._log.seek_end()
-        self._state = rebuilt
+        self.state = rebuilt
         return size
 
     def _write_generation(self, operations: Iterable[tuple[str, bytes]],

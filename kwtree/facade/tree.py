@@ -276,55 +276,61 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def get_keyword(self, keyword_id: str) -> Keyword:
         """The live keyword; NotFoundError if the id is unknown or deleted."""
-        self._check_open()
-        with self._engine.state_lock:
-            return require_keyword(self._engine.state, keyword_id)
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            return require_keyword(engine.state, keyword_id)
 
     def get_children(self, keyword_id: str) -> list[Keyword]:
         """Live children, in the order they arrived under this keyword."""
-        self._check_open()
-        with self._engine.state_lock:
-            state = self._engine.state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             return [state.keywords[cid] for cid in state.children.get(keyword.id, ())]
 
     def get_path(self, keyword_id: str) -> list[Keyword]:
         """The keywords from the root down to this one (root first, the keyword last)."""
-        self._check_open()
-        with self._engine.state_lock:
-            state = self._engine.state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             return [state.keywords[kid] for kid in state.ancestry(keyword.id)]
 
     def find_keywords(self, name: str) -> list[Keyword]:
         """Live keywords whose name or an alias equals ``name`` after normalisation
         (case, width, punctuation and spacing ignored), oldest match first."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         text, key = clean_name_key(name)
         self._limits.check_text("name", text, "query_bytes")
-        with self._engine.state_lock:
-            state = self._engine.state
+        with engine.state_lock:
+            state = engine.state
             return [state.keywords[kid] for kid in state.lookup_names(key)]
 
     # --- info, link and relation reads -------------------------------------------------------
 
     def get_info(self, info_id: str) -> Info:
         """The live info; NotFoundError if the id is unknown or deleted."""
-        self._check_open()
-        with self._engine.state_lock:
-            return require_info(self._engine.state, info_id)
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            return require_info(engine.state, info_id)
 
     def get_infos_of_keyword(
         self, keyword_id: str, relation: RelationType | str | None = None, page: int = 0, size: int = 50
     ) -> list[Info]:
         """Live infos linked to the keyword (optionally by one relation type), in link
         order, ``size`` per page starting at page 0."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         kind = None if relation is None else clean_relation_type(relation)
         clean_int(page, "page", 0)
         clean_int(size, "size", 1, 10_000)
-        with self._engine.state_lock:
-            state = self._engine.state
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             skip, found = page * size, []
             for info_id, link in state.infos_by_keyword.get(keyword.id, {}).items():
@@ -343,9 +349,10 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def get_keywords_of_info(self, info_id: str) -> list[tuple[Keyword, RelationType]]:
         """The live keywords the info is linked to, each with the link's relation type."""
-        self._check_open()
-        with self._engine.state_lock:
-            state = self._engine.state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             info = require_info(state, info_id)
             result = []
             for kid in state.keywords_by_info.get(info.id, ()):
@@ -356,11 +363,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def get_relations(self, keyword_id: str, type: str | None = None, direction: str = "out") -> list[Relation]:
         """Live relations of the keyword between live keywords: outgoing, incoming or both."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         kind = None if type is None else clean_label(type, "type")
         clean_choice(direction, "direction", DIRECTIONS)
-        with self._engine.state_lock:
-            state = self._engine.state
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             found: list[Relation] = []
             if direction in ("out", "both"):
