@@ -59,7 +59,9 @@ def test_commit_applies_writes_and_tells_the_listeners_under_the_locks(tree_dir:
 
     engine.add_commit_listener(listener)
     op = engine.commit("create_keyword", _keyword("alpha"))
-    assert op is not None and engine.read(lambda state: state.keywords[op.changes[0].after.id].name) == "alpha"
+    assert op is not None
+    keyword = op.changes[0].after
+    assert isinstance(keyword, Keyword) and engine.read(lambda state: state.keywords[keyword.id].name) == "alpha"
     assert engine.commit("init", _root) is None  # nothing to write: nothing written, nobody told
     assert seen == [("create_keyword", True, True)]
     engine.close()
