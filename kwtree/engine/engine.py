@@ -381,8 +381,10 @@ class Engine:
 
     def commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
         """Decide, write and apply one operation of ``kind``; None when ``decide`` returns no
-        changes (nothing is written). Durable on return when the engine is. Whatever raises
-        (the decider, LimitExceededError, the disk) leaves the log and the state as they were."""
+        changes (nothing is written). Durable on return when the engine is. What raises before
+        the operation is appended (the decider, LimitExceededError) or the append itself (the
+        disk) leaves the log and the state as they were; a commit listener that raises does so
+        after the operation was applied."""
         state = self._begin_write(catch_up=True)  # what ``writing()`` does, without its generator
         try:
             op_id, timestamp = self._clock.next()
