@@ -48,7 +48,7 @@ def run(keywords: int = 50_000, infos: int = 100_000) -> dict:
         started = time.perf_counter()
         tree = KeywordTree(path, durability="none", worker=False)
         replay_s = time.perf_counter() - started
-        blob = pickle.dumps(tree._state, protocol=5)
+        blob = pickle.dumps(tree._engine.state, protocol=5)
         started = time.perf_counter()
         pickle.loads(blob)
         unpickle_s = time.perf_counter() - started

@@ -285,7 +285,7 @@ from kwtree import KeywordTree
 gc.collect(); before = rss()
 if holder == "kwtree":
     tree = KeywordTree(path, read_only=True)
-    state = tree._state
+    state = tree._engine.state
     table = state.infos if kind == "info" else state.keywords
     count = len(table) if kind == "info" else len(table) - 1  # not the root
     gc.collect(); delta = rss() - before

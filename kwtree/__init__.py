@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.verify import Finding, Report, verify_directory
     from kwtree.retrieval.recall import RecallWeights
-    from kwtree.stores.snapshot import restore
+    from kwtree.ops.restore import restore
 
 __version__ = "0.1.0"
 
@@ -87,7 +87,7 @@ _LAZY_NAMES = {
     "Report": "kwtree.ops.verify",
     "StubLLMClient": "kwtree.agent.clients",
     "repair_directory": "kwtree.ops.repair",
-    "restore": "kwtree.stores.snapshot",
+    "restore": "kwtree.ops.restore",
     "verify_directory": "kwtree.ops.verify",
 }
 #: Public modules imported on first use: ``kwtree.git.setup(dir)`` after ``import kwtree``.

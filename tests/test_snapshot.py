@@ -37,7 +37,6 @@ from kwtree import (
     RelationType,
 )
 from kwtree.cli.main import main
-from kwtree.stores import snapshot as snapshots
 
 HANG = 120  # seconds before a stuck child is reported (never reached normally)
 
@@ -630,5 +629,6 @@ def test_cli_snapshot_and_restore(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_lock_name_matches_the_tree() -> None:
     from kwtree.facade.tree import LOCK_NAME
+    from kwtree.ops import restore as restoring
 
-    assert snapshots.LOCK_NAME == LOCK_NAME
+    assert restoring.LOCK_NAME == LOCK_NAME

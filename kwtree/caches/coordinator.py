@@ -551,11 +551,11 @@ class Indexes:
             if isinstance(exc, DiskFullError):
                 # Not damage: keep the files (a rebuild cannot work either); the index is
                 # opened again and fed from its watermark once space returns.
-                self._reset_fulltext(remove_files=False)
+                self.reset_fulltext(remove_files=False)
                 raise
             log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
                         self._fulltext_dir, type(exc).__name__, exc)
-            self._reset_fulltext()
+            self.reset_fulltext()
             self._apply_fulltext()
 
     def _sync_private(self) -> None:
@@ -613,7 +613,7 @@ class Indexes:
         with self._lock:
             self._expected_ops = None  # the private index is fed by a scan of the state
 
-    def _reset_fulltext(self, *, remove_files: bool = True) -> None:
+    def reset_fulltext(self, *, remove_files: bool = True) -> None:
         """Drop the full-text index (files included, unless ``remove_files`` is False) so
         the next use rebuilds it (or reopens it and applies what its watermark lacks). A
         tree that may not write the shared index only ever removes its private one."""
@@ -638,7 +638,7 @@ class Indexes:
             # every later write with a lower id. Rebuild it.
             log.warning("the full-text index in %s reflects operation %s, past the log's last %s; rebuilding it",
                         self._fulltext_dir, index.watermark, last)
-            self._reset_fulltext()
+            self.reset_fulltext()
             index = self._fulltext
 
         def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None]]:
@@ -677,11 +677,11 @@ class Indexes:
                 with self._private_lock:
                     if self._private_dir is None:
                         self._go_private(None, None)  # the shared index is broken: nothing to copy
-                    self._reset_fulltext()
+                    self.reset_fulltext()
                     self._apply_fulltext()
             else:
                 with self._write_locks():
-                    self._reset_fulltext()
+                    self.reset_fulltext()
                     self._apply_fulltext()
             hits = self._fulltext.search(query, kind, k)
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))

@@ -10,8 +10,8 @@ from pathlib import Path
 from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder
 from kwtree.caches.outbox import Item, Outbox, run_worker
-from kwtree.facade.tree import KeywordTree
-from kwtree.stores.directory import OUTBOX_NAME
+from kwtree.engine.engine import Engine
+from kwtree.stores.directory import OUTBOX_NAME, open_error
 
 __all__ = ["serve_outbox"]
 
@@ -31,23 +31,27 @@ def serve_outbox(
     the same item twice, and an item whose worker died is taken over when its lease ends."""
     stop = stop or threading.Event()
     processed = 0
-    with KeywordTree(data_dir, read_only=True, embedder=embedder) as tree:
+    try:
+        engine = Engine(Path(data_dir), writable=False)
+    except OSError as exc:
+        raise open_error(Path(data_dir), exc) from exc
+    try:
         # The worker never writes the log, but it does write the vector store and the outbox,
-        # which the read-only tree's own caches never do.
-        indexes = Indexes(Path(data_dir), embedder, tree._read, write_locks=None, worker=False,
-                          embed_async=True, write_vectors=True, file_mode=tree.file_mode)
-        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=tree.file_mode)
+        # which a read-only tree's own caches never do.
+        indexes = Indexes(Path(data_dir), embedder, engine.read, write_locks=None, worker=False,
+                          embed_async=True, write_vectors=True, file_mode=engine.file_mode)
+        outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=engine.file_mode)
         worker = f"worker-{os.getpid()}-{time.time_ns()}"
 
         def process(items: list[Item]) -> dict[str, str | None]:
             nonlocal processed
-            tree.refresh()  # the texts may have been written after this process last looked
+            engine.catch_up()  # the texts may have been written after this process last looked
             result = indexes.embed([(item.kind, item.id, item.hash) for item in items])
             processed += len(items)
             return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
         def idle() -> None:
-            tree.refresh()
+            engine.catch_up()
             if once and not outbox.backlog():
                 stop.set()
 
@@ -58,4 +62,6 @@ def serve_outbox(
         finally:
             outbox.close()
             indexes.close()
+    finally:
+        engine.close()
     return processed

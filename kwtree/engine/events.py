@@ -23,7 +23,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import orjson
 
@@ -44,6 +44,7 @@ __all__ = [
     "CRC_KEY",
     "DECODERS",
     "OpClock",
+    "Stamp",
     "checksum_problem",
     "decode_operation",
     "encode_compacted",
@@ -60,6 +61,14 @@ _RELATIONS = {member.value: member for member in RelationType}
 def is_op_id(value: object) -> bool:
     """True if ``value`` has the form of an operation id (32 lowercase hex digits)."""
     return isinstance(value, str) and len(value) == OP_ID_LENGTH and _HEX.issuperset(value)
+
+
+class Stamp(NamedTuple):
+    """Identity of the operation being decided: every entity it writes carries these."""
+
+    op_id: str
+    timestamp: float
+    actor: str
 
 
 class OpClock:

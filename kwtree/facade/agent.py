@@ -3,25 +3,24 @@
 ``create_info`` ask for.
 
 They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
-they use the tree's state reader, its write path and its descend loop.
+they use what :class:`kwtree.facade.core.TreeCore` holds: the engine's state reader and write
+path, and the descend loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from kwtree.agent import reorganize as planner
 from kwtree.agent.clients import LLMClient
-from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
-from kwtree.engine.state import State
+from kwtree.agent.descend import Descent, DescentStatus
+from kwtree.engine.engine import Decide
 from kwtree.errors import AgentError, DuplicateKeywordError
-from kwtree.limits import Limits
+from kwtree.facade.core import TreeCore
 from kwtree.models import (
     ROOT_ID,
     AgentOutcome,
-    Change,
-    Keyword,
     Operation,
     RelationType,
     SearchResult,
@@ -30,13 +29,11 @@ from kwtree.models import (
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import lookup as results
 from kwtree.validate import clean_flag, clean_json, clean_text
-from kwtree.writes import Stamp
+from kwtree.writes import Stamp, require_keyword
 from kwtree.writes import reorganize as reorganize_commands
 
 __all__ = ["MAX_AGENT_LINKS", "ON_AGENT_FAILURE", "AgentMethods"]
 
-T = TypeVar("T")
-Decide = Callable[[State, Stamp], list[Change]]
 #: ``create_info(auto_link=True)`` links an info to at most this many keywords.
 MAX_AGENT_LINKS = 5
 #: What a tree does when the agent fails (``KeywordTree(on_agent_failure=...)``): use the
@@ -51,30 +48,11 @@ _PLACED = {
 }
 
 
-class AgentMethods:
+class AgentMethods(TreeCore):
     """Search, placement, linking and reorganisation (see KeywordTree)."""
 
-    _agent: DescendLoop
     _llm_client: LLMClient | None
-    _actor: str
     _on_agent_failure: str
-    _limits: Limits
-
-    def _check_open(self) -> None:  # provided by KeywordTree
-        raise NotImplementedError
-
-    def _read(self, read: Callable[[State], T]) -> T:  # provided by KeywordTree
-        raise NotImplementedError
-
-    def _commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
-        raise NotImplementedError  # provided by KeywordTree
-
-    def get_keyword(self, keyword_id: str) -> Keyword:  # provided by KeywordTree
-        raise NotImplementedError
-
-    @property
-    def last_op_id(self) -> str | None:  # provided by KeywordTree
-        raise NotImplementedError
 
     def search(self, query: str, llm_expand_query: bool = True) -> SearchResult:
         """Find the keyword ``query`` names.
@@ -186,12 +164,12 @@ class AgentMethods:
         tree opened with ``on_agent_failure="raise"``, AgentError instead), the offline planner
         otherwise. Pass it, edited or not, to ``apply_reorganize_plan``."""
         self._check_open()
-        scope = ROOT_ID if scope_id is None else self.get_keyword(scope_id).id
+        scope = ROOT_ID if scope_id is None else self._read(lambda state: require_keyword(state, scope_id).id)
         plan = planner.draft_plan(
             self._llm_client,
             lambda: self._read(lambda state: planner.outline(state, scope)),
             lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
-            {"scope_id": scope, "based_on": self.last_op_id},
+            {"scope_id": scope, "based_on": self._engine.state.last_op_id},
         )
         if plan.get("llm_error") and self._on_agent_failure == "raise":
             raise AgentError(f"the LLM could not draft the plan ({plan['llm_error']}); retry, or open the tree with "

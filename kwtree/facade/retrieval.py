@@ -1,17 +1,16 @@
 """KeywordTree's retrieval methods: ``recall``, ``context`` and the embedding outbox.
 
 They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
-they use only the tree's state reader and its indexes (``kwtree/caches/coordinator.py``).
+they use only what :class:`kwtree.facade.core.TreeCore` holds: the engine's state reader and
+the caches (``kwtree/caches/coordinator.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from kwtree.caches.coordinator import Indexes
 from kwtree.engine.state import State
-from kwtree.limits import Limits
+from kwtree.facade.core import TreeCore
 from kwtree.models import Hit, RelationType
 from kwtree.retrieval import recall as fusion
 from kwtree.retrieval.context import render_context
@@ -26,26 +25,14 @@ from kwtree.writes import require_keyword
 
 __all__ = ["RetrievalMethods"]
 
-T = TypeVar("T")
 #: Each retriever returns this many candidates per result asked for (at least 50).
 OVERFETCH = 5
 
 
-class RetrievalMethods:
+class RetrievalMethods(TreeCore):
     """Recall, context and the embedding outbox (see KeywordTree)."""
 
-    _indexes: Indexes
     _weights: fusion.RecallWeights
-    _limits: Limits
-
-    def _check_open(self) -> None:  # provided by KeywordTree
-        raise NotImplementedError
-
-    def _check_writable(self) -> None:  # provided by KeywordTree
-        raise NotImplementedError
-
-    def _read(self, read: Callable[[State], T]) -> T:  # provided by KeywordTree
-        raise NotImplementedError
 
     def recall(
         self,

@@ -1,25 +1,20 @@
-"""KeywordTree: the public facade. It owns the directory, the locks and the write path.
-
-Every write goes through ``_commit``: take this process's write mutex and the directory's
-writer lock, catch up on operations other processes appended, let a command decide the
-changes against that fresh state, encode them, append and sync them, and only then apply
-them to the in-memory state. A command that raises, or a failed append, leaves the log and
-the state as they were.
+"""KeywordTree: the public facade. It checks every argument, opens an
+:class:`kwtree.engine.engine.Engine` on the directory (which owns the log, the locks, the
+State and the write path) and the caches beside it, and answers reads from the engine's
+state. Every write is a pure decider (``kwtree.writes``) handed to ``Engine.commit`` through
+``TreeCore._commit``; the facets in this package add the agent, recall and the
+whole-directory operations.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-import logging
+import inspect
 import math
 import os
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
@@ -27,18 +22,11 @@ from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
 from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, HashEmbedder
-from kwtree.engine.events import COMPACT_KIND, OpClock, encode_operation, is_op_id
-from kwtree.engine.follower import follow
-from kwtree.engine.history import find_operation, read_history
+from kwtree.engine.engine import Engine
+from kwtree.engine.events import COMPACT_KIND, is_op_id
 from kwtree.engine.replay import Bound
-from kwtree.engine.state import State, apply
-from kwtree.errors import (
-    ClosedError,
-    InvalidInputError,
-    LockTimeoutError,
-    NotFoundError,
-    ReadOnlyError,
-)
+from kwtree.engine.state import State
+from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.retrieval import RetrievalMethods
@@ -54,15 +42,10 @@ from kwtree.models import (
     Relation,
     RelationType,
 )
-from kwtree.ops import metrics
 from kwtree.retrieval.recall import RecallWeights
-from kwtree.stores import leftovers, logswap
-from kwtree.stores.directory import create_directory, open_error
-from kwtree.stores.eventlog import EventLog
-from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.lock import LOCK_NAME, WriterLock, release
-from kwtree.stores.manifest import MANIFEST_NAME, Manifest, is_file_mode
-from kwtree.stores.modes import apply_file_mode
+from kwtree.stores.directory import open_error
+from kwtree.stores.lock import LOCK_NAME
+from kwtree.stores.manifest import is_file_mode
 from kwtree.validate import (
     clean_choice,
     clean_flag,
@@ -82,14 +65,9 @@ from kwtree.writes.undo import undo as undo_changes
 
 __all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
 
-log = logging.getLogger("kwtree")
-
 DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
-Decide = Callable[[State, Stamp], list[Change]]
 T = TypeVar("T")
-#: Operations after which the MRU cache forgets the keywords they wrote.
-_MRU_EVICTING = ("move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo")
 
 
 def _clean_as_of(as_of: object) -> Bound | None:
@@ -156,8 +134,6 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         file_mode: int | None = None,
         limits: Limits | None = None,
     ) -> None:
-        self._closed = True  # until the open below succeeds
-        self._indexes: Indexes | None = None  # type: ignore[assignment]
         data_path = clean_path(data_dir, "data_dir")
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidInputError(f"limits must be a kwtree.Limits, got {type(limits).__name__}")
@@ -165,7 +141,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         clean_choice(durability, "durability", DURABILITY_MODES)
         self._actor = clean_label(actor, "actor")
         self._limits.check_text("actor", self._actor, "label_bytes")
-        self._bound = _clean_as_of(as_of)
+        bound = _clean_as_of(as_of)
         clean_flag(read_only, "read_only")
         if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
             raise InvalidInputError(
@@ -197,109 +173,38 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
                 f"file_mode must be an int between 0o600 and 0o666 that lets the owner read and write "
                 f"(e.g. 0o600, 0o640 or 0o660), got {shown(file_mode)}"
             )
-        self._file_mode = file_mode  # the manifest's, once open
-        self._dir = data_path
-        self._writable = not read_only and self._bound is None
-        self._durable = durability == "full"
-        self._mutex = threading.Lock()  # serialises this process's writes and refreshes
-        self._state_lock = threading.Lock()  # readers never see half of an applied operation
-        self._clock = OpClock()
-        self._lock: WriterLock | None = None
-        self._log: EventLog | None = None
+        writable = not read_only and bound is None
+        engine: Engine | None = None
+        indexes: Indexes | None = None
         try:
-            self._open(segment_bytes, float(lock_timeout))
-            self._index_options = (embedder or HashEmbedder(), worker and self._writable, embed_async)
-            self._indexes = Indexes(
-                self._dir, self._index_options[0], self._read,
-                write_locks=self._write_locks if self._writable else None,
-                worker=self._index_options[1], embed_async=embed_async, file_mode=self.file_mode,
+            self._engine = engine = Engine(
+                data_path, writable=writable, durable=durability == "full", bound=bound,
+                lock_timeout=float(lock_timeout), segment_bytes=segment_bytes, file_mode=file_mode,
+                actor=self._actor, limits=self._limits,
             )
-            self._closed = False
-            if self._writable and ROOT_ID not in self._state.keywords:
+            self._index_options = (embedder or HashEmbedder(), worker and writable, embed_async)
+            self._indexes = indexes = self._open_indexes()
+            engine.add_commit_listener(self._note_commit)
+            if writable and ROOT_ID not in engine.state.keywords:
                 self._commit("init", _create_root)
         except BaseException as exc:
-            self._closed = True
-            if self._indexes is not None:
-                self._indexes.close()
-            release(self._log, self._lock)
+            if indexes is not None:
+                indexes.close()
+            if engine is not None:
+                engine.release()
             if isinstance(exc, OSError):
-                raise open_error(self._dir, exc) from exc
+                raise open_error(data_path, exc) from exc
             raise
-        # Descriptors are released even if the caller never closes the tree (but only
-        # close() trims the log's preallocated padding).
-        self._finalizer = weakref.finalize(self, release, self._log, self._lock)
 
     # --- lifecycle -------------------------------------------------------------------------
-
-    def _open(self, segment_bytes: int | None, lock_timeout: float) -> None:
-        directory = self._dir
-        if directory.exists() and not directory.is_dir():
-            raise InvalidInputError(f"data_dir {directory} is a file, not a directory")
-        if not (directory / MANIFEST_NAME).exists():
-            if not self._writable:
-                raise NotFoundError(f"{directory} is not a kwtree directory (it has no {MANIFEST_NAME})")
-            create_directory(directory, segment_bytes, self.file_mode, lock_timeout, durable=self._durable)
-        manifest = Manifest.load(directory)
-        if self._writable:
-            self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
-            if logswap.interrupted(directory):
-                with self._lock:
-                    logswap.recover(directory)
-            leftovers.remove_leftovers(directory)
-            if self._file_mode is not None and self._file_mode != manifest.file_mode:
-                with self._lock:
-                    manifest = apply_file_mode(directory, Manifest.load(directory), self._file_mode)
-        self._file_mode = manifest.file_mode
-        self._log = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable,
-                             checksums=manifest.checksums)
-        self._state = State()
-        collecting = gc.isenabled()
-        gc.disable()  # replay allocates millions of objects that never form cycles
-        try:
-            self._state = follow(self._log, self._state, self._bound, self._state_lock, at_open=True)
-        finally:
-            if collecting:
-                gc.enable()
-        if self._bound is not None:
-            self._check_view_exists()
-        self._observe_clock()
-
-    @property
-    def file_mode(self) -> int:
-        """The mode of the files this tree creates (its manifest's; ``0o600`` by default)."""
-        return PRIVATE_FILE_MODE if self._file_mode is None else self._file_mode
-
-    def _check_view_exists(self) -> None:
-        bound = self._bound
-        assert bound is not None
-        if bound.op_id is not None and self._state.last_op_id != bound.op_id:
-            raise NotFoundError(f"as_of: no operation {bound.op_id} in {self._dir}")
-        if bound.timestamp is not None and self._state.last_op_id is None:
-            raise NotFoundError(f"as_of: {self._dir} has no operation at or before timestamp {bound.timestamp}")
-
-    def _observe_clock(self) -> None:
-        state = self._state
-        if state.last_op_id is not None:
-            self._clock.observe(state.last_op_id, state.last_timestamp)
 
     def close(self) -> None:
         """Release the directory. Trims the preallocated space of the newest segment (so the
         log never carries padding into git or backups); calling close twice is harmless."""
-        if self._closed:
+        if self._engine.closed:
             return
-        if self._indexes is not None:
-            self._indexes.close()  # before the mutex: it commits the full-text index under it
-        with self._mutex:
-            if self._closed:
-                return
-            self._closed = True
-            if self._writable and self._lock is not None and self._log is not None:
-                try:
-                    with self._lock:
-                        self._log.trim_padding()
-                except (LockTimeoutError, OSError) as exc:
-                    log.warning("could not trim the log padding of %s on close: %s", self._dir, exc)
-            release(self._log, self._lock)
+        self._indexes.close()  # before the engine: it commits the full-text index under its locks
+        self._engine.close()
 
     def __enter__(self) -> KeywordTree:
         self._check_open()
@@ -309,135 +214,123 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         self.close()
 
     def __repr__(self) -> str:
-        mode = "closed" if self._closed else ("read-write" if self._writable else "read-only")
-        return f"KeywordTree({str(self._dir)!r}, {mode})"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"this KeywordTree ({self._dir}) was closed; open a new one")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if not self._writable:
-            what = "an as_of view" if self._bound is not None else "opened with read_only=True"
-            raise ReadOnlyError(f"this KeywordTree is {what} and cannot write; open {self._dir} without it to write")
-
-    # --- the write path ----------------------------------------------------------------------
-
-    def _commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
-        """Decide, write durably and apply one operation; None when there was nothing to write."""
-        self._check_writable()
-        assert self._lock is not None and self._log is not None
-        with self._mutex:
-            self._check_writable()
-            with self._lock:
-                self._state = follow(self._log, self._state, None, self._state_lock, at_open=False)
-                self._observe_clock()
-                op_id, timestamp = self._clock.next()
-                changes = decide(self._state, Stamp(op_id, timestamp, self._actor))
-                if not changes:
-                    return None
-                self._limits.check_changes(changes)
-                op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
-                self._log.append(encode_operation(op), op_id, sync=self._durable)
-                with self._state_lock:
-                    apply(self._state, op)
-                self._indexes.note(op, self._state)
-        if kind in _MRU_EVICTING:
-            self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
-        return op
-
-    @contextlib.contextmanager
-    def _write_locks(self) -> Iterator[None]:
-        """This process's write mutex and the directory's writer lock, in the order writes
-        take them (for the full-text index, which only the writer updates)."""
-        assert self._lock is not None
-        with self._mutex, self._lock:
-            yield
-
-    def _read(self, read: Callable[[State], T]) -> T:
-        """``read`` applied to the current state under the state lock (for the agent)."""
-        with self._state_lock:
-            return read(self._state)
+        engine = self._engine
+        mode = "closed" if engine.closed else ("read-write" if engine.writable else "read-only")
+        return f"KeywordTree({str(engine.directory)!r}, {mode})"
 
     def refresh(self) -> int:
         """Apply the operations other processes appended since the last look; returns how many.
 
         Never takes the writer lock. An ``as_of`` view does not move and returns 0.
         """
-        self._check_open()
-        if self._bound is not None:
-            return 0
-        assert self._log is not None
-        with self._mutex:
-            before = self._state.op_count
-            self._state = follow(self._log, self._state, None, self._state_lock, at_open=False)
-            self._observe_clock()
-            return self._state.op_count - before
+        return self._engine.catch_up()
 
     @property
     def last_op_id(self) -> str | None:
         """The id of the newest operation this tree reflects."""
         self._check_open()
-        return self._state.last_op_id
+        return self._engine.state.last_op_id
 
     @property
     def data_dir(self) -> Path:
-        return self._dir
+        return self._engine.directory
+
+    @classmethod
+    def import_json(cls, path: str | os.PathLike[str], data_dir: str | os.PathLike[str],
+                    **options: Any) -> Self:
+        """Create a tree in ``data_dir`` (new or empty) equivalent to the JSON export at
+        ``path`` — the same ids, fields, times and order — written as ONE operation (kind
+        ``"import"``, one sync) after the tree's ``init``; ``options`` are KeywordTree's
+        (e.g. ``durability="none"`` for a bulk load). Returns the open tree. The whole file is
+        checked first: InvalidInputError names the JSON path of the first problem, a missing
+        file raises NotFoundError, a ``data_dir`` that is not new or empty InvalidInputError;
+        then nothing is written. If the write fails, what the import created is removed.
+        An import that was killed leaves a tree holding only its ``init`` (or less): importing
+        into it again resumes (any other tree is refused as not empty)."""
+        from kwtree.ops import export as exporting
+
+        known = inspect.signature(cls).parameters
+        unknown = sorted(str(name) for name in options if name == "data_dir" or name not in known)
+        if unknown:
+            raise InvalidInputError(f"import_json got unknown option(s) {', '.join(unknown)}; the options are "
+                                    f"KeywordTree's: {', '.join(name for name in known if name != 'data_dir')}")
+        clean_path(data_dir, "data_dir")
+        plan = exporting.read_export(path)
+        was_new = exporting.prepare_import_target(data_dir)
+        tree = cls(data_dir, **options)
+        if tree._engine.state.op_count > 1:  # a tree that was there before, not one an import left
+            tree.close()
+            raise InvalidInputError(f"data_dir {data_dir} holds a tree that is not empty; "
+                                    f"import into a new or empty directory")
+        try:
+            tree._commit("import", lambda state, stamp: exporting.import_changes(plan, state, stamp), plan.audit)
+        except BaseException:
+            ours = tree._engine.state.op_count <= 1  # nothing but our init: no other writer got there first
+            tree.close()
+            if ours:
+                exporting.discard_import_target(data_dir, was_new)
+            raise
+        return tree
 
     # --- keyword reads -----------------------------------------------------------------------
 
     def get_keyword(self, keyword_id: str) -> Keyword:
         """The live keyword; NotFoundError if the id is unknown or deleted."""
-        self._check_open()
-        with self._state_lock:
-            return require_keyword(self._state, keyword_id)
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            return require_keyword(engine.state, keyword_id)
 
     def get_children(self, keyword_id: str) -> list[Keyword]:
         """Live children, in the order they arrived under this keyword."""
-        self._check_open()
-        with self._state_lock:
-            state = self._state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             return [state.keywords[cid] for cid in state.children.get(keyword.id, ())]
 
     def get_path(self, keyword_id: str) -> list[Keyword]:
         """The keywords from the root down to this one (root first, the keyword last)."""
-        self._check_open()
-        with self._state_lock:
-            state = self._state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             return [state.keywords[kid] for kid in state.ancestry(keyword.id)]
 
     def find_keywords(self, name: str) -> list[Keyword]:
         """Live keywords whose name or an alias equals ``name`` after normalisation
         (case, width, punctuation and spacing ignored), oldest match first."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         text, key = clean_name_key(name)
         self._limits.check_text("name", text, "query_bytes")
-        with self._state_lock:
-            state = self._state
+        with engine.state_lock:
+            state = engine.state
             return [state.keywords[kid] for kid in state.lookup_names(key)]
 
     # --- info, link and relation reads -------------------------------------------------------
 
     def get_info(self, info_id: str) -> Info:
         """The live info; NotFoundError if the id is unknown or deleted."""
-        self._check_open()
-        with self._state_lock:
-            return require_info(self._state, info_id)
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            return require_info(engine.state, info_id)
 
     def get_infos_of_keyword(
         self, keyword_id: str, relation: RelationType | str | None = None, page: int = 0, size: int = 50
     ) -> list[Info]:
         """Live infos linked to the keyword (optionally by one relation type), in link
         order, ``size`` per page starting at page 0."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         kind = None if relation is None else clean_relation_type(relation)
         clean_int(page, "page", 0)
         clean_int(size, "size", 1, 10_000)
-        with self._state_lock:
-            state = self._state
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             skip, found = page * size, []
             for info_id, link in state.infos_by_keyword.get(keyword.id, {}).items():
@@ -456,9 +349,10 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def get_keywords_of_info(self, info_id: str) -> list[tuple[Keyword, RelationType]]:
         """The live keywords the info is linked to, each with the link's relation type."""
-        self._check_open()
-        with self._state_lock:
-            state = self._state
+        engine = self._engine
+        engine.check_open()
+        with engine.state_lock:
+            state = engine.state
             info = require_info(state, info_id)
             result = []
             for kid in state.keywords_by_info.get(info.id, ()):
@@ -469,11 +363,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def get_relations(self, keyword_id: str, type: str | None = None, direction: str = "out") -> list[Relation]:
         """Live relations of the keyword between live keywords: outgoing, incoming or both."""
-        self._check_open()
+        engine = self._engine
+        engine.check_open()
         kind = None if type is None else clean_label(type, "type")
         clean_choice(direction, "direction", DIRECTIONS)
-        with self._state_lock:
-            state = self._state
+        with engine.state_lock:
+            state = engine.state
             keyword = require_keyword(state, keyword_id)
             found: list[Relation] = []
             if direction in ("out", "both"):
@@ -511,7 +406,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             self._check_before_agent(
                 lambda s, st: keyword_commands.create_keyword(s, st, name, None, aliases, description, metadata)
             )
-            chosen, descent = self._place(name, description)  # type: ignore[arg-type]
+            chosen, descent = self._place(name, description)
             audit: dict[str, Any] = {"agent": descent.audit()}
 
             def decide(state: State, stamp: Stamp) -> list[Change]:
@@ -644,7 +539,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         """Create many infos in ONE operation; each spec has ``content`` and optionally
         ``source``, ``metadata`` and ``keyword_ids``."""
         op = self._commit("batch_create_infos", lambda s, st: info_commands.batch_create_infos(s, st, specs))
-        return [] if op is None else [c.after for c in op.changes if type(c.after) is Info]  # type: ignore[misc]
+        return [] if op is None else [c.after for c in op.changes if type(c.after) is Info]
 
     def link_info(
         self,
@@ -660,8 +555,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         )
         if op is not None:
             return op.changes[0].after  # type: ignore[return-value]
-        with self._state_lock:
-            return self._state.links[(info_id, keyword_id)]
+        with self._engine.state_lock:
+            return self._engine.state.links[(info_id, keyword_id)]
 
     def unlink_info(self, info_id: str, keyword_id: str) -> Operation:
         """Remove the link; NotFoundError if there is none. Returns the committed operation."""
@@ -676,8 +571,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         )
         if op is not None:
             return op.changes[0].after  # type: ignore[return-value]
-        with self._state_lock:
-            return self._state.relations[(from_id, to_id, type.strip())]
+        with self._engine.state_lock:
+            return self._engine.state.relations[(from_id, to_id, type.strip())]
 
     def unrelate(self, from_id: str, to_id: str, type: str | None = None) -> Operation:
         """Remove the relation of that type from ``from`` to ``to`` (every type when None)."""
@@ -686,10 +581,6 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         return op
 
     # --- history, undo and metrics -----------------------------------------------------------
-
-    def _history_bound(self) -> Bound:
-        timestamp = self._bound.timestamp if self._bound is not None else None
-        return Bound(op_id=self._state.last_op_id, timestamp=timestamp)
 
     def history(self, entity_id: str | None = None, limit: int | None = None) -> list[Operation]:
         """Operations this tree reflects, oldest first: all of them, or those that wrote
@@ -700,12 +591,7 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             clean_id(entity_id, "entity_id")
         if limit is not None:
             clean_int(limit, "limit", 1)
-        assert self._log is not None
-        if self._bound is None and self._log.rewritten():
-            self.refresh()  # compaction replaced the log: read the new one
-        events = self._log
-        segments = (events.read_segment(i) for i in range(len(events.segments)))
-        return read_history(segments, entity_id, limit, self._history_bound())
+        return self._engine.history(entity_id, limit)
 
     def undo(self, op_id: str, force: bool = False) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new
@@ -715,13 +601,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
             raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
         if type(force) is not bool:
             raise InvalidInputError(f"force must be True or False, got {force!r}")
-        events = self._log
+        engine = self._engine
 
         def decide(state: State, stamp: Stamp) -> list[Change]:
-            assert events is not None
-            target = find_operation(events.segments, events.read_segment, op_id)
+            target = engine.find_operation(op_id)
             if target is None or state.last_op_id is None or op_id > state.last_op_id:
-                raise NotFoundError(f"no operation {op_id} in {self._dir} (compact() drops the operations it folds)")
+                raise NotFoundError(f"no operation {op_id} in {engine.directory} (compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
             return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
@@ -730,12 +615,12 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
 
     def tree_metrics(self) -> dict[str, Any]:
         """Counts and shape of the live tree, and the size of its log (see docs/api.md)."""
+        # On first use: importing the tree does not load kwtree.ops.
+        from kwtree.ops import metrics
+
         self._check_open()
-        assert self._log is not None
-        with self._state_lock:
-            result = metrics.tree_metrics(self._state)
-        result["log_bytes"] = self._log.size_bytes()
-        result["log_segments"] = len(self._log.segments)
+        result = self._read(metrics.tree_metrics)
+        result["log_bytes"], result["log_segments"] = self._engine.log_size()
         return result
 
 

@@ -1,4 +1,5 @@
-"""Whole-directory operations: compaction, export and import, git integration, verify and
-repair, format upgrade and tree metrics. Each works on a directory or a State, not on an open
-tree's privates; it may import the ground floor, the engine, ``kwtree.stores`` and (verify,
-for its fulltext check) the caches."""
+"""Whole-directory operations: compaction, restoring a snapshot, export and import, git
+integration, verify and repair, format upgrade and tree metrics. Each works on a directory or a
+State, not on an open tree's privates (an open tree that restores itself lends the restore its
+``vacate`` and ``reopen``, see ``restore.Occupant``); it may import the ground floor, the engine,
+``kwtree.stores`` and (verify, for its fulltext check) the caches."""

@@ -45,11 +45,11 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.ops.compaction import live_entities
+from kwtree.stores.directory import KWTREE_ENTRIES
 from kwtree.stores.eventlog import LOG_DIR
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import MANIFEST_NAME
-from kwtree.stores.snapshot import KWTREE_ENTRIES
 from kwtree.validate import (
     clean_label,
     clean_metadata,

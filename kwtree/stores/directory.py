@@ -17,11 +17,17 @@ from kwtree.stores.files import fsync_directory, make_dir
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 
-__all__ = ["CACHE_DIR", "OUTBOX_NAME", "create_directory", "open_error"]
+__all__ = ["CACHE_DIR", "KWTREE_ENTRIES", "OUTBOX_NAME", "create_directory", "open_error"]
 
 #: The caches' directory and the outbox file, inside a data directory (both rebuildable).
 CACHE_DIR = "cache"
 OUTBOX_NAME = "outbox.jsonl"
+#: What a data directory holds of kwtree's own besides ``log*`` (the log, and compaction's
+#: ``log.*`` leftovers). Everything else in it is the user's (``.git``, notes) and moves into
+#: the restored directory when a restore replaces a tree, and so does the lock file: other
+#: processes that keep the tree open hold a descriptor of it, and must go on excluding the
+#: writers of the restored tree (they replay its log at their next look, see EventLog.rewritten).
+KWTREE_ENTRIES = frozenset({MANIFEST_NAME, CACHE_DIR, "quarantine", OUTBOX_NAME, "outbox.lock"})
 
 #: errno values of a data_dir that cannot be a directory (the caller's path is wrong: e.g. a
 #: part of it is a file, which mkdir reports as ENOTDIR or EEXIST); any other OSError while

@@ -2,7 +2,7 @@
 mode, and the manifest records it so every writer creates files with it from then on.
 
 What is the tree's own: the manifest, the lock file, the log (``log/`` and compaction's
-``log.*`` leftovers) and everything ``snapshot.KWTREE_ENTRIES`` names (caches, quarantine,
+``log.*`` leftovers) and everything ``directory.KWTREE_ENTRIES`` names (caches, quarantine,
 outbox), and the data directory itself (a group cannot read a shared tree it cannot enter).
 Anything else in the directory (``.git``, notes) is the user's and keeps its mode.
 """
@@ -13,11 +13,11 @@ import os
 import stat
 from pathlib import Path
 
+from kwtree.stores.directory import KWTREE_ENTRIES
 from kwtree.stores.eventlog import LOG_DIR
 from kwtree.stores.files import dir_mode
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import Manifest
-from kwtree.stores.snapshot import KWTREE_ENTRIES
 
 __all__ = ["apply_file_mode"]
 

@@ -14,24 +14,22 @@ the archive; the first member is written with placeholder digests of the final l
 overwritten in place at the end. The archive is built in a temporary file, synced, and
 linked to its name, which never overwrites an existing file.
 
-Restoring. :func:`stage` streams the archive into a new hidden directory beside the target
-(:func:`kwtree.stores.archive.extract` checks every member, size and digest); the target is
-not touched before all of that passed. :func:`check_state` compares a replay of the staged log
-with the archive's watermark and counts. :func:`swap_in` then puts the staged directory in
-place by renames, keeping the old one aside until the caller has opened the new one.
+Restoring (orchestrated by :mod:`kwtree.ops.restore`). :func:`stage` streams the archive into a
+new hidden directory beside the target (:func:`kwtree.stores.archive.extract` checks every
+member, size and digest); the target is not touched before all of that passed. :func:`swap_in`
+then puts the staged directory in place by renames, keeping the old one aside until the caller
+has opened the new one; :func:`swap_back` undoes that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import hashlib
 import logging
 import os
 import shutil
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +38,6 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.follower import follow
 from kwtree.engine.replay import Bound
 from kwtree.engine.state import State
 from kwtree.errors import (
@@ -61,7 +58,8 @@ from kwtree.stores.archive import (
     archive_path,
     extract,
 )
-from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, EventLog
+from kwtree.stores.directory import KWTREE_ENTRIES
+from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,
     dir_mode,
@@ -71,23 +69,19 @@ from kwtree.stores.files import (
     write_all,
 )
 from kwtree.stores.leftovers import ASIDE_TAG, STAGING_TAG
-from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
-    Manifest,
 )
-from kwtree.validate import clean_path, clean_seconds
+from kwtree.validate import clean_path
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "Capture",
     "capture",
-    "check_state",
     "clean_target",
     "discard",
     "facts_of",
-    "restore",
     "stage",
     "summary",
     "swap_back",
@@ -98,12 +92,6 @@ __all__ = [
 log = logging.getLogger("kwtree.snapshot")
 
 SNAPSHOT_SUFFIX = ".kwsnap"
-#: What a data directory holds of kwtree's own besides ``log*`` (the log, and compaction's
-#: ``log.*`` leftovers). Everything else in it is the user's (``.git``, notes) and moves into
-#: the restored directory when a restore replaces a tree, and so does the lock file: other
-#: processes that keep the tree open hold a descriptor of it, and must go on excluding the
-#: writers of the restored tree (they replay its log at their next look, see EventLog.rewritten).
-KWTREE_ENTRIES = frozenset({MANIFEST_NAME, "cache", "quarantine", "outbox.jsonl", "outbox.lock"})
 _PLACEHOLDER = "0" * 64
 
 
@@ -412,36 +400,6 @@ def stage(snapshot: object, data_dir: Path) -> tuple[Path, dict[str, Any]]:
         raise
 
 
-def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> None:
-    """Raise FormatError unless ``state`` has the archive's watermark and counts."""
-    found = facts_of(state, None)
-    expected = {"last_op_id": header["last_op_id"], "counts": {key: header["counts"][key] for key in COUNT_KEYS}}
-    actual = {"last_op_id": found["last_op_id"], "counts": found["counts"]}
-    if actual != expected:
-        raise FormatError(f"{snapshot}: the restored log replays to {actual}, but the snapshot recorded {expected}")
-
-
-def _replay(directory: Path, snapshot: object) -> State:
-    """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
-    manifest = Manifest.load(directory)
-    events = EventLog(directory, manifest.segment_bytes, writable=False, preallocate=False,
-                      checksums=manifest.checksums)
-    collecting = gc.isenabled()
-    gc.disable()  # as at open: replay allocates millions of objects that never form cycles
-    try:
-        state = follow(events, State(), None, threading.Lock(), at_open=False)
-        torn = events.unconsumed_bytes
-    except CorruptLogError as exc:
-        raise FormatError(f"{snapshot}: its log does not replay ({exc.detail} at line {exc.line})") from None
-    finally:
-        events.close()
-        if collecting:
-            gc.enable()
-    if torn:
-        raise FormatError(f"{snapshot}: its log ends with an incomplete operation")
-    return state
-
-
 # --- putting a restored directory in place ------------------------------------------------------
 
 
@@ -557,75 +515,3 @@ def summary(header: Mapping[str, Any], data_dir: Path, snapshot: str | os.PathLi
         "bytes": sum(entry["size"] for entry in header["members"]),
         "replaced": replaced,
     }
-
-
-def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], *,
-            lock_timeout: float = 10.0) -> dict[str, Any]:
-    """Restore a snapshot archive into ``data_dir``: a new or empty directory, or an existing
-    tree, which is replaced. Returns a summary (``data_dir``, ``snapshot``, ``last_op_id``,
-    the counts, ``bytes``, ``replaced``).
-
-    Every member, size and SHA-256 is checked, and the restored log is replayed and compared
-    with the archive's watermark and counts, before ``data_dir`` is touched; a failure raises
-    and leaves it as it was. A tree in ``data_dir`` is replaced under its writer lock by
-    renames (its own files that are not kwtree's, such as ``.git``, move into the restored
-    directory, and so does the lock file) and deleted afterwards. KeywordTree instances that
-    keep it open replay the restored log at their next refresh or write, but keep their caches
-    of the old tree until they reopen: close them first. The restored tree has no caches yet:
-    its first open rebuilds them. Durable on return.
-
-    Raises InvalidInputError (bad arguments, ``data_dir`` is a file or holds the working
-    directory), NotFoundError (no such snapshot), FormatError (not a snapshot or damaged,
-    altered, unsafe or truncated; ``data_dir`` not empty and not a tree), LockTimeoutError,
-    StorageError.
-    """
-    target = clean_path(data_dir, "data_dir")
-    timeout = clean_seconds(lock_timeout, "lock_timeout")
-    archive_path(snapshot)
-    replacing = target_replaces(target)
-    created = _missing_parents(target)
-    try:
-        for parent in reversed(created):
-            parent.mkdir(exist_ok=True)
-        staging, header = stage(snapshot, target)
-        try:
-            check_state(_replay(staging, snapshot), header, snapshot)
-            if replacing:
-                lock = WriterLock(target / LOCK_NAME, timeout)
-                try:
-                    with lock:
-                        aside = swap_in(staging, target)
-                finally:
-                    lock.close()
-                discard(aside)
-            else:
-                try:
-                    os.rename(staging, target)  # onto an empty directory too, atomically
-                    leftovers.let_go(staging)
-                except OSError as exc:
-                    raise StorageError(
-                        f"could not put the restored directory at {target} (did it gain files meanwhile?): {exc}"
-                    ) from exc
-                fsync_directory(Path(os.path.abspath(target)).parent)
-        except BaseException:
-            discard(staging)
-            raise
-    except BaseException:
-        for parent in created:
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-        raise
-    return summary(header, target, snapshot, replaced=replacing)
-
-
-def _missing_parents(target: Path) -> list[Path]:
-    """The ancestors of ``target`` that do not exist yet, nearest first."""
-    missing = []
-    parent = Path(os.path.abspath(target)).parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    return missing
-

@@ -7,22 +7,14 @@ and the engine's State and codec; nothing else."""
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
+from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import NotFoundError
 from kwtree.models import Info, Keyword
 from kwtree.validate import clean_id
 
 __all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]
-
-
-class Stamp(NamedTuple):
-    """Identity of the operation being decided: every entity it writes carries these."""
-
-    op_id: str
-    timestamp: float
-    actor: str
 
 
 def new_ids(count: int) -> list[str]:

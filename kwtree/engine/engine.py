@@ -1,0 +1,502 @@
+"""The Engine: one open data directory and the write path into it.
+
+An Engine owns everything a write touches: the directory and its manifest (file mode, segment
+size, checksums), the directory's writer lock, the event log, the State replayed from it (with
+the lock its readers take), this process's write mutex and the op clock. Everything above it
+reads the State through ``read`` (or ``state`` under ``state_lock``) and writes through
+``commit``; whole-directory operations hold its locks through ``exclusive``, ``locked`` and
+``writing``, and compaction replaces the log through ``prepare_replacement`` and
+``replace_log``.
+
+Every write goes through ``commit``: take this process's write mutex and the directory's
+writer lock, catch up on operations other processes appended, let a decider decide the changes
+against that fresh state, encode them, append and sync them, and only then apply them to the
+in-memory state and tell the commit listeners (the caches). A decider that raises, or a failed
+append, leaves the log and the state as they were.
+
+Locks are always taken in one order: the write mutex, then the writer lock, then the state
+lock (held only while a state is changed or read, never while waiting for another lock).
+
+The log is reached only here and in :mod:`kwtree.engine.follower`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import shutil
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from kwtree.engine.events import OpClock, Stamp, encode_operation, with_checksum
+from kwtree.engine.follower import follow
+from kwtree.engine.history import find_operation, read_history
+from kwtree.engine.replay import Bound, replay_chunk
+from kwtree.engine.state import State, apply
+from kwtree.errors import (
+    ClosedError,
+    InvalidInputError,
+    LockTimeoutError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageError,
+)
+from kwtree.limits import DEFAULT_LIMITS, Limits
+from kwtree.models import Change, Operation
+from kwtree.stores import leftovers, logswap
+from kwtree.stores.directory import create_directory
+from kwtree.stores.eventlog import EventLog, encode_seal
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.lock import LOCK_NAME, WriterLock, release
+from kwtree.stores.manifest import MANIFEST_NAME, Manifest
+from kwtree.stores.modes import apply_file_mode
+
+__all__ = ["CommitListener", "Decide", "Engine", "LogCut", "LogSize"]
+
+log = logging.getLogger("kwtree")
+
+T = TypeVar("T")
+#: A decider: the changes one operation makes, decided against the current state.
+Decide = Callable[[State, Stamp], list[Change]]
+#: Told of every operation this engine commits, with the state it was applied to, while the
+#: write locks are still held (the caches note what to index).
+CommitListener = Callable[[Operation, State], None]
+#: What ``cut_log`` hands its caller: the segment names, the read position just after the
+#: last whole operation applied (segment, byte offset, line), and the check that ``log/`` is
+#: still the directory that was read.
+LogCut = Callable[[list[str], tuple[str | None, int, int], Callable[[], bool]], T]
+
+
+class LogSize(NamedTuple):
+    """The size of a log: its bytes, rows (lines) and operations."""
+
+    size: int
+    rows: int
+    operations: int
+
+
+class Engine:
+    """One open data directory: its log, its State and the write path into them.
+
+    Opening a directory that has no manifest creates the tree there when ``writable`` (else
+    NotFoundError). A writable open first finishes a log replacement a crash interrupted,
+    removes what killed snapshots and restores left beside the directory, and, when
+    ``file_mode`` differs from the manifest's, re-modes the tree's files and records the new
+    mode. The log is then replayed (up to ``bound``, an ``as_of`` view, which must name an
+    operation the log holds). ``durable`` syncs every append; ``actor`` and ``limits`` stamp
+    and bound every operation ``commit`` writes. Raises InvalidInputError (``directory`` is a
+    file), NotFoundError, FormatError, CorruptLogError, LockTimeoutError, and OSError, which
+    the caller reports in its terms.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        writable: bool,
+        durable: bool = True,
+        bound: Bound | None = None,
+        lock_timeout: float = 10.0,
+        segment_bytes: int | None = None,
+        file_mode: int | None = None,
+        actor: str = "user",
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self._dir = directory
+        self._writable = writable
+        self._durable = durable
+        self._bound = bound
+        self._lock_timeout = lock_timeout
+        self._actor = actor
+        self._limits = limits
+        self._mutex = threading.Lock()  # serialises this process's writes and refreshes
+        #: Held while an operation is applied to the state: a reader holding it never sees
+        #: half of one. (A plain attribute, never rebound: reads take it on their hot path.)
+        self.state_lock = threading.Lock()
+        #: The current State. Read it under ``state_lock`` (or use ``read``); only the engine
+        #: rebinds it, and only under ``exclusive()``. (A plain attribute: reads are hot.)
+        self.state: State
+        self._clock = OpClock()
+        self._listeners: list[CommitListener] = []
+        self._closed = True  # until the open below succeeds
+        self._open(segment_bytes, file_mode)
+
+    # --- opening and closing ----------------------------------------------------------------
+
+    def _open(self, segment_bytes: int | None, file_mode: int | None) -> None:
+        directory = self._dir
+        if directory.exists() and not directory.is_dir():
+            raise InvalidInputError(f"data_dir {directory} is a file, not a directory")
+        if not (directory / MANIFEST_NAME).exists():
+            if not self._writable:
+                raise NotFoundError(f"{directory} is not a kwtree directory (it has no {MANIFEST_NAME})")
+            create_directory(directory, segment_bytes, PRIVATE_FILE_MODE if file_mode is None else file_mode,
+                             self._lock_timeout, durable=self._durable)
+        manifest = Manifest.load(directory)
+        lock: WriterLock | None = None
+        events: EventLog | None = None
+        try:
+            if self._writable:
+                lock = WriterLock(directory / LOCK_NAME, self._lock_timeout, file_mode=manifest.file_mode)
+                if logswap.interrupted(directory):
+                    with lock:
+                        logswap.recover(directory)
+                leftovers.remove_leftovers(directory)
+                if file_mode is not None and file_mode != manifest.file_mode:
+                    with lock:
+                        manifest = apply_file_mode(directory, Manifest.load(directory), file_mode)
+            events = EventLog(directory, manifest.segment_bytes, writable=self._writable, preallocate=self._durable,
+                              checksums=manifest.checksums)
+            collecting = gc.isenabled()
+            gc.disable()  # replay allocates millions of objects that never form cycles
+            try:
+                state = follow(events, State(), self._bound, self.state_lock, at_open=True)
+            finally:
+                if collecting:
+                    gc.enable()
+            self._check_view_exists(state)
+        except BaseException:
+            release(events, lock)
+            raise
+        assert events is not None
+        self._file_mode = manifest.file_mode
+        self._lock, self._log, self.state = lock, events, state
+        self._observe_clock()
+        self._closed = False
+        # Descriptors are released even if the owner never closes the engine (but only
+        # close() trims the log's preallocated padding).
+        self._finalizer = weakref.finalize(self, release, events, lock)
+
+    def _check_view_exists(self, state: State) -> None:
+        bound = self._bound
+        if bound is None:
+            return
+        if bound.op_id is not None and state.last_op_id != bound.op_id:
+            raise NotFoundError(f"as_of: no operation {bound.op_id} in {self._dir}")
+        if bound.timestamp is not None and state.last_op_id is None:
+            raise NotFoundError(f"as_of: {self._dir} has no operation at or before timestamp {bound.timestamp}")
+
+    def close(self) -> None:
+        """Release the directory. A writable engine first trims the preallocated space of the
+        newest segment under the writer lock (so the log never carries padding into git or
+        backups; a warning if the lock or the disk refuses). Closing twice is harmless."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self._lock is not None:
+                try:
+                    with self._lock:
+                        self._log.trim_padding()
+                except (LockTimeoutError, OSError) as exc:
+                    log.warning("could not trim the log padding of %s on close: %s", self._dir, exc)
+            release(self._log, self._lock)
+
+    def release(self) -> None:
+        """Let go of the log's descriptors and the lock file without writing anything (after a
+        failed open of the owner, or before a restore reopens the directory); the engine is
+        closed afterwards."""
+        self._closed = True
+        self._finalizer.detach()
+        release(self._log, self._lock)
+
+    def reopen(self, check: Callable[[State], None] | None = None) -> None:
+        """Inside ``exclusive()``: let go of the directory and open it again, as it is now
+        (after a restore put another directory in its place), with the file mode its manifest
+        names; ``check`` is then given the replayed state. If the open or the check raises,
+        the engine stays closed. The clock, the mutex and the commit listeners carry over, so
+        op ids stay ordered across the reopen."""
+        self.release()
+        self._open(None, None)
+        if check is not None:
+            try:
+                check(self.state)
+            except BaseException:
+                self.release()
+                raise
+
+    # --- what it is ---------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the files the tree creates (its manifest's)."""
+        return self._file_mode
+
+    @property
+    def writable(self) -> bool:
+        """False for a ``read_only`` open and for an ``as_of`` view."""
+        return self._writable
+
+    @property
+    def bound(self) -> Bound | None:
+        """The ``as_of`` bound of a view, None for the current tree."""
+        return self._bound
+
+    @property
+    def lock_timeout(self) -> float:
+        return self._lock_timeout
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        """Raise ClosedError once the engine is closed."""
+        if self._closed:
+            raise ClosedError(f"this KeywordTree ({self._dir}) was closed; open a new one")
+
+    def check_writable(self) -> None:
+        """Raise ClosedError once closed, ReadOnlyError for a read-only open or a view."""
+        self.check_open()
+        if not self._writable:
+            what = "an as_of view" if self._bound is not None else "opened with read_only=True"
+            raise ReadOnlyError(f"this KeywordTree is {what} and cannot write; open {self._dir} without it to write")
+
+    # --- reading and following ----------------------------------------------------------------
+
+    def read(self, read: Callable[[State], T]) -> T:
+        """``read`` applied to the current state under the state lock."""
+        with self.state_lock:
+            return read(self.state)
+
+    def _follow(self) -> State:
+        """Apply what other processes appended (the caller holds the mutex) and let the
+        clock see it, so the next op id is greater than every id in the log."""
+        self.state = follow(self._log, self.state, None, self.state_lock, at_open=False)
+        self._observe_clock()
+        return self.state
+
+    def _observe_clock(self) -> None:
+        state = self.state
+        if state.last_op_id is not None:
+            self._clock.observe(state.last_op_id, state.last_timestamp)
+
+    def catch_up(self) -> int:
+        """Apply the operations other processes appended since the last look; returns how
+        many. Never takes the writer lock. A view does not move and returns 0."""
+        self.check_open()
+        if self._bound is not None:
+            return 0
+        with self._mutex:
+            before = self.state.op_count
+            return self._follow().op_count - before
+
+    def catch_up_locked(self) -> State:
+        """Inside ``locked()``: apply what the log holds now beyond the state (after a caller
+        changed the log itself, as repair does); returns the state."""
+        return self._follow()
+
+    def read_segments(self) -> Iterator[tuple[str, bytes]]:
+        """Each segment of the log as (path, bytes), oldest first, read from disk (with what
+        other processes appended)."""
+        events = self._log
+        return (events.read_segment(index) for index in range(len(events.segments)))
+
+    def history(self, entity_id: str | None, limit: int | None) -> list[Operation]:
+        """The operations this engine reflects that wrote ``entity_id`` (all when None),
+        oldest first, only the newest ``limit`` when given (see
+        :func:`kwtree.engine.history.read_history`). A log that compaction replaced is caught
+        up with first."""
+        if self._bound is None and self._log.rewritten():
+            self.catch_up()
+        timestamp = self._bound.timestamp if self._bound is not None else None
+        bound = Bound(op_id=self.state.last_op_id, timestamp=timestamp)
+        return read_history(self.read_segments(), entity_id, limit, bound)
+
+    def find_operation(self, op_id: str) -> Operation | None:
+        """The operation ``op_id`` as the log holds it, or None."""
+        return find_operation(self._log.segments, self._log.read_segment, op_id)
+
+    def log_size(self) -> tuple[int, int]:
+        """The log's bytes on disk and its number of segments."""
+        return self._log.size_bytes(), len(self._log.segments)
+
+    # --- holding the locks --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[State]:
+        """This process's write mutex: while it is held no other thread of this process
+        writes, refreshes or closes, so the yielded state holds still. ClosedError."""
+        self.check_open()
+        with self._mutex:
+            self.check_open()
+            yield self.state
+
+    def _begin_write(self, *, catch_up: bool) -> State:
+        """The preamble of every write: take this process's write mutex, then the directory's
+        writer lock, then (``catch_up``) apply what other processes appended; returns the
+        state. ClosedError, ReadOnlyError, LockTimeoutError, CorruptLogError; on failure
+        nothing is held. ``_end_write`` releases. (Plain calls, not a generator context: a
+        commit pays this on every write.)"""
+        self.check_writable()
+        self._mutex.acquire()
+        try:
+            self.check_writable()
+            assert self._lock is not None
+            self._lock.acquire()
+            try:
+                return self._follow() if catch_up else self.state
+            except BaseException:
+                self._lock.release()
+                raise
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def _end_write(self) -> None:
+        assert self._lock is not None
+        try:
+            self._lock.release()
+        finally:
+            self._mutex.release()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[State]:
+        """The write mutex, then the directory's writer lock: no other writer, in this
+        process or another, writes meanwhile. Nothing is caught up (``writing`` does that).
+        ClosedError, ReadOnlyError, LockTimeoutError."""
+        state = self._begin_write(catch_up=False)
+        try:
+            yield state
+        finally:
+            self._end_write()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[State]:
+        """``locked()``, with the operations other processes appended applied first: the
+        yielded state is the directory's latest. CorruptLogError if the log is damaged."""
+        state = self._begin_write(catch_up=True)
+        try:
+            yield state
+        finally:
+            self._end_write()
+
+    def commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
+        """Decide, write and apply one operation of ``kind``; None when ``decide`` returns no
+        changes (nothing is written). Durable on return when the engine is. What raises before
+        the operation is appended (the decider, LimitExceededError) or the append itself (the
+        disk) leaves the log and the state as they were; a commit listener that raises does so
+        after the operation was applied."""
+        state = self._begin_write(catch_up=True)  # what ``writing()`` does, without its generator
+        try:
+            op_id, timestamp = self._clock.next()
+            changes = decide(state, Stamp(op_id, timestamp, self._actor))
+            if not changes:
+                return None
+            self._limits.check_changes(changes)
+            op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
+            self._log.append(encode_operation(op), op_id, sync=self._durable)
+            with self.state_lock:
+                apply(state, op)
+            for listener in self._listeners:
+                listener(op, state)
+        finally:
+            self._end_write()
+        return op
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """Call ``listener(op, state)`` after each operation this engine commits, under the
+        write locks; what it raises reaches the writer (the operation is durable already)."""
+        self._listeners.append(listener)
+
+    def cut_log(self, take: LogCut[T]) -> T:
+        """Inside ``exclusive()``: ``take(segments, position, rewritten)`` with the log held
+        at the last whole operation this engine reflects. A writable engine first takes the
+        writer lock and catches up, and holds the lock while ``take`` runs, so the cut is one
+        consistent point of every writer's whole operations; a read-only one or a view cuts
+        at what it has read."""
+        with self._lock if self._lock is not None else contextlib.nullcontext():
+            if self._writable:
+                self._follow()
+            return take(self._log.segments, self._log.position, self._log.rewritten)
+
+    # --- replacing the log (compaction) -------------------------------------------------------
+
+    def prepare_replacement(self) -> State:
+        """Inside ``locked()``: finish a log replacement a crash interrupted, catch up, and
+        move a torn tail to ``quarantine/``, so that the log holds exactly the whole
+        operations of the returned state."""
+        logswap.recover(self._dir)
+        state = self._follow()
+        if self._log.unconsumed_bytes:
+            self._log.quarantine_tail()
+        return state
+
+    def replace_log(self, operations: Iterable[tuple[str, bytes]], check: Callable[[State], None]) -> LogSize:
+        """Inside ``locked()``, after ``prepare_replacement``: make ``operations`` ((op id,
+        encoded rows), in op-id order) the whole log, in one atomic step, and return its size.
+
+        They are written as a new generation beside the log, in this directory's format and
+        segment size, and replayed into a new State; ``check(new_state)`` raises to abort, as
+        does a segment that does not replay whole (StorageError): then the log is unchanged.
+        A crash leaves the old log or the new one. Afterwards the engine reads the new log and
+        its state is the replayed one; other processes replay the new log at their next look.
+        """
+        rebuilt, size = self._write_generation(operations, check)
+        logswap.swap_in(self._dir)
+        self._log.reattach()
+        self._log.seek_end()
+        self.state = rebuilt
+        return size
+
+    def _write_generation(self, operations: Iterable[tuple[str, bytes]],
+                          check: Callable[[State], None]) -> tuple[State, LogSize]:
+        """Write ``operations`` as the segments of ``log.compacting/``, replay them and
+        ``check`` the result; returns the replayed state and the new log's size."""
+        target = logswap.new_log_dir(self._dir)
+        rebuilt = State()
+        parts: list[bytes] = []
+        first: str | None = None
+        size = total = rows = count = 0
+        checksums = self._log.checksums
+        segment_bytes = self._log.segment_bytes
+        written: tuple[str, bytes] | None = None  # the last segment, sealed once its successor is known
+
+        def write(next_segment: str | None) -> None:
+            if written is not None:
+                name, data = written
+                seal = encode_seal(data, next_segment) if checksums and next_segment is not None else b""
+                logswap.write_segment(target, name, data + seal)
+
+        def flush() -> None:
+            nonlocal written
+            assert first is not None
+            data = b"".join(parts)
+            segment = str(target / f"{first}.jsonl")
+            if replay_chunk(rebuilt, data, segment, 1, checksums=checksums).consumed_bytes != len(data):
+                raise StorageError(f"compaction of {self._dir} aborted, the log is unchanged: a new segment "
+                                   f"did not replay whole; please report this")
+            write(first)
+            written = (first, data)
+
+        try:
+            for op_id, data in operations:
+                if first is None:
+                    first = op_id
+                if checksums:
+                    data = with_checksum(data)
+                parts.append(data)
+                size += len(data)
+                total += len(data)
+                rows += data.count(b"\n")
+                count += 1
+                if size >= segment_bytes:
+                    flush()
+                    parts, first, size = [], None, 0
+            if parts:
+                flush()
+            write(None)
+            logswap.seal(target)
+            check(rebuilt)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return rebuilt, LogSize(total, rows, count)

@@ -1,0 +1,76 @@
+"""What every facet of KeywordTree shares: the engine, the caches, the agent and the limits,
+and the few steps each public method is made of (check the tree is open, read the state,
+commit an operation).
+
+The facets (``kwtree.facade.agent``, ``.retrieval``, ``.maintenance``) and ``KeywordTree``
+itself derive from :class:`TreeCore`; they reach the directory, the log and the State only
+through the :class:`kwtree.engine.engine.Engine` it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from kwtree.agent.descend import DescendLoop
+from kwtree.caches.coordinator import Indexes
+from kwtree.caches.embed import Embedder
+from kwtree.engine.engine import Decide, Engine
+from kwtree.engine.state import State
+from kwtree.limits import Limits
+from kwtree.models import Keyword, Operation
+
+__all__ = ["TreeCore"]
+
+T = TypeVar("T")
+#: Operations after which the MRU cache forgets the keywords they wrote.
+_MRU_EVICTING = frozenset({"move_keyword", "merge_keywords", "delete_keyword", "reorganize", "undo"})
+
+
+class TreeCore:
+    """The parts of one open KeywordTree (set up by ``KeywordTree.__init__``)."""
+
+    _engine: Engine
+    _indexes: Indexes
+    #: The caches' embedder, whether they run a worker thread, whether writes embed later.
+    _index_options: tuple[Embedder, bool, bool]
+    _agent: DescendLoop
+    _limits: Limits
+    _actor: str
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the files this tree creates (its manifest's; ``0o600`` by default)."""
+        return self._engine.file_mode
+
+    def _check_open(self) -> None:
+        """ClosedError once the tree is closed."""
+        self._engine.check_open()
+
+    def _check_writable(self) -> None:
+        """ClosedError once closed; ReadOnlyError for ``read_only`` and ``as_of`` trees."""
+        self._engine.check_writable()
+
+    def _read(self, read: Callable[[State], T]) -> T:
+        """``read`` applied to the current state under the state lock."""
+        return self._engine.read(read)
+
+    def _commit(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None = None) -> Operation | None:
+        """Decide, write durably and apply one operation (``Engine.commit``); None when there
+        was nothing to write. The agent's MRU cache forgets the keywords a move, merge, delete,
+        reorganisation or undo wrote."""
+        op = self._engine.commit(kind, decide, audit)
+        if op is not None and kind in _MRU_EVICTING:
+            self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
+        return op
+
+    def _open_indexes(self) -> Indexes:
+        """The caches of the engine's directory, as this tree's options want them."""
+        embedder, worker, embed_async = self._index_options
+        engine = self._engine
+        return Indexes(engine.directory, embedder, engine.read, write_locks=engine.locked if engine.writable else None,
+                       worker=worker, embed_async=embed_async, file_mode=engine.file_mode)
+
+    def _note_commit(self, op: Operation, state: State) -> None:
+        """The engine's commit listener: the caches note what to index."""
+        self._indexes.note(op, state)
