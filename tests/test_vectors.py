@@ -675,7 +675,8 @@ def test_recall_at_10_against_brute_force(store_dir):
 
 
 def test_key_lines_parse_up_to_the_first_bad_one_across_chunks(caplog):
-    from kwtree.stores.vectors import _PARSE_CHUNK, _parse_keys
+    from kwtree.stores.vector_files import PARSE_CHUNK as _PARSE_CHUNK
+    from kwtree.stores.vector_files import parse_keys as _parse_keys
 
     good = [orjson.dumps([f"e{i}", "h"]) for i in range(_PARSE_CHUNK + 10)]
     assert _parse_keys(good) == [(f"e{i}", "h") for i in range(_PARSE_CHUNK + 10)]

@@ -39,7 +39,6 @@ import contextlib
 import logging
 import os
 import threading
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from kwtree.stores.files import (
     write_all,
     write_atomically,
 )
+from kwtree.stores.vector_files import file_crc, file_id_and_size, file_size, parse_keys, read_json
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 
@@ -103,7 +103,6 @@ WIDEN_LIMIT = 32
 # loads it adds the lagging rows itself (about 0.5 ms a row here), which stays well under
 # what building the graph of a store large enough for one costs (seconds).
 PERSIST_LAG_ROWS = 500
-_CRC_CHUNK = 1 << 23
 
 Accept = Callable[[str, str], bool]
 
@@ -117,73 +116,6 @@ class VectorStoreStats:
     loaded_rows: int  # rows the in-memory index took from hnsw.bin rather than building
     capacity: int  # the in-memory index's max_elements (0 when none)
     persisted_rows: int  # rows covered by the hnsw.bin this process last loaded or saved
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None if it is missing or not an object."""
-    try:
-        value = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _file_size(path: Path) -> int:
-    return _file_id_and_size(path)[1]
-
-
-def _file_id_and_size(path: Path) -> tuple[tuple[int, int] | None, int]:
-    """((device, inode), size) of ``path``, or (None, 0) if it does not exist."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None, 0
-    return (st.st_dev, st.st_ino), st.st_size
-
-
-def _file_crc(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CRC_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _is_key(value: object) -> bool:
-    return type(value) is list and len(value) == 2 and type(value[0]) is str and type(value[1]) is str
-
-
-_PARSE_CHUNK = 4_096  # key lines per orjson call
-
-
-def _parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
-    """Parse whole key lines, stopping at the first unreadable one (with a warning)."""
-    keys: list[tuple[str, str]] = []
-    for start in range(0, len(lines), _PARSE_CHUNK):
-        chunk = lines[start : start + _PARSE_CHUNK]
-        try:
-            # One orjson call per chunk: several times faster than one call per line, while
-            # other threads (a search right after open) get the interpreter between chunks.
-            # The count check catches a corrupt line that happens to hold two JSON values.
-            parsed = orjson.loads(b"[" + b",".join(chunk) + b"]")
-        except orjson.JSONDecodeError:
-            break
-        if len(parsed) != len(chunk) or not all(map(_is_key, parsed)):
-            break
-        keys.extend((p[0], p[1]) for p in parsed)
-    else:
-        return keys
-    lines = lines[len(keys):]  # the chunk with a bad line: one line at a time
-    for line in lines:
-        try:
-            p = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            p = None
-        if not _is_key(p):
-            log.warning("vector cache: unreadable key line %r; ignoring it and the rows after it", line[:80])
-            break
-        keys.append((p[0], p[1]))
-    return keys
 
 
 class _Picker:
@@ -312,24 +244,24 @@ class VectorStore:
 
     def _open_meta(self) -> None:
         meta_path = self.directory / META_FILE
-        found = _read_json(meta_path)
+        found = read_json(meta_path)
         if self._check_meta(found):
             return
         if not self.writable:
             # Emptying the store is the writer's job: until one does, search nothing (its rows
             # may belong to another model or format) and write nothing.
             self._meta_ok = False
-            if any(_file_size(p) for p in self._data_files()):
+            if any(file_size(p) for p in self._data_files()):
                 state = "missing or unreadable" if found is None else f"of format {found.get('format')!r}"
                 log.warning("vector cache %s: meta.json is %s; searching the store as empty (a tree "
                             "that may write it empties it and embeds everything again)", self.directory, state)
             return
         with self._locked():
-            found = _read_json(meta_path)
+            found = read_json(meta_path)
             if self._check_meta(found):
                 return  # another process created it meanwhile
             data_files = self._data_files()
-            if any(_file_size(p) for p in data_files):
+            if any(file_size(p) for p in data_files):
                 state = "missing or unreadable" if found is None else f"of format {found.get('format')!r}"
                 log.warning("vector cache %s: meta.json is %s; emptying the store (its vectors "
                             "will be embedded again)", self.directory, state)
@@ -346,11 +278,11 @@ class VectorStore:
     def _read_new_rows(self) -> int:
         """Take the whole rows appended since the last look; the caller holds the mutex."""
         if not self._meta_ok:
-            if not self._check_meta(_read_json(self.directory / META_FILE)):
+            if not self._check_meta(read_json(self.directory / META_FILE)):
                 return 0
             self._meta_ok = True  # a writer made (or remade) the store: its rows are ours now
-        keys_id, keys_size = _file_id_and_size(self._keys_path)  # keys first: their vectors came before
-        vec_id, vec_size = _file_id_and_size(self._vectors_path)
+        keys_id, keys_size = file_id_and_size(self._keys_path)  # keys first: their vectors came before
+        vec_id, vec_size = file_id_and_size(self._vectors_path)
         vec_rows = vec_size // self._row_bytes
         rows = len(self._keys)
         replaced = (keys_id, vec_id) != self._file_ids
@@ -371,7 +303,7 @@ class VectorStore:
         lines = lines[: vec_rows - rows]  # a key line counts only with its whole vector
         if not lines:
             return 0
-        new = _parse_keys(lines)
+        new = parse_keys(lines)
         self._keys.extend(new)
         self._known.update(new)
         self._keys_end += sum(len(line) + 1 for line in lines[: len(new)])
@@ -515,7 +447,7 @@ class VectorStore:
     def _trim_torn_tail(self) -> None:
         """Cut bytes beyond the last whole row; the caller holds the lock and has read every row."""
         for path, end in ((self._keys_path, self._keys_end), (self._vectors_path, len(self._keys) * self._row_bytes)):
-            size = _file_size(path)
+            size = file_size(path)
             if size > end:
                 log.warning("vector cache %s: dropping a torn tail of %d bytes from %s",
                             self.directory, size - end, path.name)
@@ -566,17 +498,17 @@ class VectorStore:
     def _plausible_persisted_rows(self) -> int:
         """Rows covered by the persisted index per hnsw.json, if it matches our rows and the
         size of hnsw.bin (the CRC is checked only when loading); else 0."""
-        meta = _read_json(self._index_meta_path)
+        meta = read_json(self._index_meta_path)
         rows = meta.get("rows") if meta else None
         if (not meta or not isinstance(rows, int) or not 0 < rows <= len(self._keys)
                 or {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows)
-                or meta.get("size") != _file_size(self._index_path)):
+                or meta.get("size") != file_size(self._index_path)):
             return 0
         return rows
 
     def _load_index(self) -> hnswlib.Index | None:
         """The persisted index if it is sound and covers a prefix of our rows, else None."""
-        meta = _read_json(self._index_meta_path)
+        meta = read_json(self._index_meta_path)
         if meta is None and not self._index_path.exists():
             return None
         rows = meta.get("rows") if meta else None
@@ -589,7 +521,7 @@ class VectorStore:
             problem = f"it covers {rows!r} rows but the store has {len(self._keys)}"
         elif {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows):
             problem = "it was written by another format or for other rows"
-        elif _file_size(self._index_path) != meta.get("size") or _file_crc(self._index_path) != meta.get("crc32"):
+        elif file_size(self._index_path) != meta.get("size") or file_crc(self._index_path) != meta.get("crc32"):
             problem = "hnsw.bin does not match the size and CRC recorded in hnsw.json"
         index = None
         if problem is None:
@@ -733,7 +665,7 @@ class VectorStore:
             try:
                 index.save_index(str(tmp))
                 os.chmod(tmp, self._file_mode)  # hnswlib creates it with the umask's mode
-                meta = self._index_meta(rows) | {"size": _file_size(tmp), "crc32": _file_crc(tmp)}
+                meta = self._index_meta(rows) | {"size": file_size(tmp), "crc32": file_crc(tmp)}
                 with self._locked():
                     if self._plausible_persisted_rows() > rows:
                         tmp.unlink()  # another process saved more
