@@ -675,13 +675,12 @@ def test_recall_at_10_against_brute_force(store_dir):
 
 
 def test_key_lines_parse_up_to_the_first_bad_one_across_chunks(caplog):
-    from kwtree.stores.vector_files import PARSE_CHUNK as _PARSE_CHUNK
-    from kwtree.stores.vector_files import parse_keys as _parse_keys
+    from kwtree.stores.vector_files import PARSE_CHUNK, parse_keys
 
-    good = [orjson.dumps([f"e{i}", "h"]) for i in range(_PARSE_CHUNK + 10)]
-    assert _parse_keys(good) == [(f"e{i}", "h") for i in range(_PARSE_CHUNK + 10)]
+    good = [orjson.dumps([f"e{i}", "h"]) for i in range(PARSE_CHUNK + 10)]
+    assert parse_keys(good) == [(f"e{i}", "h") for i in range(PARSE_CHUNK + 10)]
     for bad in (b'{"x": 1}', b'["a","b"]["c","d"]', b'["cut'):
         with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
-            keys = _parse_keys([*good[: _PARSE_CHUNK + 3], bad, *good[_PARSE_CHUNK + 3 :]])
-        assert keys == [(f"e{i}", "h") for i in range(_PARSE_CHUNK + 3)]
+            keys = parse_keys([*good[: PARSE_CHUNK + 3], bad, *good[PARSE_CHUNK + 3 :]])
+        assert keys == [(f"e{i}", "h") for i in range(PARSE_CHUNK + 3)]
         assert "unreadable key line" in caplog.text
