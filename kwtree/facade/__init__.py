@@ -3,4 +3,5 @@ and search, the whole-directory operations), all built on ``core.TreeCore``. The
 directory, the log, the locks and the State only through the public methods of the
 ``kwtree.engine.engine.Engine`` the tree holds, and load the optional whole-directory
 operations (``kwtree.ops``, the snapshot archive code) on first use. It may import every
-package below it; only the CLI and ``kwtree/__init__.py`` import it."""
+package below it; only the CLI, ``kwtree.testing`` (which checks users' trees) and
+``kwtree/__init__.py`` import it."""

@@ -41,6 +41,7 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
+from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
@@ -59,7 +60,6 @@ from kwtree.validate import (
     clean_text,
     clean_weight,
 )
-from kwtree.writes import Stamp
 
 __all__ = [
     "EXPORT_FORMATS",

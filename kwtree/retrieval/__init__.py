@@ -1,4 +1,5 @@
 """Retrieval: exact lookup of keywords by name and alias, recall fusion (BM25, vectors, the
 tree and relations, scored and weighted), and the context block rendered for a prompt. Pure
-functions over a State and the caches' hits; it may import the ground floor and the engine,
-and never touches storage."""
+functions over a State and the caches' hits; it may import the ground floor, the engine and
+the agent's descent results (``kwtree.agent.descend``, which exact lookup turns into search
+results), and never touches storage."""
