@@ -62,9 +62,6 @@ def test_the_facade_loads_no_llm_sdk_and_no_stemmer_of_another_language() -> Non
     assert "snowballstemmer" not in _top_level(loaded)  # made at the first stem
 
 
-@pytest.mark.xfail(strict=True, reason="kwtree/facade/maintenance.py imports kwtree.ops.compaction, export, "
-                   "repair and verify at module level; the facade rewrite (issue 14 item 2) is to import them "
-                   "on first use")
 def test_opening_a_tree_loads_no_optional_operation(tmp_path: Path) -> None:
     code = f"import kwtree\nwith kwtree.KeywordTree({str(tmp_path / 'tree')!r}, worker=False) as tree:\n    pass"
     loaded = _loaded_after(code)
@@ -87,8 +84,6 @@ def test_the_startup_benchmark_runs(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its scratch tree is removed
 
 
-@pytest.mark.xfail(strict=True, reason="kwtree/facade/tree.py still defines its own DURABILITY_MODES and DIRECTIONS; "
-                   "the facade rewrite is to import them from kwtree.models, where the CLI's parser reads them")
 def test_the_choice_tables_are_defined_once_in_the_models() -> None:
     from kwtree import models
     from kwtree.facade import tree

@@ -32,6 +32,8 @@ from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.models import (
+    DIRECTIONS,
+    DURABILITY_MODES,
     EMPTY_METADATA,
     ROOT_ID,
     Change,
@@ -63,10 +65,8 @@ from kwtree.writes import infos as info_commands
 from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.undo import undo as undo_changes
 
-__all__ = ["DURABILITY_MODES", "LOCK_NAME", "KeywordTree"]
+__all__ = ["LOCK_NAME", "KeywordTree"]
 
-DURABILITY_MODES = ("full", "none")
-DIRECTIONS = ("out", "in", "both")
 T = TypeVar("T")
 
 
