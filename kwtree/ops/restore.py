@@ -100,7 +100,7 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
         raise
 
 
-def restore_archive(snapshot: object, target: Path, *, lock_timeout: float,
+def restore_archive(snapshot: str | os.PathLike[str], target: Path, *, lock_timeout: float,
                     occupant: Occupant | None = None) -> dict[str, Any]:
     """Restore ``snapshot`` into ``target`` as the module docstring says; ``occupant`` is the
     open tree of this process that ``target`` holds, when it restores itself. Returns the
