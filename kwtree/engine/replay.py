@@ -26,17 +26,14 @@ from typing import Any
 import orjson
 
 from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.engine.state import State
+from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
-from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
+from kwtree.models import ROOT_ID, Entity, Keyword
 
 __all__ = [
     "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "holds_an_end_row", "parse_operations", "replay_chunk",
     "replay_sorted", "row_after_damage",
 ]
-
-_PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
-
 
 class ChunkStatus(enum.Enum):
     DONE = "done"  # every complete operation in the chunk was applied
@@ -129,7 +126,7 @@ def replay_chunk(
     lines.pop()  # a partial last line (torn or still being written), or b"" after the final newline
     loads = orjson.loads
     decoders = DECODERS
-    put = _PUT
+    fold = apply_rows
     have_root = ROOT_ID in state.keywords
     last_op = state.last_op_id or ""
     stop_op = bound.op_id if bound is not None else None
@@ -191,14 +188,9 @@ def replay_chunk(
         if copy:
             pending = []
             continue
-        for entity in pending:
-            put[type(entity)](state, entity)
+        fold(state, op, ts, pending)
         pending = []
         last_op = op
-        state.op_count += 1
-        state.last_op_id = op
-        if ts > state.last_timestamp:
-            state.last_timestamp = ts
     consumed = sum(map(len, lines[:done_lines])) + done_lines
     return ChunkResult(status, consumed, done_lines)
 
@@ -311,9 +303,4 @@ def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound
             continue
         if ROOT_ID not in state.keywords:
             _check_root(entities, raw.path, raw.first_line)
-        for entity in entities:
-            _PUT[type(entity)](state, entity)
-        state.op_count += 1
-        state.last_op_id = raw.op_id
-        if ts > state.last_timestamp:
-            state.last_timestamp = ts
+        apply_rows(state, raw.op_id, ts, entities)
