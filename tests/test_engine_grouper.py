@@ -33,7 +33,8 @@ def _segment(directory: Path) -> Path:
 def _two_keyword_batch_then_one(directory: Path) -> tuple[str, str]:
     """A tree whose log holds a two-row operation, then a one-row one; returns their keywords."""
     with KeywordTree(directory, durability="none", worker=False) as tree:
-        first, _ = tree.batch_create_keywords([{"name": "a", "parent_id": ROOT_ID}, {"name": "b", "parent_id": ROOT_ID}])
+        first, _ = tree.batch_create_keywords([{"name": "a", "parent_id": ROOT_ID},
+                                               {"name": "b", "parent_id": ROOT_ID}])
         last = tree.create_keyword("c", ROOT_ID)
     return first.id, last.id
 

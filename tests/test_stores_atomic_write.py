@@ -1,6 +1,7 @@
 """``kwtree.stores.files.write_atomically`` is the one way kwtree replaces a file: the manifest,
 cache metadata (full-text, vectors), the outbox's compaction, exports and git's files all
-go through it (a snapshot archive is published by a hard link instead: it never replaces a file). These tests pin its promise: the file gets exactly the mode asked for, a
+go through it (a snapshot archive is published by a hard link instead: it never replaces a
+file). These tests pin its promise: the file gets exactly the mode asked for, a
 failure leaves the old file and no temporary file, two threads replacing one file never share
 a temporary file, and no caller leaves one behind.
 """
@@ -43,20 +44,6 @@ def test_bytes_and_streamed_bodies_give_the_file_and_its_exact_mode(tmp_path: Pa
     assert _leftovers(tmp_path) == []
 
 
-def test_outbox_compaction_keeps_the_file_mode_and_leaves_no_temporary_file(tmp_path: Path) -> None:
-    path = tmp_path / "outbox.jsonl"
-    box = Outbox(path, file_mode=0o640)
-    try:
-        box.enqueue([("info", f"e{n}", f"h{n}", "m1") for n in range(4)])
-        box.done("w", box.claim("w", 2))
-        box.compact()
-        assert len(path.read_bytes().splitlines()) < 6 and box.status()["pending"] == 2
-    finally:
-        box.close()
-    assert _mode(path) == 0o640
-    assert _leftovers(tmp_path) == []
-
-
 def test_a_failing_body_leaves_the_old_file_and_no_temporary_file(tmp_path: Path) -> None:
     target = tmp_path / "f.json"
     write_atomically(target, b"old")
@@ -87,7 +74,7 @@ def test_threads_replacing_one_file_never_mix_their_bodies(tmp_path: Path) -> No
             for _ in range(20):
                 write_atomically(target, body)
                 assert target.read_bytes() in bodies
-        except BaseException as exc:  # (reported below: a thread's assertion is not the test's)
+        except (AssertionError, OSError) as exc:  # (reported below: a thread's failure is not the test's)
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(body,)) for body in bodies]
@@ -97,20 +84,6 @@ def test_threads_replacing_one_file_never_mix_their_bodies(tmp_path: Path) -> No
         thread.join()
     assert errors == []
     assert target.read_bytes() in bodies
-    assert _leftovers(tmp_path) == []
-
-
-def test_outbox_compaction_keeps_the_file_mode_and_leaves_no_temporary_file(tmp_path: Path) -> None:
-    path = tmp_path / "outbox.jsonl"
-    box = Outbox(path, file_mode=0o640)
-    try:
-        box.enqueue([("info", f"e{n}", f"h{n}", "m1") for n in range(4)])
-        box.done("w", box.claim("w", 2))
-        box.compact()
-        assert len(path.read_bytes().splitlines()) < 6 and box.status()["pending"] == 2
-    finally:
-        box.close()
-    assert _mode(path) == 0o640
     assert _leftovers(tmp_path) == []
 
 
