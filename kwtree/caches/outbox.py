@@ -61,7 +61,7 @@ from kwtree.errors import (
     StorageError,
     storage_error,
 )
-from kwtree.stores.files import PRIVATE_FILE_MODE, open_file
+from kwtree.stores.files import PRIVATE_FILE_MODE, open_file, write_atomically
 
 __all__ = ["ERROR_BACKOFF_MAX", "WORKER_ERRORS", "Item", "Outbox", "record_results", "run_worker"]
 
@@ -410,22 +410,10 @@ class Outbox:
             self._compact()
 
     def _compact(self) -> None:
-        tmp = self.path.with_suffix(".compact.tmp")
         keep = [row for entry in self._entries.values() if entry.status != "done" for row in entry.rows]
         try:
-            with open(open_file(tmp, os.O_WRONLY | os.O_TRUNC, self._file_mode), "wb") as f:
-                f.write(b"".join(row + b"\n" for row in keep))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomically(self.path, b"".join(row + b"\n" for row in keep), self._file_mode, sync_directory=True)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise storage_error(f"could not compact {self.path}", exc, self.path) from exc
         self._reset()
         self._refresh()

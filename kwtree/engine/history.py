@@ -1,10 +1,11 @@
 """Reading whole operations back from the log: ``history()`` and the operation ``undo`` needs.
 
 History is read from disk, not kept in memory (a tree of a million keywords would otherwise
-carry a million operation records). Rows start with ``{"op":"<32 hex digits>"``, so lines
-are grouped into operations by slicing that id out without parsing, and only the groups
-that can match (they contain the requested entity id, or the requested op id) are parsed,
-and have their checksum checked (``kwtree.engine.replay.check_checksum``).
+carry a million operation records). Lines are grouped into operations by replay's grouper
+(``kwtree.engine.replay.group_operations``: the same rows, end markers, torn tails, copies
+and checksums), and only the operations that can match (their lines contain the requested
+entity id) are decoded in full, before-images and audit included. ``find_operation`` finds
+its operation's rows without reading the others: rows start with ``{"op":"<32 hex digits>"``.
 """
 
 from __future__ import annotations
@@ -12,60 +13,25 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-
-import orjson
+from typing import Any
 
 from kwtree.engine.events import decode_operation
-from kwtree.engine.replay import Bound, check_checksum
+from kwtree.engine.replay import Bound, group_operations, whole_lines
 from kwtree.errors import CorruptLogError
 from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 
 __all__ = ["find_operation", "read_history", "touches"]
 
 _PREFIX = b'{"op":"'
-_ID_SLICE = slice(len(_PREFIX), len(_PREFIX) + 32)
+_ID_END = len(_PREFIX) + 32  # where a row's op id ends
 
 
-def _groups(path: str, data: bytes) -> Iterator[tuple[str, int, list[bytes]]]:
-    """(op id, first line number, lines) of each run of lines sharing an op id."""
-    lines = data.split(b"\n")
-    lines.pop()
-    group: list[bytes] = []
-    current = b""
-    start = 1
-    for index, line in enumerate(lines):
-        if not line.startswith(_PREFIX):
-            raise CorruptLogError(path, index + 1, "row does not start with its op id")
-        op = line[_ID_SLICE]
-        if op != current and group:
-            yield current.decode(), start, group
-            group = []
-        if not group:
-            current, start = op, index + 1
-        group.append(line)
-    if group:
-        yield current.decode(), start, group
-
-
-def _decode(path: str, start: int, lines: list[bytes]) -> Operation | None:
-    """The operation in ``lines``, or None if it is torn (no end row)."""
-    try:
-        rows = [orjson.loads(line) for line in lines]
-    except orjson.JSONDecodeError as exc:
-        raise CorruptLogError(path, start, f"unreadable row: {exc}") from None
-    if "end" not in rows[-1]:
-        return None
-    # A copy of an operation right after itself shares its op id, so it lands in the same
-    # group: the operation ends at its first end row (copies are applied once, as replay does).
-    ends = next(index for index, row in enumerate(rows) if "end" in row) + 1
-    rows = rows[:ends]
-    if type(rows[-1]["end"]) is dict:  # (decode_operation reports any other end marker)
-        check_checksum(b"\n".join(lines[:ends]), rows[-1]["end"], rows[0]["op"], path, start + ends - 1,
-                       required=False)
+def _decode(path: str, first_line: int, rows: list[dict[str, Any]]) -> Operation:
+    """The full operation (before-images and audit) of a complete group of ``rows``."""
     try:
         return decode_operation(rows)
     except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptLogError(path, start, f"invalid operation: {exc}") from None
+        raise CorruptLogError(path, first_line, f"invalid operation: {exc}") from None
 
 
 def touches(op: Operation, entity_id: str) -> bool:
@@ -95,6 +61,56 @@ def _in_view(op: Operation, bound: Bound | None) -> bool:
     return bound.timestamp is None or op.timestamp <= bound.timestamp
 
 
+def _run(data: bytes, at: int, prefix: bytes) -> tuple[int, int, int]:
+    """(start, end, after) of the run of whole lines that start with ``prefix`` (a row's
+    ``{"op":"<op id>``) around the line starting at ``at``: the rows of one operation (and of
+    any copy of it right after), whose rows are consecutive lines; ``after`` ends the line
+    that follows the run, which the grouper reads too, so that an operation without its end
+    row before the next one starts is damage here as it is to replay."""
+    start = at
+    while start:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        if not data.startswith(prefix, previous):
+            break
+        start = previous
+    end = at
+    while True:
+        newline = data.find(b"\n", end)
+        if newline < 0:
+            break  # (a partial last line: whole_lines leaves it out)
+        end = newline + 1
+        if not data.startswith(prefix, end):
+            break
+    return start, end, data.find(b"\n", end) + 1 or len(data)
+
+
+def _operations(path: str, data: bytes, needle: bytes | None) -> Iterator[tuple[str, int, list[dict[str, Any]]]]:
+    """(op id, first line, rows) of the complete operations of one segment, read by the
+    grouper; with ``needle``, only of those whose lines hold it, which are found by searching
+    the bytes, so that the lines of the others are never parsed."""
+    if needle is None:
+        for op_id, start, _, rows, _ in group_operations(whole_lines(data), path, 1):
+            yield op_id, start + 1, rows
+        return
+    line, counted = 1, 0  # the line number of byte ``counted``
+    at = data.find(needle)
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        prefix = data[start:start + _ID_END]
+        if len(prefix) < _ID_END or not prefix.startswith(_PREFIX):
+            # A row in another key order (valid, if not kwtree's own): read every operation.
+            yield from _operations(path, data, None)
+            return
+        start, end, after = _run(data, start, prefix)
+        line += data.count(b"\n", counted, start)
+        counted = start
+        op_id = prefix[len(_PREFIX):].decode()
+        for found, first, _, rows, _ in group_operations(whole_lines(data[start:after]), path, line):
+            if found == op_id:
+                yield found, line + first, rows
+        at = data.find(needle, max(end, at + 1))
+
+
 def read_history(
     segments: Iterable[tuple[str, bytes]],
     entity_id: str | None,
@@ -104,17 +120,15 @@ def read_history(
     """Complete operations, oldest first (by op id), optionally only those touching
     ``entity_id`` and only the newest ``limit`` of them."""
     # A link or relation key ("<id>/<id>[/<type>]") is not in the rows verbatim; its first
-    # id is, so that is what lines are screened for before parsing.
+    # id is, so that is what the bytes are searched for before parsing.
     needle = entity_id.split("/", 1)[0].encode() if entity_id is not None else None
     found: dict[str, Operation] = {}
     in_order = True
     last = ""
     for path, data in segments:
-        for op_id, start, lines in _groups(path, data):
-            if needle is not None and not any(needle in line for line in lines):
-                continue
-            op = _decode(path, start, lines)
-            if op is None or not _in_view(op, bound):
+        for op_id, first_line, rows in _operations(path, data, needle):
+            op = _decode(path, first_line, rows)
+            if not _in_view(op, bound):
                 continue
             if entity_id is not None and not touches(op, entity_id):
                 continue
@@ -151,14 +165,10 @@ def find_operation(segment_names: list[str], read: Callable[[int], tuple[str, by
         at = _row_start(data, needle)
         if at < 0:
             continue
-        end = at
-        while True:  # the rows of one operation are consecutive lines
-            newline = data.find(b"\n", end)
-            if newline < 0:
-                return None  # its last row is torn
-            end = newline + 1
-            if not data.startswith(needle, end):
-                break
-        lines = data[at:end].split(b"\n")[:-1]
-        return _decode(path, data.count(b"\n", 0, at) + 1, lines)
+        start, _, after = _run(data, at, needle)
+        first_line = data.count(b"\n", 0, start) + 1
+        for found, first, _, rows, _ in group_operations(whole_lines(data[start:after]), path, first_line):
+            if found == op_id:
+                return _decode(path, first_line + first, rows)  # the first copy, as replay applies it
+        return None  # it has no end row: torn
     return None

@@ -1,42 +1,44 @@
 """Replay: turn bytes of log rows into complete operations and fold them into a State.
 
-``replay_chunk`` is the hot path of every open and refresh. It applies whole operations
-only: rows are buffered until the row carrying ``end``, all of them are decoded (so a bad
-row raises before anything is applied), then applied. A trailing operation without its end
-row is left unconsumed (a torn tail, or a write still in progress in another process).
+``group_operations`` is the one grouper of rows into operations: replay, the sorted replay's
+``parse_operations`` and ``history()`` read the log through it (its docstring is the
+contract; ``verify`` reads damaged segments with a reader of its own, which goes on past
+damage). ``replay_chunk`` is the hot path of every open and refresh. It applies whole
+operations only: rows are buffered until the row carrying ``end``, all of them are decoded
+(so a bad row raises before anything is applied), then folded in by the State's one reducer
+(``kwtree.engine.state.apply_rows``, which live writes use too). A trailing operation
+without its end row is left unconsumed (a torn tail, or a write still in progress in
+another process).
 
 Out-of-order operation ids (logs merged from two branches) are detected, not handled here:
 the caller falls back to ``replay_sorted``, which orders whole operations by id. A copy of
 an operation right after itself (a naive merge or copy of lines) is read and skipped here,
 so every replay applies an operation once, wherever its copies sit.
 
-Every reader of operations (both replays here, and ``history()``) checks an operation's
-checksum (format 2, ``kwtree.engine.events.with_checksum``) against the bytes it already holds
-with ``check_checksum``, so a changed byte that still reads as JSON is CorruptLogError at
+Every reader of operations (both replays here, and ``history()``: the grouper) checks an
+operation's checksum (format 2, ``kwtree.engine.events.with_checksum``) against the bytes it
+already holds with ``check_checksum``, so a changed byte that still reads as JSON is CorruptLogError at
 open, refresh and write alike, as other damage in the middle of the log is.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.engine.state import State
+from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
-from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Relation
+from kwtree.models import ROOT_ID, Entity, Keyword
 
 __all__ = [
-    "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "holds_an_end_row", "parse_operations", "replay_chunk",
-    "replay_sorted", "row_after_damage",
+    "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "holds_an_end_row", "parse_operations",
+    "replay_chunk", "replay_sorted", "row_after_damage", "whole_lines",
 ]
-
-_PUT = {Keyword: State.put_keyword, Info: State.put_info, Link: State.put_link, Relation: State.put_relation}
-
 
 class ChunkStatus(enum.Enum):
     DONE = "done"  # every complete operation in the chunk was applied
@@ -109,45 +111,67 @@ def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
         raise CorruptLogError(path, first_line, "row before the root keyword exists")
 
 
-def replay_chunk(
-    state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None, *, checksums: bool = False
-) -> ChunkResult:
-    """Apply the complete operations in ``data`` (whole lines from one segment, starting at
-    line number ``first_line``) and say how far it got.
-
-    Rows are decoded as they are read but applied only when their operation's end row has
-    been read, so a state never holds part of an operation: rows after the last end row (a
-    torn or still-growing operation) are left unconsumed, and a bad row raises
-    CorruptLogError before any row of its operation is applied (earlier operations stay
-    applied). A complete line that is not a valid row raises too, wherever it is, and so
-    does an operation whose checksum does not match its bytes (``check_checksum``; one is
-    required of each operation when ``checksums``, a format-2 log). A bound by timestamp is
-    not handled here (see ``replay_sorted``).
-    """
-    assert bound is None or bound.timestamp is None
+def whole_lines(data: bytes) -> list[bytes]:
+    """The whole lines of ``data`` without their newlines: a partial last line (torn, or
+    still being written) is left out."""
     lines = data.split(b"\n")
-    lines.pop()  # a partial last line (torn or still being written), or b"" after the final newline
+    lines.pop()  # the partial last line, or b"" after the final newline
+    return lines
+
+
+def group_operations(
+    lines: list[bytes], path: str, first_line: int, *, checksums: bool = False, decode: bool = False,
+    after: str | None = None, until: str | None = None,
+) -> Iterator[tuple[str, int, int, list[Any], float]]:
+    """The one grouper of log rows into operations: every reader of the log (replay, the
+    sorted replay's ``parse_operations``, ``history``) reads operations through it.
+
+    ``lines`` are whole lines of one segment (``whole_lines``), the first of them line number
+    ``first_line`` of ``path``. Yields ``(op id, start, stop, items, ts)`` for each complete
+    operation, lazily, in file order: its rows are ``lines[start:stop]``; ``items`` are the
+    rows decoded to entities with ``decode`` (as replay applies them), else the parsed rows;
+    ``ts`` is its end marker's timestamp with ``decode``, else 0.0. The contract:
+
+    - A row is a JSON object with an ``op`` and a known ``entity``, and ``op`` is an
+      operation id (32 lowercase hex digits); any other whole line is CorruptLogError at it,
+      as is, with ``decode``, a row that does not decode (``invalid row``), reported as it
+      is read, before the rows after it.
+    - An operation is a run of consecutive rows with one op id, ended by the first of them
+      that carries ``end``. A row of another operation before that end row is damage in the
+      middle of the log (CorruptLogError at the first row of the unended operation); rows
+      after the last end row (a torn tail, or an operation still being written) are not
+      yielded, and the caller's position stays at the end of the last operation yielded.
+    - At its end row each operation's checksum is checked against its bytes as read
+      (``check_checksum``; one is required when ``checksums``, a format-2 log). With
+      ``decode`` the end marker is checked first (kind, actor, numeric ts, its row count);
+      without, a checksum is checked only in an end marker that is an object (the reader
+      that decodes it reports any other).
+    - A copy of an operation right after itself (same id, after its end row) is a new
+      operation: the caller decides to skip it. NUL padding is not a line here: the log
+      store hands over data up to the first NUL byte.
+    - Replay's stops: with ``after`` (the last op id already applied; "" for none), an
+      operation whose id is below the last one met (``after``, then each yielded one) and
+      not equal to it, and with ``until``, one whose id is above ``until``, ends the
+      iteration at its first row, once that row is known to be a row: nothing more of it is
+      read or checked, and the last item yielded is ``(its op id, start, start, [], 0.0)``
+      (an empty ``items``: no complete operation has none).
+    """
     loads = orjson.loads
     decoders = DECODERS
-    put = _PUT
-    have_root = ROOT_ID in state.keywords
-    last_op = state.last_op_id or ""
-    stop_op = bound.op_id if bound is not None else None
     current = ""  # the operation whose rows are being read ("" between operations)
     start = 0  # the index of its first line
-    copy = False  # they are a copy of the operation applied just before
-    pending: list[Entity] = []  # the decoded rows of the current operation
-    done_lines = 0
-    status = ChunkStatus.DONE
+    pending: list[Any] = []  # its rows (decoded when ``decode``)
     for index, line in enumerate(lines):
         try:
             row = loads(line)
             op = row["op"]
-            decode = decoders[row["entity"]]
+            decoder = decoders[row["entity"]]
         except orjson.JSONDecodeError as exc:
             raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
         except (KeyError, TypeError) as exc:
-            raise CorruptLogError(path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}") from None
+            raise CorruptLogError(
+                path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}"
+            ) from None
         if op != current:
             if pending:
                 raise CorruptLogError(
@@ -157,50 +181,86 @@ def replay_chunk(
                 )
             if not is_op_id(op):  # (verify's test too: 32 lowercase hex digits)
                 raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
-            copy = op == last_op
-            if op <= last_op and not copy:
-                status = ChunkStatus.OUT_OF_ORDER
-                break
-            if stop_op is not None and op > stop_op:
-                status = ChunkStatus.BOUND_REACHED
-                break
+            if after is not None:
+                if op < after:
+                    yield op, index, index, [], 0.0
+                    return
+                after = op
+            if until is not None and op > until:
+                yield op, index, index, [], 0.0
+                return
             current = op
             start = index
-        try:  # _decode_row inlined: this loop runs once per row of every open
-            entity = decode(row, current)
-        except (KeyError, TypeError, ValueError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise CorruptLogError(path, first_line + index, f"invalid row: {detail}") from None
+        if decode:
+            try:  # _decode_row inlined: this loop runs once per row of every open
+                pending.append(decoder(row, op))
+            except (KeyError, TypeError, ValueError) as exc:
+                detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+                raise CorruptLogError(path, first_line + index, f"invalid row: {detail}") from None
+        else:
+            pending.append(row)
+        if "end" not in row:
+            continue
+        end = row["end"]
+        ts = 0.0
+        if decode:
+            ts = _check_end(end, op, len(pending), path, first_line + index)
+        if decode or type(end) is dict:
+            # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
+            encoded = line if start == index else b"\n".join(lines[start:index + 1])
+            check_checksum(encoded, end, op, path, first_line + index, required=checksums)
+        yield op, start, index + 1, pending, ts
+        current = ""
+        pending = []
+
+
+def _bytes_of(lines: list[bytes], count: int) -> int:
+    """The bytes the first ``count`` lines took in the data they came from (newlines included)."""
+    return sum(map(len, lines[:count])) + count
+
+
+def replay_chunk(
+    state: State, data: bytes, path: str, first_line: int, bound: Bound | None = None, *, checksums: bool = False
+) -> ChunkResult:
+    """Apply the complete operations in ``data`` (whole lines from one segment, starting at
+    line number ``first_line``) and say how far it got.
+
+    Operations are read by ``group_operations``, which decodes rows as they are read; each
+    is applied only when its end row has been read, so a state never holds part of an
+    operation: rows after the last end row (a torn or still-growing operation) are left
+    unconsumed, and a bad row raises CorruptLogError before any row of its operation is
+    applied (earlier operations stay applied). A complete line that is not a valid row
+    raises too, wherever it is, and so does an operation whose checksum does not match its
+    bytes (``check_checksum``; one is required of each operation when ``checksums``, a
+    format-2 log). A bound by timestamp is not handled here (see ``replay_sorted``).
+    """
+    assert bound is None or bound.timestamp is None
+    lines = whole_lines(data)
+    fold = apply_rows
+    have_root = ROOT_ID in state.keywords
+    last_op = state.last_op_id or ""
+    done_lines = 0
+    status = ChunkStatus.DONE
+    found = group_operations(lines, path, first_line, checksums=checksums, decode=True, after=last_op,
+                             until=bound.op_id if bound is not None else None)
+    for op, _, done, entities, ts in found:
+        if not entities:  # the grouper stopped before ``op``
+            status = ChunkStatus.OUT_OF_ORDER if op < last_op else ChunkStatus.BOUND_REACHED
+            break
         if not have_root:
-            if type(entity) is not Keyword or entity.id != ROOT_ID:
+            first = entities[0]
+            if type(first) is not Keyword or first.id != ROOT_ID:
                 # The root comes first in op-id order; if it does not come first in the file,
                 # the file is out of order (a merged log) and the sorted replay decides.
                 status = ChunkStatus.OUT_OF_ORDER
                 break
             have_root = True
-        pending.append(entity)
-        if "end" not in row:
-            continue
-        end = row["end"]
-        ts = _check_end(end, current, len(pending), path, first_line + index)
-        # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
-        encoded = line if start == index else b"\n".join(lines[start:index + 1])
-        check_checksum(encoded, end, current, path, first_line + index, required=checksums)
-        done_lines = index + 1
-        current = ""
-        if copy:
-            pending = []
-            continue
-        for entity in pending:
-            put[type(entity)](state, entity)
-        pending = []
+        done_lines = done
+        if op == last_op:
+            continue  # a copy of the operation applied just before
+        fold(state, op, ts, entities)
         last_op = op
-        state.op_count += 1
-        state.last_op_id = op
-        if ts > state.last_timestamp:
-            state.last_timestamp = ts
-    consumed = sum(map(len, lines[:done_lines])) + done_lines
-    return ChunkResult(status, consumed, done_lines)
+    return ChunkResult(status, _bytes_of(lines, done_lines), done_lines)
 
 
 _ROW_START = b'{"op":"'
@@ -251,42 +311,21 @@ class RawOperation:
 def parse_operations(
     data: bytes, path: str, first_line: int, *, checksums: bool = False
 ) -> tuple[list[RawOperation], int, int]:
-    """Split ``data`` into complete operations without applying them; each one's checksum is
-    checked as ``replay_chunk`` checks it.
+    """Split ``data`` into complete operations without applying them (``group_operations``:
+    each one's checksum is checked as ``replay_chunk`` checks it).
 
     Returns the operations, and the bytes and lines they cover (a torn tail is left out).
     """
-    lines = data.split(b"\n")
-    lines.pop()
-    operations: list[RawOperation] = []
-    pending: list[dict[str, Any]] = []
+    lines = whole_lines(data)
+    operations = [
+        RawOperation(op, rows, path, first_line + start)
+        for op, start, _, rows, _ in group_operations(lines, path, first_line, checksums=checksums)
+    ]
     done_lines = 0
-    for index, line in enumerate(lines):
-        try:
-            row = orjson.loads(line)
-            op = row["op"]
-        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
-            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
-        if not is_op_id(op):
-            raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
-        if pending and op != pending[0]["op"]:
-            raise CorruptLogError(
-                path,
-                first_line + index - len(pending),
-                f"operation {pending[0]['op']} has no end row before operation {op} starts",
-            )
-        pending.append(row)
-        if "end" in row:
-            end = row["end"]
-            if type(end) is dict:  # (replay_sorted reports any other end marker)
-                start = index + 1 - len(pending)
-                encoded = line if start == index else b"\n".join(lines[start:index + 1])
-                check_checksum(encoded, end, op, path, first_line + index, required=checksums)
-            operations.append(RawOperation(op, pending, path, first_line + index + 1 - len(pending)))
-            pending = []
-            done_lines = index + 1
-    consumed = sum(map(len, lines[:done_lines])) + done_lines
-    return operations, consumed, done_lines
+    if operations:
+        last = operations[-1]
+        done_lines = last.first_line - first_line + len(last.rows)
+    return operations, _bytes_of(lines, done_lines), done_lines
 
 
 def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound | None = None) -> None:
@@ -311,9 +350,4 @@ def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound
             continue
         if ROOT_ID not in state.keywords:
             _check_root(entities, raw.path, raw.first_line)
-        for entity in entities:
-            _PUT[type(entity)](state, entity)
-        state.op_count += 1
-        state.last_op_id = raw.op_id
-        if ts > state.last_timestamp:
-            state.last_timestamp = ts
+        apply_rows(state, raw.op_id, ts, entities)

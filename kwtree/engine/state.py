@@ -1,7 +1,8 @@
 """The in-memory materialised state and the reducer that folds operations into it.
 
-``apply(state, op)`` is the only way state changes, for replay and for live writes alike,
-so a reopened tree always matches the instance that wrote the log (DESIGN §4.1). It is
+``apply_rows`` is the only way state changes, for replay (which hands it the rows it
+decoded) and for live writes (``apply(state, op)``) alike: there is no second table, so a
+reopened tree always matches the instance that wrote the log (DESIGN §4.1). It is
 deterministic: the result depends only on the state and the operation (no clock, no I/O,
 no randomness), and it never raises on a decoded operation, whatever history produced it.
 
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation
+from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
 
-__all__ = ["State", "apply", "name_keys"]
+__all__ = ["State", "apply", "apply_rows", "name_keys"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -360,11 +361,23 @@ PUT = {
 }
 
 
-def apply(state: State, op: Operation) -> None:
-    """Fold one complete operation into ``state`` (entities get their replayed version,
-    level and effective parent set before they are stored)."""
-    for change in op.changes:
-        PUT[type(change.after)](state, change.after)
+def apply_rows(state: State, op_id: str, timestamp: float, entities: Iterable[Entity]) -> None:
+    """The reducer: fold one complete operation, given as its decoded rows, into ``state``
+    (entities get their replayed version, level and effective parent set before they are
+    stored). Replay calls it with the rows it decoded, without building an ``Operation``.
+
+    ``last_timestamp`` is the newest timestamp folded in, not the last one: a log merged from
+    two writers may hold a later op id with an earlier timestamp (two writers in one
+    millisecond), and the op clock takes this value as the floor of the next timestamp."""
+    put = PUT
+    for entity in entities:
+        put[type(entity)](state, entity)
     state.op_count += 1
-    state.last_op_id = op.op_id
-    state.last_timestamp = op.timestamp
+    state.last_op_id = op_id
+    if timestamp > state.last_timestamp:
+        state.last_timestamp = timestamp
+
+
+def apply(state: State, op: Operation) -> None:
+    """Fold one complete operation into ``state`` (``apply_rows`` of its changes)."""
+    apply_rows(state, op.op_id, op.timestamp, [change.after for change in op.changes])

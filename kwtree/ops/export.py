@@ -32,7 +32,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -48,7 +47,7 @@ from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, Relati
 from kwtree.ops.compaction import live_entities
 from kwtree.stores.directory import KWTREE_ENTRIES
 from kwtree.stores.eventlog import LOG_DIR
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory
+from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomically
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import MANIFEST_NAME
 from kwtree.validate import (
@@ -77,7 +76,6 @@ __all__ = [
 
 EXPORT_VERSION = 1
 EXPORT_FORMATS = ("json", "markdown")
-_BUFFER = 1 << 20
 T = TypeVar("T")
 
 
@@ -144,20 +142,10 @@ def _export_target(path: object) -> Path:
 
 
 def _write_atomically(path: Path, write: Callable[[IO[bytes]], None], file_mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb", buffering=_BUFFER) as out:
-            write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, file_mode)  # mkstemp made it 0o600: the tree's mode, never looser
-        os.replace(tmp, path)
+        write_atomically(path, write, file_mode)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise StorageError(f"cannot write the export {path}: {exc.strerror or exc}; {path} is unchanged") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     try:
         fsync_directory(path.parent)
     except OSError as exc:

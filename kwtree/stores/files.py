@@ -14,9 +14,12 @@ the tree's mode only to make the directories at its top.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "LOW_SPACE_BYTES", "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "low_on_space", "make_dir", "mode_in",
@@ -95,19 +98,39 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, body: bytes, mode: int = PRIVATE_FILE_MODE) -> None:
-    """Replace ``path`` with ``body`` (a file of mode ``mode``): readers see the old file or
-    the new one, never a mix.
+#: Numbers the temporary files of this process's ``write_atomically`` calls apart.
+_tmp_numbers = itertools.count()
+#: The buffer of a streamed ``write_atomically`` body: large, as an export writes many small pieces.
+_STREAM_BUFFER = 1 << 20
 
-    The caller fsyncs the directory when the rename itself must be durable. If anything fails
-    (a full disk), the old file stays as it was and the temporary file is removed.
+
+def write_atomically(
+    path: Path, body: bytes | Callable[[BinaryIO], object], mode: int = PRIVATE_FILE_MODE, *,
+    sync_directory: bool = False,
+) -> None:
+    """Replace ``path`` with ``body`` (a file of mode ``mode``, set exactly): readers see the
+    old file or the new one, never a mix. This is kwtree's one way to replace a file.
+
+    ``body`` is the bytes, or a function that writes them to a buffered binary file (for
+    output streamed as it is made, as an export is). The new file is written beside ``path``
+    under a temporary name (``.<name>.<pid>.<n>.tmp``: one per call, so two threads never
+    share one; git ignores it) and fsynced before the rename, so the name never points at
+    unsynced bytes. The rename itself is durable when the call returns only with
+    ``sync_directory`` (the directory is fsynced after it); otherwise it is the caller's to
+    make durable, or not (a cache's metadata need not be). If anything fails before the
+    rename (a full disk), the old file stays as it was, the temporary file is removed and
+    the OSError propagates; an OSError from the directory's fsync comes after the rename.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_numbers)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # (a crashed process of this pid may have left it)
     try:
         try:
             _exact(fd, mode)
-            write_all(fd, body)
+            if isinstance(body, bytes):
+                write_all(fd, body)
+            else:
+                with os.fdopen(os.dup(fd), "wb", buffering=_STREAM_BUFFER) as out:
+                    body(out)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -116,6 +139,8 @@ def write_atomically(path: Path, body: bytes, mode: int = PRIVATE_FILE_MODE) -> 
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if sync_directory:
+        fsync_directory(path.parent)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from pathlib import Path
@@ -38,7 +37,7 @@ from kwtree.errors import (
     storage_error,
 )
 from kwtree.normalize import terms
-from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, open_file
+from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, write_atomically
 
 __all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
 
@@ -178,12 +177,8 @@ class FullTextIndex:
         self._watermark = None
 
     def _write_meta(self, watermark: str | None) -> None:
-        tmp = self._dir / "meta.json.tmp"
-        with open(open_file(tmp, os.O_WRONLY | os.O_TRUNC, self._file_mode), "wb") as file:
-            file.write(orjson.dumps({"format": FORMAT, "watermark": watermark}))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, self._dir / "meta.json")
+        write_atomically(self._dir / "meta.json", orjson.dumps({"format": FORMAT, "watermark": watermark}),
+                         self._file_mode)
 
     def _writer_failed(self, exc: BaseException, what: str = "a full-text update") -> StorageError:
         """Give up the writer after ``exc`` (a killed tantivy writer keeps its lock until it

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from kwtree.errors import FormatError
-from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomically
+from kwtree.stores.files import PRIVATE_FILE_MODE, write_atomically
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "OLDEST_FORMAT", "Manifest", "is_file_mode"]
 
@@ -90,5 +90,4 @@ class Manifest:
             },
             option=orjson.OPT_INDENT_2,
         )
-        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode)
-        fsync_directory(directory)
+        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode, sync_directory=True)
