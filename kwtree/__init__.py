@@ -67,9 +67,9 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.repair import repair_directory
+    from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
     from kwtree.retrieval.recall import RecallWeights
-    from kwtree.ops.restore import restore
 
 __version__ = "0.1.0"
 

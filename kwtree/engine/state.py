@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
@@ -159,7 +160,7 @@ class State:
         journal = self.keyword_journal
         if journal is not None:
             journal.append(kid)
-        old = keywords.setdefault(kid, k)  # one probe both finds an old version and stores k
+        old: Keyword | None = keywords.setdefault(kid, k)  # one probe both finds an old version and stores k
         if old is k:
             old = None
             if not k.deleted and k.aliases == () and kid != ROOT_ID:
@@ -225,7 +226,7 @@ class State:
             found = self.names.get(key)
             if found is None:
                 self.names[key] = kid
-            elif type(found) is str:
+            elif isinstance(found, str):
                 self.names[key] = [found, kid]
             else:
                 found.append(kid)
@@ -278,7 +279,7 @@ class State:
             found = names.get(key)
             if found is None:
                 names[key] = kid
-            elif type(found) is str:
+            elif isinstance(found, str):
                 if found != kid:
                     names[key] = [found, kid]
             elif kid not in found:
@@ -353,7 +354,7 @@ def _drop(index: dict[str, dict[tuple[str, str], Relation]], node: str, key: tup
         del index[node]
 
 
-PUT = {
+PUT: dict[type[Entity], Callable[[State, Any], None]] = {
     Keyword: State.put_keyword,
     Info: State.put_info,
     Link: State.put_link,

@@ -78,7 +78,8 @@ class AgentMethods(TreeCore):
         if not expand:
             return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
         descent = self._agent.descend(self._read, text, "search")
-        self._refuse_fallback(descent, f"searching for {text!r}", "search with llm_expand_query=False for an exact lookup")
+        self._refuse_fallback(descent, f"searching for {text!r}",
+                              "search with llm_expand_query=False for an exact lookup")
         return self._read(lambda state: results.from_descent(state, descent))
 
     def agent_stats(self) -> dict[str, Any]:
@@ -112,7 +113,8 @@ class AgentMethods(TreeCore):
                 descent.fallback, descent.error,
             )
 
-    def _outcome(self, descent: Descent, keyword_ids: tuple[str, ...], chosen_parent: str | None = None) -> AgentOutcome:
+    def _outcome(self, descent: Descent, keyword_ids: tuple[str, ...],
+                 chosen_parent: str | None = None) -> AgentOutcome:
         """What ``create_keyword`` (``keyword_ids``: the parent it went under, ``chosen_parent``:
         the one the agent chose) or ``create_info`` (the keywords it linked) tells its caller
         (the result is the channel: the CLI prints it, and a log line would repeat it)."""

@@ -154,7 +154,8 @@ class MaintenanceMethods(TreeCore):
         tree's write locks: damaged lines (with the rest of their operations) and a torn tail
         go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt; the vector
         store is read again from its files and every text without a vector is queued for the
-        embedding worker (``wait_indexed`` waits for it). Then the tree replays the repaired log. Returns what was done followed by what a verify then finds.
+        embedding worker (``wait_indexed`` waits for it). Then the tree replays the repaired log.
+        Returns what was done followed by what a verify then finds.
         Raises ReadOnlyError on a read-only tree or ``as_of`` view, LockTimeoutError, FormatError
         (a newer format), StorageError."""
         from kwtree.ops.repair import repair_under_lock

@@ -145,7 +145,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         clean_flag(read_only, "read_only")
         if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
             raise InvalidInputError(
-                f"llm_client must have a chat(messages, json_schema) method (an LLMClient), got {type(llm_client).__name__}"
+                "llm_client must have a chat(messages, json_schema) method (an LLMClient), "
+                f"got {type(llm_client).__name__}"
             )
         navigator = OfflineNavigator() if llm_client is None else LLMNavigator(llm_client)
         self._agent = DescendLoop(
@@ -564,7 +565,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         assert op is not None
         return op
 
-    def relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0, reason: str = "") -> Relation:
+    def relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0,
+               reason: str = "") -> Relation:
         """Add (or re-weight) the directed relation ``from -[type]-> to``."""
         op = self._commit(
             "relate", lambda s, st: info_commands.relate(s, st, from_id, to_id, type, weight, reason)
@@ -606,7 +608,8 @@ class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
         def decide(state: State, stamp: Stamp) -> list[Change]:
             target = engine.find_operation(op_id)
             if target is None or state.last_op_id is None or op_id > state.last_op_id:
-                raise NotFoundError(f"no operation {op_id} in {engine.directory} (compact() drops the operations it folds)")
+                raise NotFoundError(f"no operation {op_id} in {engine.directory} "
+                                    "(compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
             return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)

@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -27,7 +27,12 @@ from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
 from kwtree.models import Entity, Relation
 
-__all__ = ["CHUNK_ROWS", "CompactionReport", "compacted_operations", "differences", "history_operations", "live_entities"]
+__all__ = [
+    "CHUNK_ROWS", "CompactionReport", "compacted_operations", "differences", "history_operations", "live_entities",
+]
+
+#: An element of the sequences _topological orders.
+H = TypeVar("H", bound=Hashable)
 
 #: Rows per ``compact`` operation: replay holds one operation's rows at a time.
 CHUNK_ROWS = 4096
@@ -47,7 +52,7 @@ class CompactionReport:
     seconds: float
 
 
-def _topological(items: Sequence[Hashable], sequences: Iterable[Sequence[Hashable]]) -> list[Hashable]:
+def _topological(items: Sequence[H], sequences: Iterable[Sequence[H]]) -> list[H]:
     """``items`` reordered as little as needed so that each sequence keeps its relative
     order (elements not in ``items`` are ignored), otherwise in the original order.
 
@@ -85,7 +90,7 @@ def live_entities(state: State) -> list[Entity]:
     """The current version of every live entity, in an order whose replay rebuilds ``state``."""
     keywords = state.keywords
     live_keywords = [k for k in keywords if not keywords[k].deleted]
-    sequences = [ids for ids in state.children.values()]
+    sequences: list[list[str]] = list(state.children.values())
     sequences.extend([parent, ids[0]] for parent, ids in state.children.items() if ids)
     entities: list[Entity] = [keywords[kid] for kid in _topological(live_keywords, sequences)]
 
@@ -99,7 +104,7 @@ def live_entities(state: State) -> list[Entity]:
     links = [key for key, link in state.links.items() if not link.deleted and live_link(key)]
     link_orders = [[(info_id, kid) for info_id in by_keyword] for kid, by_keyword in state.infos_by_keyword.items()]
     link_orders.extend([(info_id, kid) for kid in kids] for info_id, kids in state.keywords_by_info.items())
-    entities.extend(state.links[key] for key in _topological(links, link_orders))  # type: ignore[index]
+    entities.extend(state.links[key] for key in _topological(links, link_orders))
 
     def live_relation(rel: Relation) -> bool:
         source, target = keywords.get(rel.from_id), keywords.get(rel.to_id)
@@ -108,7 +113,7 @@ def live_entities(state: State) -> list[Entity]:
     relations = [key for key, rel in state.relations.items() if not rel.deleted and live_relation(rel)]
     relation_orders = [[(node, to, kind) for to, kind in rels] for node, rels in state.rel_out.items()]
     relation_orders.extend([(source, node, kind) for source, kind in rels] for node, rels in state.rel_in.items())
-    entities.extend(state.relations[key] for key in _topological(relations, relation_orders))  # type: ignore[index]
+    entities.extend(state.relations[key] for key in _topological(relations, relation_orders))
     return entities
 
 
@@ -156,8 +161,10 @@ def _live_view(state: State) -> dict[str, Any]:
         "relations": relations,
         "children": {k: list(v) for k, v in state.children.items() if v},
         "names": {k: sorted([v] if type(v) is str else v) for k, v in state.names.items() if v},
-        "infos_by_keyword": {k: [i for i in v if i in infos] for k, v in state.infos_by_keyword.items() if k in keywords},
-        "keywords_by_info": {k: [i for i in v if i in keywords] for k, v in state.keywords_by_info.items() if k in infos},
+        "infos_by_keyword": {k: [i for i in v if i in infos]
+                             for k, v in state.infos_by_keyword.items() if k in keywords},
+        "keywords_by_info": {k: [i for i in v if i in keywords]
+                             for k, v in state.keywords_by_info.items() if k in infos},
         "rel_out": {k: [r for r in v if (k, *r) in relations] for k, v in state.rel_out.items()},
         "rel_in": {k: [r for r in v if (r[0], k, r[1]) in relations] for k, v in state.rel_in.items()},
         "last_op_id": state.last_op_id,
@@ -166,7 +173,8 @@ def _live_view(state: State) -> dict[str, Any]:
 
 
 def _drop_empty(view: dict[str, Any]) -> dict[str, Any]:
-    return {key: ({k: v for k, v in value.items() if v} if type(value) is dict else value) for key, value in view.items()}
+    return {key: ({k: v for k, v in value.items() if v} if type(value) is dict else value)
+            for key, value in view.items()}
 
 
 def differences(before: State, after: State) -> list[str]:

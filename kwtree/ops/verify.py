@@ -335,9 +335,9 @@ def _check_chain(exam: _Examination) -> None:
             successor = seal["next"]
             if successor not in names:
                 findings.add("error", "missing-segment", segment.rel, line,
-                             f"the segment's seal names its successor {LOG_DIR}/{successor}{SEGMENT_SUFFIX}, which is "
-                             "missing: the operations it held are lost (a deleted file, a partial copy or restore); put "
-                             "it back from a backup or snapshot, or let `kwtree repair` accept the loss")
+                             f"the segment's seal names its successor {LOG_DIR}/{successor}{SEGMENT_SUFFIX}, "
+                             "which is missing: the operations it held are lost (a deleted file, a partial copy or "
+                             "restore); put it back from a backup or snapshot, or let `kwtree repair` accept the loss")
             if seal["bytes"] == segment.seals_at and seal["crc"] == segment.crc:
                 continue
             if segment.seals_at > seal["bytes"]:
@@ -346,9 +346,9 @@ def _check_chain(exam: _Examination) -> None:
                              "sealed: a merge of two branches added operations to it (replay reads them all)")
             else:
                 findings.add("error", "sealed-changed", segment.rel, line,
-                             f"the segment holds {segment.seals_at} bytes of operations with CRC-32 {segment.crc}; it was "
-                             f"sealed with {seal['bytes']} bytes and CRC-32 {seal['crc']}: bytes were lost or changed "
-                             "since (operations may be missing); `kwtree repair` seals what is left")
+                             f"the segment holds {segment.seals_at} bytes of operations with CRC-32 {segment.crc}; "
+                             f"it was sealed with {seal['bytes']} bytes and CRC-32 {seal['crc']}: bytes were lost or "
+                             "changed since (operations may be missing); `kwtree repair` seals what is left")
         successors = sorted({seal["next"] for seal in segment.seals})
         if len(successors) > 1:
             findings.add("warning", "segment-fork", segment.rel, line,

@@ -220,7 +220,8 @@ class SegmentReader:
         self._report_tail(pos, line, content_end)
         if segment.data_end < len(raw) and not segment.newest:
             self.findings.add("info", "padding", segment.rel, None,
-                              f"sealed segment ends with {len(raw) - segment.data_end} bytes of zero padding (harmless)")
+                              f"sealed segment ends with {len(raw) - segment.data_end} bytes of zero padding "
+                              "(harmless)")
 
     def _read_seals(self, data_end: int) -> int:
         """Read the seal lines that end the segment; returns where they begin."""

@@ -64,9 +64,9 @@ def open_file(path: Path | str, flags: int, mode: int, *, dir_fd: int | None = N
     fd = os.open(path, flags | os.O_CREAT, mode, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
-        if stat.S_IMODE(info.st_mode) != mode and (info.st_size == 0 or info.st_mode & ~mode & 0o077):
-            if info.st_uid == os.geteuid():
-                os.fchmod(fd, mode)
+        if (stat.S_IMODE(info.st_mode) != mode and (info.st_size == 0 or info.st_mode & ~mode & 0o077)
+                and info.st_uid == os.geteuid()):
+            os.fchmod(fd, mode)
     except BaseException:
         os.close(fd)
         raise
