@@ -30,11 +30,9 @@ from dataclasses import dataclass
 
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
-from kwtree.models import Change, Link, Relation, entity_key
-from kwtree.writes import Stamp
-from kwtree.writes.infos import retire_link, retire_relation
+from kwtree.models import Link, Relation, entity_key
 
-__all__ = ["REPAIR_KIND", "DanglingReference", "find_dangling", "reference_findings", "retire_dangling"]
+__all__ = ["REPAIR_KIND", "DanglingReference", "find_dangling", "reference_findings", "to_retire"]
 
 #: The kind (and actor) of the operation repair writes to retire dangling references.
 REPAIR_KIND = "repair"
@@ -79,16 +77,6 @@ def find_dangling(state: State) -> list[DanglingReference]:
 def to_retire(state: State, operations: Sequence[RawOperation]) -> list[DanglingReference]:
     """The dangling references of ``state`` that no repair operation has retired yet."""
     return [ref for ref, raw in _last_rows(find_dangling(state), operations) if not _retired(ref, raw)]
-
-
-def retire_dangling(references: Sequence[DanglingReference], stamp: Stamp) -> list[Change]:
-    """The changes of the repair operation: a tombstone for each reference (a decider's
-    result, for the state ``references`` were found in)."""
-    return [
-        retire_link(ref.entity, stamp.op_id) if type(ref.entity) is Link
-        else retire_relation(ref.entity, stamp.op_id)
-        for ref in references
-    ]
 
 
 def reference_findings(state: State, operations: Sequence[RawOperation]) -> Iterator[FindingTuple]:

@@ -2,4 +2,5 @@
 integration, verify and repair, format upgrade and tree metrics. Each works on a directory or a
 State, not on an open tree's privates (an open tree that restores itself lends the restore its
 ``vacate`` and ``reopen``, see ``restore.Occupant``); it may import the ground floor, the engine,
-``kwtree.stores`` and (verify, for its fulltext check) the caches."""
+``kwtree.stores``, the write deciders (import and repair decide the operations they append)
+and (verify, for its fulltext check) the caches."""

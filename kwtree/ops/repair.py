@@ -27,9 +27,9 @@ from pathlib import Path
 import orjson
 
 from kwtree.engine.events import CRC_KEY, OpClock, encode_operation, with_checksum
-from kwtree.engine.references import REPAIR_KIND, retire_dangling, to_retire
+from kwtree.engine.references import REPAIR_KIND, to_retire
 from kwtree.errors import FormatError, StorageError
-from kwtree.models import Change, Operation
+from kwtree.models import Change, Link, Operation
 from kwtree.ops.verify import (
     Report,
     _clean_directory,
@@ -61,7 +61,7 @@ from kwtree.stores.manifest import (
     Manifest,
 )
 from kwtree.validate import clean_seconds
-from kwtree.writes import Stamp
+from kwtree.writes.infos import retire_link, retire_relation
 
 __all__ = ["repair_directory", "repair_under_lock"]
 
@@ -259,8 +259,9 @@ def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> No
         clock.observe(raw.op_id, float(raw.rows[-1]["end"]["ts"]))
     op_id, timestamp = clock.next()
     keys = [ref.key for ref in references]
-    op = Operation(op_id, REPAIR_KIND, REPAIR_KIND, timestamp,
-                   tuple(retire_dangling(references, Stamp(op_id, timestamp, REPAIR_KIND))),
+    retired = tuple(retire_link(ref.entity, op_id) if type(ref.entity) is Link else retire_relation(ref.entity, op_id)
+                    for ref in references)  # a tombstone for each, the rows stay in the log
+    op = Operation(op_id, REPAIR_KIND, REPAIR_KIND, timestamp, retired,
                    {"repair": "retired links and relations naming an entity the log never wrote", "retired": keys})
     manifest = Manifest.load(directory)
     events = EventLog(directory, manifest.segment_bytes, writable=True, preallocate=False,
