@@ -16,8 +16,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 import kwtree
 
 PACKAGE = Path(kwtree.__file__).resolve().parent
@@ -199,8 +197,6 @@ def test_the_agent_never_imports_storage_or_what_sits_above_it() -> None:
     assert bad == []
 
 
-@pytest.mark.xfail(strict=True, reason="kwtree/stores/snapshot.py restores by replaying (engine.replay, "
-                   "engine.state, engine.follower); the restore orchestration is to leave stores/ (issue 14 item 2)")
 def test_stores_import_only_the_ground_floor_and_the_events_codec() -> None:
     allowed = {*GROUND_FLOOR, "kwtree.engine.events"}
     bad = [_where(edge) for edge in IMPORTS if _area(edge.importer) == "stores"
@@ -243,8 +239,6 @@ MODULE_MAY_IMPORT: dict[str, set[str]] = {"kwtree.ops.verify_fulltext": {"caches
 #: Imports that break a docstring's rule today, each with what would mend it. The test fails
 #: when one is added and when one is mended (then delete its line here).
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("kwtree.stores.snapshot", "kwtree.engine.replay"): "facts_of counts a State and Bound lives in replay: both to move out of stores/",
-    ("kwtree.stores.snapshot", "kwtree.engine.state"): "facts_of counts a State and Bound lives in replay: both to move out of stores/",
 }
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import orjson
 
 from kwtree import KeywordTree
-from kwtree.engine.events import OpClock, encode_operation
+from kwtree.engine.events import Bound, OpClock, encode_operation
 from kwtree.engine.follower import follow, follow_store
-from kwtree.engine.replay import Bound
 from kwtree.engine.state import State
 from kwtree.models import EMPTY_METADATA, Change, Info, Operation
 from kwtree.stores.eventlog import EventLog

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from kwtree.engine.events import OpClock, Stamp, encode_operation, with_checksum
+from kwtree.engine.events import Bound, OpClock, Stamp, encode_operation, with_checksum
 from kwtree.engine.follower import follow
 from kwtree.engine.history import find_operation, read_history
-from kwtree.engine.replay import Bound, replay_chunk
+from kwtree.engine.replay import replay_chunk
 from kwtree.engine.state import State, apply
 from kwtree.errors import (
     ClosedError,

@@ -22,6 +22,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeAlias
 
@@ -43,6 +44,7 @@ __all__ = [
     "COMPACT_KIND",
     "CRC_KEY",
     "DECODERS",
+    "Bound",
     "OpClock",
     "Stamp",
     "checksum_problem",
@@ -61,6 +63,16 @@ _RELATIONS = {member.value: member for member in RelationType}
 def is_op_id(value: object) -> bool:
     """True if ``value`` has the form of an operation id (32 lowercase hex digits)."""
     return isinstance(value, str) and len(value) == OP_ID_LENGTH and _HEX.issuperset(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A point in history: the operations up to ``op_id``, or those stamped at or before
+    ``timestamp`` (replay and the follower stop there; an ``as_of`` view and its snapshot
+    show what lies before it)."""
+
+    op_id: str | None = None
+    timestamp: float | None = None
 
 
 class Stamp(NamedTuple):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from kwtree.engine.events import Bound
 from kwtree.engine.replay import (
-    Bound,
     ChunkStatus,
     RawOperation,
     parse_operations,

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kwtree.engine.events import decode_operation
-from kwtree.engine.replay import Bound, group_operations, whole_lines
+from kwtree.engine.events import Bound, decode_operation
+from kwtree.engine.replay import group_operations, whole_lines
 from kwtree.errors import CorruptLogError
 from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 

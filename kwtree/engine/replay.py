@@ -30,13 +30,13 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
+from kwtree.engine.events import CRC_KEY, DECODERS, Bound, checksum_problem, is_op_id
 from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
 from kwtree.models import ROOT_ID, Entity, Keyword
 
 __all__ = [
-    "Bound", "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "holds_an_end_row", "parse_operations",
+    "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "holds_an_end_row", "parse_operations",
     "replay_chunk", "replay_sorted", "row_after_damage", "whole_lines",
 ]
 
@@ -44,14 +44,6 @@ class ChunkStatus(enum.Enum):
     DONE = "done"  # every complete operation in the chunk was applied
     OUT_OF_ORDER = "out_of_order"  # an operation id not above the last applied one was met
     BOUND_REACHED = "bound_reached"  # the next operation lies past ``Bound.op_id``
-
-
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """Stop replay at a point in history: ops up to ``op_id``, or stamped at or before ``timestamp``."""
-
-    op_id: str | None = None
-    timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

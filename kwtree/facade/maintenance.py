@@ -84,6 +84,7 @@ class MaintenanceMethods(TreeCore):
         beside the directory) must not exist and must lie outside the directory. Durable on
         return. Raises InvalidInputError, NotFoundError (``path``'s directory is missing),
         StorageError, LockTimeoutError."""
+        from kwtree.ops.restore import facts_of
         from kwtree.stores import snapshot as snapshots
 
         self._check_open()
@@ -93,7 +94,7 @@ class MaintenanceMethods(TreeCore):
             cut = engine.cut_log(lambda segments, position, rewritten: snapshots.capture(
                 engine.directory, segments, position, engine.bound, rewritten))
             try:  # after the writer lock: only this process changes the state, and not without the mutex
-                facts = snapshots.facts_of(engine.state, engine.bound)
+                facts = facts_of(engine.state, engine.bound)
             except BaseException:
                 cut.close()
                 raise

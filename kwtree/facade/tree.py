@@ -23,8 +23,7 @@ from kwtree.agent.offline import OfflineNavigator
 from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, HashEmbedder
 from kwtree.engine.engine import Engine
-from kwtree.engine.events import COMPACT_KIND, is_op_id
-from kwtree.engine.replay import Bound
+from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods

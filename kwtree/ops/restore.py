@@ -25,9 +25,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from kwtree.engine.events import Bound
 from kwtree.engine.follower import follow
 from kwtree.engine.state import State
 from kwtree.errors import CorruptLogError, FormatError, StorageError
+from kwtree.models import ROOT_ID
 from kwtree.stores import leftovers
 from kwtree.stores.archive import COUNT_KEYS, archive_path
 from kwtree.stores.eventlog import EventLog
@@ -36,7 +38,6 @@ from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import Manifest
 from kwtree.stores.snapshot import (
     discard,
-    facts_of,
     stage,
     summary,
     swap_back,
@@ -45,7 +46,7 @@ from kwtree.stores.snapshot import (
 )
 from kwtree.validate import clean_path, clean_seconds
 
-__all__ = ["Occupant", "check_state", "restore", "restore_archive"]
+__all__ = ["Occupant", "check_state", "facts_of", "restore", "restore_archive"]
 
 log = logging.getLogger("kwtree.snapshot")
 T = TypeVar("T")
@@ -134,6 +135,25 @@ def restore_archive(snapshot: str | os.PathLike[str], target: Path, *, lock_time
                 raise
     discard(aside)
     return summary(header, target, snapshot, replaced=True)
+
+
+def facts_of(state: State, bound: Bound | None) -> dict[str, Any]:
+    """What an archive records about the state it holds (``KeywordTree.snapshot`` writes it,
+    ``check_state`` compares a restored tree with it): its watermark, counts (as
+    ``tree_metrics`` counts them) and view. The caller keeps the state still meanwhile."""
+    live_keywords = {k.id for k in state.keywords.values() if not k.deleted}
+    live_infos = {i.id for i in state.infos.values() if not i.deleted}
+    counts = {
+        "operations": state.op_count,
+        "keywords": len(live_keywords - {ROOT_ID}),
+        "infos": len(live_infos),
+        "links": sum(1 for (info_id, kid), link in state.links.items()
+                     if not link.deleted and info_id in live_infos and kid in live_keywords),
+        "relations": sum(1 for (src, dst, _), rel in state.relations.items()
+                         if not rel.deleted and src in live_keywords and dst in live_keywords),
+    }
+    view = None if bound is None else {"op_id": bound.op_id, "timestamp": bound.timestamp}
+    return {"last_op_id": state.last_op_id, "counts": counts, "view": view}
 
 
 def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> None:

@@ -38,8 +38,7 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.replay import Bound
-from kwtree.engine.state import State
+from kwtree.engine.events import Bound
 from kwtree.errors import (
     CorruptLogError,
     FormatError,
@@ -47,7 +46,6 @@ from kwtree.errors import (
     NotFoundError,
     StorageError,
 )
-from kwtree.models import ROOT_ID
 from kwtree.stores import leftovers
 from kwtree.stores.archive import (
     CHUNK,
@@ -81,7 +79,6 @@ __all__ = [
     "capture",
     "clean_target",
     "discard",
-    "facts_of",
     "stage",
     "summary",
     "swap_back",
@@ -286,24 +283,6 @@ def _publish(tmp: Path, target: Path) -> None:
         os.rename(tmp, target)
     except OSError as exc:
         raise StorageError(f"could not name the snapshot {target}: {exc}") from exc
-
-
-def facts_of(state: State, bound: Bound | None) -> dict[str, Any]:
-    """What an archive records about the state it holds: its watermark, counts (as
-    ``tree_metrics`` counts them) and view. The caller keeps the state still meanwhile."""
-    live_keywords = {k.id for k in state.keywords.values() if not k.deleted}
-    live_infos = {i.id for i in state.infos.values() if not i.deleted}
-    counts = {
-        "operations": state.op_count,
-        "keywords": len(live_keywords - {ROOT_ID}),
-        "infos": len(live_infos),
-        "links": sum(1 for (info_id, kid), link in state.links.items()
-                     if not link.deleted and info_id in live_infos and kid in live_keywords),
-        "relations": sum(1 for (src, dst, _), rel in state.relations.items()
-                         if not rel.deleted and src in live_keywords and dst in live_keywords),
-    }
-    view = None if bound is None else {"op_id": bound.op_id, "timestamp": bound.timestamp}
-    return {"last_op_id": state.last_op_id, "counts": counts, "view": view}
 
 
 def _data_length(fd: int) -> int:
