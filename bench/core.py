@@ -317,8 +317,9 @@ else:
     print(json.dumps({"count": count, "bytes": delta / count, "file_bytes": size / count}))
 """
 
-_WORDS = ("the meeting moved to thursday after lunch because anna was travelling to berlin for the "
-          "conference on graph databases and she asked to keep notes about budget decisions").split()
+_WORDS = ["the", "meeting", "moved", "to", "thursday", "after", "lunch", "because", "anna", "was",
+          "travelling", "to", "berlin", "for", "the", "conference", "on", "graph", "databases",
+          "and", "she", "asked", "to", "keep", "notes", "about", "budget", "decisions"]
 
 
 def _memory_data(kind: str, n: int, work: Path) -> tuple[Path, Path]:

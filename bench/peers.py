@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats import summary  # noqa: E402
+from stats import summary
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

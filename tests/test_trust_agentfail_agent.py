@@ -164,9 +164,8 @@ def test_the_anthropic_client_timing_out_is_named_and_refused_under_raise(tmp_pa
     before = dir_bytes(directory / "log")
     api.script(Reply(body={}, delay=60.0))  # never answers in time (released at teardown)
     client = AnthropicLLMClient(api_key="test-key", base_url=api.url, model="claude-test", timeout=0.2, max_retries=0)
-    with open_tree(directory, client, on_agent_failure="raise") as tree:
-        with pytest.raises(AgentError) as refused:
-            tree.create_info("rust is fast", auto_link=True)
+    with open_tree(directory, client, on_agent_failure="raise") as tree, pytest.raises(AgentError) as refused:
+        tree.create_info("rust is fast", auto_link=True)
     assert refused.value.reason == "agent_failure" and refused.value.detail.startswith("LLMTimeoutError: ")
     assert dir_bytes(directory / "log") == before
 

@@ -518,7 +518,7 @@ PUBLIC_FUNCTIONS = sorted(name for name in kwtree.__all__ if inspect.isfunction(
 def test_every_public_function_has_a_fuzz_strategy(tmp_path):
     world = build_world(tmp_path)
     world.tree.close()
-    assert PUBLIC_FUNCTIONS == sorted(FUNCTIONS), "add a strategy to FUNCTIONS for each public function"
+    assert sorted(FUNCTIONS) == PUBLIC_FUNCTIONS, "add a strategy to FUNCTIONS for each public function"
     for name in PUBLIC_FUNCTIONS:
         parameters = inspect.signature(getattr(kwtree, name)).parameters
         assert sorted(parameters) == sorted(FUNCTIONS[name](world)), f"{name}'s parameters and strategies differ"
