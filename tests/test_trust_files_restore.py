@@ -281,7 +281,7 @@ def test_restore_refuses_a_sparse_archive_declaring_a_gib_before_writing(
                      sparse=("log/" + "f" * 32 + ".jsonl", 1 << 30))
     assert crafted.stat().st_size > 1 << 30 and crafted.stat().st_blocks * 512 < 1 << 20
     before = _written_bytes()
-    with pytest.raises(StorageError, match="disk is full.*nothing was written"):
+    with pytest.raises(StorageError, match=r"disk is full.*nothing was written"):
         kwtree.restore(crafted, small_disk / "target")
     assert _written_bytes() - before < 1 << 20
     assert os.listdir(small_disk) == []
