@@ -181,7 +181,7 @@ def test_export_leaves_out_deleted_entities_and_dead_links(varied, tmp_path):
     assert "Doomed" not in names and "Doomed child" not in names and "Émoji 😀" not in names  # deleted, merged
     assert "Émoji 😀" in next(k for k in doc["keywords"] if k["name"] == "北京")["aliases"]
     assert made["info_ids"][3] not in (tmp_path / "export.json").read_text()  # the deleted info, with its links
-    assert [k["id"] for k in doc["keywords"]][0] == ROOT_ID
+    assert doc["keywords"][0]["id"] == ROOT_ID
     seen = {ROOT_ID}
     for keyword in doc["keywords"][1:]:  # parents before children
         assert keyword["parent_id"] in seen

@@ -700,7 +700,7 @@ def test_a_worker_process_killed_while_holding_leases_loses_nothing(mem: Keyword
         ready, _, _ = select.select([proc.stdout], [], [], HANG)
         assert ready, f"the worker process said nothing for {HANG} s"
         line = proc.stdout.readline()
-        assert line == f"embedding {len(infos)}\n", proc.stderr.read() if not line else line
+        assert line == f"embedding {len(infos)}\n", line or proc.stderr.read()
         claims = [row for row in outbox_rows(tree_dir) if row["r"] == "claim"]
         assert {row["item"].split("/")[1] for row in claims} == {info.id for info in infos}
         assert len({row["worker"] for row in claims}) == 1
