@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kwtree.stores.vectors import DEFAULT_EF, DEFAULT_EXACT_BELOW, VectorStore
+from kwtree.stores.vectors import DEFAULT_EF, DEFAULT_EXACT_BELOW, VectorStore  # noqa: E402 (this checkout's kwtree)
 
 DIM, LATENT, K, SEED = 384, 32, 10, 0
 
