@@ -113,7 +113,8 @@ def test_auto_link_says_which_infos_the_failing_llm_left_unlinked(tmp_path: Path
     ({"action": "teleport"}, "agent_failure"),
     ({"action": "match", "idx": 99}, "invalid_jump"),
 ])
-def test_on_agent_failure_raise_refuses_the_fallback_and_writes_nothing(tmp_path: Path, answer: Any, reason: str) -> None:
+def test_on_agent_failure_raise_refuses_the_fallback_and_writes_nothing(tmp_path: Path, answer: Any,
+                                                                         reason: str) -> None:
     directory = tmp_path / "tree"
     languages = seed(directory)
     before = dir_bytes(directory / "log")

@@ -99,7 +99,8 @@ def test_an_import_killed_after_init_can_be_run_again(tmp_path: Path) -> None:
     assert (target / "manifest.json").exists()  # the init was written, the import was not
     with KeywordTree.import_json(tmp_path / "export.json", target, worker=False) as tree:
         metrics = tree.tree_metrics()
-    assert {k: metrics[k] for k in ("keywords", "infos", "links")} == {k: expected[k] for k in ("keywords", "infos", "links")}
+    assert {k: metrics[k] for k in ("keywords", "infos", "links")} == {
+        k: expected[k] for k in ("keywords", "infos", "links")}
 
 
 def test_an_import_still_refuses_a_tree_with_data(tmp_path: Path) -> None:

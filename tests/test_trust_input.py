@@ -248,7 +248,8 @@ def test_a_value_over_its_limit_is_refused_naming_field_size_and_limit(world, tr
     assert error.field == field and error.limit == bound and error.size > bound
 
 
-@pytest.mark.parametrize("field, limit, call", LIMIT_CASES, ids=[f"{i}-{c[0]}-{c[1]}" for i, c in enumerate(LIMIT_CASES)])
+@pytest.mark.parametrize("field, limit, call", LIMIT_CASES,
+                         ids=[f"{i}-{c[0]}-{c[1]}" for i, c in enumerate(LIMIT_CASES)])
 def test_a_value_at_its_limit_is_accepted(world, field, limit, call):
     call(world["tree"], world, _text(getattr(DEFAULT, limit)))
 
