@@ -41,7 +41,8 @@ def run(keywords: int = 50_000, infos: int = 100_000) -> dict:
             specs = [{"name": f"k{start + i}x", "parent_id": "root"} for i in range(min(2500, keywords - start))]
             ids += [keyword.id for keyword in tree.batch_create_keywords(specs)]
         for start in range(0, infos, 5000):
-            tree.batch_create_infos([{"content": f"memory {start + i} about things", "keyword_ids": [ids[(start + i) % len(ids)]]}
+            tree.batch_create_infos([{"content": f"memory {start + i} about things",
+                                      "keyword_ids": [ids[(start + i) % len(ids)]]}
                                      for i in range(min(5000, infos - start))])
         tree.close()
         rows = sum(1 for segment in (path / "log").glob("*.jsonl") for _ in segment.open("rb"))

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from kwtree import KeywordTree
 
-WORDS = ("invoice retry billing cache tree memory agent vector graph queue worker disk "
-         "apple pear plum river mountain city coffee tea jazz python rust").split()
+WORDS = ["invoice", "retry", "billing", "cache", "tree", "memory", "agent", "vector", "graph",
+         "queue", "worker", "disk", "apple", "pear", "plum", "river", "mountain", "city", "coffee",
+         "tea", "jazz", "python", "rust"]
 
 
 def main() -> None:

@@ -40,7 +40,8 @@ def build(path: Path, live: int, updates: int) -> None:
     with KeywordTree(path, durability="none", worker=False) as tree:
         ids: list[str] = []
         for start in range(0, live, 10_000):
-            batch = tree.batch_create_infos([{"content": f"memory {n}"} for n in range(start, min(live, start + 10_000))])
+            batch = tree.batch_create_infos([{"content": f"memory {n}"}
+                                             for n in range(start, min(live, start + 10_000))])
             ids.extend(info.id for info in batch)
         for n in range(updates):
             tree.update_info(ids[(n * 7919) % live], {"content": f"memory {n} revised"})

@@ -232,7 +232,8 @@ def bench_writes_at_size(rows: int, n: int, work: Path) -> dict:
                 samples["kwtree_create_info"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 con.execute("BEGIN")
-                con.execute("INSERT INTO kw VALUES (?,?,?,?,?)", (os.urandom(16).hex(), f"new {i}", "root", time.time(), 1))
+                con.execute("INSERT INTO kw VALUES (?,?,?,?,?)",
+                            (os.urandom(16).hex(), f"new {i}", "root", time.time(), 1))
                 con.execute("COMMIT")
                 samples["sqlite_wal_full"].append(time.perf_counter() - t)
     con.close()
@@ -267,9 +268,11 @@ def bench_batch(size: int, rounds: int, work: Path) -> dict:
             con.execute("COMMIT")
             sqlite_rates.append(size / (time.perf_counter() - t))
         con.close()
-    out = {"batch_size": size, "kwtree_rows_per_s": summary(kw_rates), "sqlite_executemany_rows_per_s": summary(sqlite_rates),
+    out = {"batch_size": size, "kwtree_rows_per_s": summary(kw_rates),
+           "sqlite_executemany_rows_per_s": summary(sqlite_rates),
            "raw_rows_per_s": {"kwtree": [round(r) for r in kw_rates], "sqlite": [round(r) for r in sqlite_rates]}}
-    out["ratio_median_kwtree_to_sqlite"] = out["kwtree_rows_per_s"]["median"] / out["sqlite_executemany_rows_per_s"]["median"]
+    out["ratio_median_kwtree_to_sqlite"] = (out["kwtree_rows_per_s"]["median"]
+                                            / out["sqlite_executemany_rows_per_s"]["median"])
     return out
 
 
@@ -317,8 +320,9 @@ else:
     print(json.dumps({"count": count, "bytes": delta / count, "file_bytes": size / count}))
 """
 
-_WORDS = ("the meeting moved to thursday after lunch because anna was travelling to berlin for the "
-          "conference on graph databases and she asked to keep notes about budget decisions").split()
+_WORDS = ["the", "meeting", "moved", "to", "thursday", "after", "lunch", "because", "anna", "was",
+          "travelling", "to", "berlin", "for", "the", "conference", "on", "graph", "databases",
+          "and", "she", "asked", "to", "keep", "notes", "about", "budget", "decisions"]
 
 
 def _memory_data(kind: str, n: int, work: Path) -> tuple[Path, Path]:
@@ -445,13 +449,16 @@ def markdown(results: dict) -> str:
     for r in replay:
         for caches, label in (("none", "none"), ("warm", "warm")):
             c = r[caches]
-            out.append(f"| {r['rows']:,} | {label} (n = {c['open_s']['n']}) | {cell(c['open_s'], 3)} | {c['open_rows_per_s']['median']:,.0f} | "
+            out.append(f"| {r['rows']:,} | {label} (n = {c['open_s']['n']}) | {cell(c['open_s'], 3)} | "
+                       f"{c['open_rows_per_s']['median']:,.0f} | "
                        f"{c['ratio_open_to_parse']['median']:.2f}× / {c['ratio_open_to_parse']['max']:.2f}× | "
                        f"{c['first_search_s']['median']:.3f} / {c['first_search_s']['max']:.3f} |")
     if len(replay) > 1:
         out += ["", "Scaling, from the medians:", "",
-                _scaling("open time, no caches", [(r["rows"], r["none"]["open_s"]["median"]) for r in replay], "the rows"),
-                _scaling("open time, warm caches", [(r["rows"], r["warm"]["open_s"]["median"]) for r in replay], "the rows"),
+                _scaling("open time, no caches",
+                         [(r["rows"], r["none"]["open_s"]["median"]) for r in replay], "the rows"),
+                _scaling("open time, warm caches",
+                         [(r["rows"], r["warm"]["open_s"]["median"]) for r in replay], "the rows"),
                 _scaling("first text search after a no-cache open (index rebuild)",
                          [(r["rows"], r["none"]["first_search_s"]["median"]) for r in replay], "the rows"),
                 _scaling("first text search after a warm open",
@@ -462,7 +469,8 @@ def markdown(results: dict) -> str:
     out += ["", "### Durable single writes into trees of N log rows (µs: median / p90 / p99 / max)", "",
             "Into the replay trees above (keywords and linked infos), embedding worker off; SQLite: a table "
             "already holding N rows, WAL, synchronous=FULL, one row per transaction; interleaved.", "",
-            "| log rows | kwtree `create_keyword` | kwtree `create_info` | SQLite insert | keyword ÷ SQLite (medians) |",
+            "| log rows | kwtree `create_keyword` | kwtree `create_info` | SQLite insert "
+            "| keyword ÷ SQLite (medians) |",
             "|---:|---|---|---|---:|"]
     for r in sized:
         out.append(f"| {r['rows']:,} | {cell(r['kwtree_create_keyword'], 0)} | {cell(r['kwtree_create_info'], 0)} | "
@@ -500,8 +508,8 @@ def markdown(results: dict) -> str:
             "rest: objects, dicts and indexes. SQLite holds the same rows (primary keys, a parent index, a link "
             "table); its cache figure is the RSS delta after reading every row with a cache large enough to keep "
             "them.", "",
-            "| N | entity | kwtree bytes (median / max of the processes) | strings | structure | SQLite file bytes | SQLite cache bytes "
-            "(median) | kwtree ÷ SQLite file |",
+            "| N | entity | kwtree bytes (median / max of the processes) | strings | structure | SQLite file bytes "
+            "| SQLite cache bytes (median) | kwtree ÷ SQLite file |",
             "|---:|---|---|---:|---:|---:|---:|---:|"]
     for m in memory:
         for kind in ("keyword", "info"):

@@ -70,7 +70,8 @@ def load(path: Path) -> list[dict]:
     return conversations
 
 
-def recall(embedder: Embedder, conversations: list[dict]) -> tuple[dict[int, float], dict[int, dict[int, float]], float]:
+def recall(embedder: Embedder,
+           conversations: list[dict]) -> tuple[dict[int, float], dict[int, dict[int, float]], float]:
     """Overall R@k (percent), R@k per QA category, and turns/s embedding the turns."""
     scores: dict[int, list[float]] = defaultdict(list)
     by_cat: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -31,9 +31,9 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats import cell, summary  # noqa: E402
+from stats import cell, summary
 
-from kwtree.stores.fulltext import FullTextIndex  # noqa: E402
+from kwtree.stores.fulltext import FullTextIndex
 
 DEFAULT_CORPUS = Path("/work/shared/baselines/corpus.py")
 RYW_ROUNDS = 20

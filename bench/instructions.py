@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import core  # noqa: E402
+import core
 
 PROBE = r'''
 import gc, os, sys

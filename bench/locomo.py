@@ -173,7 +173,8 @@ def run(embedder_spec: str = "hash", quick: bool = False, work: Path | None = No
     with tempfile.TemporaryDirectory(dir=work) as directory:
         embedder = embedder_from_spec(embedder_spec)
         if embedder_spec != "hash":  # the default embedder is fast: nothing to keep
-            embedder = TurnVectorCache(embedder, CACHE / f"locomo-{re.sub(r'[^A-Za-z0-9.-]+', '_', embedder.model)}.npz")
+            embedder = TurnVectorCache(embedder,
+                                       CACHE / f"locomo-{re.sub(r'[^A-Za-z0-9.-]+', '_', embedder.model)}.npz")
         tree = KeywordTree(Path(directory) / "tree", durability="none", embedder=embedder, recall_weights=weights)
         started = time.perf_counter()
         loaded = [(sample, *load(tree, sample)) for sample in samples]
@@ -230,7 +231,8 @@ def markdown(results: list[dict]) -> str:
         f"### Retrieval quality: LoCoMo ({first['conversations']} conversations, dialog-turn recall)",
         "",
         f"{first['turns']:,} turns stored as infos (speaker and session date in the text, linked to a session and a "
-        f"speaker keyword), {first['questions']} questions with evidence; `recall(question, k=25, under=conversation)`; "
+        f"speaker keyword), {first['questions']} questions with evidence; "
+        "`recall(question, k=25, under=conversation)`; "
         "R@k = share of the evidence turns among the top k (Maharana et al. 2024). Published dense retriever (DRAGON, "
         "all 10 conversations): R@5 56.7, R@10 66.2, R@25 76.7.",
         "",

@@ -24,7 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import real_vectors  # bench/ is on the path: PYTHONPATH for the driver, the importer's for tests
@@ -114,8 +114,8 @@ class Store:
     kwtree has no mode that requires them all.
     """
 
-    vmodes = ["store", "recall"]
-    fts_modes = ["or"]
+    vmodes: ClassVar[list[str]] = ["store", "recall"]
+    fts_modes: ClassVar[list[str]] = ["or"]
 
     def __init__(self, path: str | os.PathLike[str], create: bool, n: int | None = None,
                  data: str | os.PathLike[str] | None = None) -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stats import summary  # noqa: E402
+from stats import summary
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -540,8 +540,9 @@ def _early_lines(stores: list[str], summary_: dict, sizes: list[int]) -> list[st
             for key, value in summary_.get(store, {}).get(str(n), {}).get("query", {}).items():
                 every, later = value.get("summary_ms"), value.get("later_summary_ms")
                 if every and later and every["p99"] > 2 * later["p99"]:
-                    lines.append(f"- {LABELS[store]} at {n // 1000}k, {MODES.get(key, key)}: p99 {every['p99']:.2f} ms (max "
-                                 f"{every['max']:.2f}) over all samples, {later['p99']:.2f} ms (max {later['max']:.2f}) "
+                    lines.append(f"- {LABELS[store]} at {n // 1000}k, {MODES.get(key, key)}: "
+                                 f"p99 {every['p99']:.2f} ms (max {every['max']:.2f}) over all samples, "
+                                 f"{later['p99']:.2f} ms (max {later['max']:.2f}) "
                                  f"without the first {EARLY_QUERIES}.")
     return lines
 

@@ -89,13 +89,15 @@ class Score:
         truth, got = _ancestors(by_id, truth_parent), _ancestors(by_id, got_parent)
         self.hits["exact"] += got_parent == truth_parent
         for depth in (1, 2, 3):
-            self.hits[f"depth{depth}"] += len(truth) >= depth and len(got) >= depth and got[depth - 1] == truth[depth - 1]
+            self.hits[f"depth{depth}"] += (len(truth) >= depth and len(got) >= depth
+                                           and got[depth - 1] == truth[depth - 1])
 
     def shares(self) -> dict[str, float]:
         return {key: 100.0 * self.hits[key] / self.n for key in ("exact", "depth1", "depth2", "depth3")}
 
 
-def knn_parent(rows_by_term: dict[str, set[str]], profiles: dict[str, Counter], query: Counter, total: int) -> str | None:
+def knn_parent(rows_by_term: dict[str, set[str]], profiles: dict[str, Counter], query: Counter,
+               total: int) -> str | None:
     """Parent ref of the most similar existing keyword (TF-IDF cosine)."""
     idf = {t: math.log(total / (len(rows_by_term.get(t, ())) + 0.5)) + 0.1 for t in query}
     qnorm = math.sqrt(sum((query[t] * idf[t]) ** 2 for t in query)) or 1.0
@@ -104,7 +106,8 @@ def knn_parent(rows_by_term: dict[str, set[str]], profiles: dict[str, Counter], 
     for ref in touched:
         profile = profiles[ref]
         dot = sum(query[t] * idf[t] * profile[t] * idf[t] for t in query if t in profile)
-        norm = math.sqrt(sum((c * math.log(total / (len(rows_by_term[t]) + 0.5)) + 0.1) ** 2 for t, c in profile.items()))
+        norm = math.sqrt(sum((c * math.log(total / (len(rows_by_term[t]) + 0.5)) + 0.1) ** 2
+                             for t, c in profile.items()))
         if dot / (qnorm * norm) > best:
             best, best_ref = dot / (qnorm * norm), ref
     return best_ref
@@ -143,7 +146,8 @@ def _search_latency(tree: KeywordTree, specs: list[dict]) -> dict:
             "raw_us": {key: [round(1e6 * v, 1) for v in values] for key, values in timings.items()}}
 
 
-def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: Path = DATA, hide: int | None = None) -> dict:
+def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: Path = DATA,
+        hide: int | None = None) -> dict:
     """Build, hide ``hide`` leaves (default 300; 60 with ``quick``), place them, score."""
     if not data.exists():
         return {"skipped": f"{data} not found (the WordNet data set lives in ../shared/data/)"}
@@ -161,14 +165,16 @@ def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: P
         ref_of = {keyword.id: spec["ref"] for spec, keyword in zip(specs, made, strict=True)}
 
         # Baseline 1: kNN over the same terms.
-        profiles = {spec["ref"]: Counter(terms(" ".join([spec["name"], *spec["aliases"], spec["description"]]))) for spec in specs}
+        profiles = {spec["ref"]: Counter(terms(" ".join([spec["name"], *spec["aliases"], spec["description"]])))
+                    for spec in specs}
         rows_by_term: dict[str, set[str]] = {}
         for ref, profile in profiles.items():
             for term in profile:
                 rows_by_term.setdefault(term, set()).add(ref)
         knn = Score()
         for row in hidden_rows:
-            neighbour = knn_parent(rows_by_term, profiles, Counter(terms(f"{row['name']} {row['gloss']}")), len(profiles))
+            neighbour = knn_parent(rows_by_term, profiles, Counter(terms(f"{row['name']} {row['gloss']}")),
+                                   len(profiles))
             knn.add(by_id, row["parent"], by_id[neighbour]["parent"] or None if neighbour else None)
 
         # Baseline 2: the navigator's parent score over the whole tree, no loop.
@@ -198,7 +204,8 @@ def run(quick: bool = False, seed: int = SEED, work: Path | None = None, data: P
             agent = op.audit["agent"] if op.audit else {}
             rounds[len([r for r in agent.get("rounds", []) if "round" in r])] += 1
         stats = tree.agent_stats()
-        search = _search_latency(tree, [spec for spec in specs if len(spec["name"]) >= 6][:: max(1, len(specs) // 300)][:300])
+        search = _search_latency(tree,
+                                 [spec for spec in specs if len(spec["name"]) >= 6][:: max(1, len(specs) // 300)][:300])
         tree.close()
 
     latencies.sort()
@@ -226,10 +233,10 @@ def markdown(result: dict) -> str:
     lines = [
         "### Placement quality (WordNet 3.0 noun subtrees)",
         "",
-        f"{result['hidden']} leaves hidden at random (seed {result['seed']}) from a {result['tree_size']:,}-keyword tree "
-        f"(food, device, animal; depth up to 13), each placed with `create_keyword(name, description=gloss)` through "
-        f"the **{result['navigator']}** navigator: LLM calls = {result['llm_calls']}. Share placed under the exact original "
-        "parent, and under the correct ancestor at depths 1–3 (depth 1 = food / device / animal):",
+        f"{result['hidden']} leaves hidden at random (seed {result['seed']}) from a {result['tree_size']:,}-keyword "
+        f"tree (food, device, animal; depth up to 13), each placed with `create_keyword(name, description=gloss)` "
+        f"through the **{result['navigator']}** navigator: LLM calls = {result['llm_calls']}. Share placed under the "
+        "exact original parent, and under the correct ancestor at depths 1–3 (depth 1 = food / device / animal):",
         "",
         "| method | exact parent | depth 1 | depth 2 | depth 3 |",
         "|---|---|---|---|---|",
@@ -253,8 +260,10 @@ def markdown(result: dict) -> str:
             "",
             f"`search()` on the same tree, {search['n']} names, µs (median / p90 / p99 / max): exact hit "
             f"{cell(search['us']['exact'], 0)}, against an indexed SQLite lookup of the same normalised name "
-            f"{cell(search['us']['sqlite'], 0)} (**{search['us']['exact']['median'] / search['us']['sqlite']['median']:.2f}x**); "
-            f"the name with two letters swapped, through the offline loop, {cell(search['us']['typo'], 0)}, finding the intended keyword "
+            f"{cell(search['us']['sqlite'], 0)} "
+            f"(**{search['us']['exact']['median'] / search['us']['sqlite']['median']:.2f}x**); "
+            f"the name with two letters swapped, through the offline loop, {cell(search['us']['typo'], 0)}, "
+            "finding the intended keyword "
             f"{search['typo_found_pct']:.0f}% of the time.",
         ]
     return "\n".join(lines)

@@ -86,11 +86,14 @@ def measure(n: int, calls: int, work: Path, seed: int = 11) -> dict:
             "find_keywords": _time_each(tree.find_keywords, names),
         }
         theirs = {
-            "get_keyword": _time_each(lambda kid: con.execute("SELECT * FROM kw WHERE id = ?", (kid,)).fetchone(), chosen),
-            "get_children": _time_each(lambda kid: con.execute("SELECT * FROM kw WHERE parent = ?", (kid,)).fetchall(), chosen),
+            "get_keyword": _time_each(
+                lambda kid: con.execute("SELECT * FROM kw WHERE id = ?", (kid,)).fetchone(), chosen),
+            "get_children": _time_each(
+                lambda kid: con.execute("SELECT * FROM kw WHERE parent = ?", (kid,)).fetchall(), chosen),
             "get_path": _time_each(lambda kid: con.execute(_PATH_SQL, (kid,)).fetchall(), chosen),
             "find_keywords": _time_each(
-                lambda name: con.execute("SELECT * FROM kw WHERE name_key = ?", (normalize_name(name),)).fetchall(), names),
+                lambda name: con.execute("SELECT * FROM kw WHERE name_key = ?", (normalize_name(name),)).fetchall(),
+                names),
         }
         depth = sum(len(tree.get_path(kid)) for kid in chosen) / len(chosen)
     finally:
@@ -135,9 +138,11 @@ def markdown(result: dict) -> str:
         out += ["", f"Scaling from {first['n']:,} to {last['n']:,} keywords (mean path length "
                     f"{first['mean_path_length']:.1f} -> {last['mean_path_length']:.1f}):", ""]
         for name in CALLS:
-            out.append(f"- `{name}`: kwtree "
-                       f"{growth(first['kwtree_us'][name]['median'], last['kwtree_us'][name]['median'], factor, 'the keywords')}; "
-                       f"SQLite {growth(first['sqlite_us'][name]['median'], last['sqlite_us'][name]['median'], factor, 'the keywords')}.")
+            kwtree_growth = growth(first["kwtree_us"][name]["median"], last["kwtree_us"][name]["median"],
+                                   factor, "the keywords")
+            sqlite_growth = growth(first["sqlite_us"][name]["median"], last["sqlite_us"][name]["median"],
+                                   factor, "the keywords")
+            out.append(f"- `{name}`: kwtree {kwtree_growth}; SQLite {sqlite_growth}.")
     return "\n".join(out)
 
 

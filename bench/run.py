@@ -24,16 +24,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compaction  # noqa: E402
-import core  # noqa: E402
-import export  # noqa: E402
-import locomo  # noqa: E402
-import peers  # noqa: E402
-import placement  # noqa: E402
-import reads  # noqa: E402
-import retrieval  # noqa: E402
-import snapshot  # noqa: E402
-import startup  # noqa: E402
+import compaction
+import core
+import export
+import locomo
+import peers
+import placement
+import reads
+import retrieval
+import snapshot
+import startup
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -13,7 +13,8 @@ def summary(samples: list[float]) -> dict[str, float]:
     def pct(q: float) -> float:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-    return {"median": statistics.median(ordered), "p90": pct(0.9), "p99": pct(0.99), "max": ordered[-1], "n": len(ordered)}
+    return {"median": statistics.median(ordered), "p90": pct(0.9), "p99": pct(0.99), "max": ordered[-1],
+            "n": len(ordered)}
 
 
 def cell(stats: dict[str, float], digits: int = 1, scale: float = 1.0) -> str:

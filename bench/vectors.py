@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kwtree.stores.vectors import DEFAULT_EF, DEFAULT_EXACT_BELOW, VectorStore
+from kwtree.stores.vectors import DEFAULT_EF, DEFAULT_EXACT_BELOW, VectorStore  # noqa: E402 (this checkout's kwtree)
 
 DIM, LATENT, K, SEED = 384, 32, 10, 0
 
@@ -54,7 +54,8 @@ def low_rank(n: int, n_queries: int, seed: int = SEED) -> tuple[np.ndarray, np.n
 
     def draw(m: int) -> np.ndarray:
         x = rng.standard_normal((m, LATENT), dtype=np.float32) @ w
-        x += 0.1 * np.linalg.norm(x, axis=1, keepdims=True) / np.sqrt(DIM) * rng.standard_normal((m, DIM), dtype=np.float32)
+        x += (0.1 * np.linalg.norm(x, axis=1, keepdims=True) / np.sqrt(DIM)
+              * rng.standard_normal((m, DIM), dtype=np.float32))
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
     return draw(n), draw(n_queries)
@@ -84,7 +85,8 @@ def brute_force(x: np.ndarray, q: np.ndarray) -> float:
     return time.perf_counter() - t
 
 
-def timed_searches(store: VectorStore, queries: np.ndarray, truth: list[set[int]], accept=None) -> tuple[list[float], float]:
+def timed_searches(store: VectorStore, queries: np.ndarray, truth: list[set[int]],
+                   accept=None) -> tuple[list[float], float]:
     lat, found = [], 0
     for q, exact in zip(queries, truth, strict=True):
         t = time.perf_counter()

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stats import cell, summary  # noqa: E402
+from stats import cell, summary
 
 REPO = Path(__file__).resolve().parent.parent
 

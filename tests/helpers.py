@@ -16,7 +16,8 @@ import pytest
 
 from kwtree.testing import public_reads as snapshot
 
-__all__ = ["HANG", "Child", "child_line", "copy_tree_dir", "dir_bytes", "assert_every_open_refuses", "log_bytes", "snapshot", "tmpfs"]
+__all__ = ["HANG", "Child", "assert_every_open_refuses", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes",
+           "snapshot", "tmpfs"]
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
 

@@ -11,7 +11,6 @@ stores through the factory's ``opener`` (``"module:function"``, importable from 
 from __future__ import annotations
 
 import importlib
-import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -285,10 +284,8 @@ class LogStoreContract:
     def test_the_lock_excludes_a_second_store(self, factory, opened, tmp_path):
         first = self.open(factory, opened, tmp_path / "t")
         second = self.open(factory, opened, tmp_path / "t", lock_timeout=0.05)
-        with first.locked():
-            with pytest.raises(LockTimeoutError):
-                with second.locked():
-                    pass
+        with first.locked(), pytest.raises(LockTimeoutError), second.locked():
+            pass
         with second.locked():
             pass
 
@@ -297,9 +294,8 @@ class LogStoreContract:
         store = self.open(factory, opened, location, lock_timeout=0.1)
         child = self.child(children, factory, _HOLD_LOCK, location)
         child.expect("locked")
-        with pytest.raises(LockTimeoutError):
-            with store.locked():
-                pass
+        with pytest.raises(LockTimeoutError), store.locked():
+            pass
         child.wait_exit()
         with store.locked():
             pass
@@ -407,7 +403,6 @@ class LogStoreContract:
             store.replace([make_operation(clock)], after=position)
         later = [make_operation(clock)]
         append_all(other, later)
-        with store.locked():
-            with pytest.raises(StorageError):  # it would drop the operation appended since
-                store.replace([make_operation(clock)], after=position)
+        with store.locked(), pytest.raises(StorageError):  # it would drop the operation appended since
+            store.replace([make_operation(clock)], after=position)
         assert operations_in(store.read(None)) == expected(old + later)

@@ -113,8 +113,10 @@ def test_reopened_tree_gives_the_same_search_answers(tmp_path):
         before = answers(tree)
     with KeywordTree(tmp_path / "t", durability="none") as tree:
         assert answers(tree) == before
-    assert [status for status, *_ in before] == [SearchStatus.MATCHED] * 3 + [SearchStatus.NOT_FOUND, SearchStatus.MATCHED]
-    assert before[0][2] == before[1][2] == before[2][2] and len(before[0][2]) == 4  # root > Programming > Languages > Python
+    assert [status for status, *_ in before] == (
+        [SearchStatus.MATCHED] * 3 + [SearchStatus.NOT_FOUND, SearchStatus.MATCHED])
+    # root > Programming > Languages > Python
+    assert before[0][2] == before[1][2] == before[2][2] and len(before[0][2]) == 4
 
 
 def test_exact_hit_after_normalisation_asks_no_llm(open_tree):
@@ -160,7 +162,8 @@ def test_llm_expand_query_false_makes_no_call(open_tree):
 
 @pytest.mark.parametrize(
     ("query", "flag"),
-    [("", True), ("   \n", True), (None, True), (42, True), (b"python", True), ("python", "yes"), ("python", 1), ("x", None)],
+    [("", True), ("   \n", True), (None, True), (42, True), (b"python", True), ("python", "yes"), ("python", 1),
+     ("x", None)],
 )
 def test_bad_search_input_raises_before_any_call(open_tree, query, flag):
     tree, stub = open_tree([MISSING])
@@ -184,7 +187,8 @@ def test_missing_on_first_round_suggests_root(open_tree):
         "search", "the rust language", 1, [],
     )
     assert "description" not in request
-    assert {c["name"] for c in request["candidates"]} == {"Programming", "Languages", "Python", "Go", "Tools", "Git", "Animals", "Dog", "Cat"}
+    assert {c["name"] for c in request["candidates"]} == {
+        "Programming", "Languages", "Python", "Go", "Tools", "Git", "Animals", "Dog", "Cat"}
 
 
 @pytest.mark.parametrize("suggest_name", [None, "", "   ", 7])
@@ -295,7 +299,8 @@ def test_auto_place_jump_then_match_puts_keyword_under_target(open_tree):
     assert rust.parent_id == k["Languages"].id
     assert [p.name for p in tree.get_path(rust.id)] == ["root", "Programming", "Languages", "Rust"]
     first, second = stub.requests
-    assert (first["intent"], first["query"], first["description"]) == ("suggest_parent", "Rust", "a systems programming language")
+    assert (first["intent"], first["query"], first["description"]) == (
+        "suggest_parent", "Rust", "a systems programming language")
     assert (second["round"], second["current_path"]) == (2, ["Programming"])
 
 
@@ -323,7 +328,8 @@ def test_auto_place_audit_is_in_history_and_survives_reopen(open_tree, tmp_path)
     op = tree.history(rust.id)[0]
     assert op.kind == "create_keyword"
     agent = op.audit["agent"]
-    assert (agent["intent"], agent["query"], agent["navigator"], agent["prompt"]) == ("suggest_parent", "Rust", "stub", "descend-1")
+    assert (agent["intent"], agent["query"], agent["navigator"], agent["prompt"]) == (
+        "suggest_parent", "Rust", "stub", "descend-1")
     assert [r["round"] for r in agent["rounds"]] == [1, 2]
     assert [r["request"] for r in agent["rounds"]] == stub.requests
     assert agent["rounds"][0]["answer"]["action"] == "jump"

@@ -261,7 +261,7 @@ def test_client_errors_are_not_retried(api, make_client, status, kind) -> None:
 def test_timeout_is_retried_then_raises_timeout_error(api, make_client) -> None:
     api.script(Reply(delay=10, body={}), Reply(delay=10, body={}))
     client = make_client(timeout=0.3, max_retries=1)
-    with pytest.raises(LLMTimeoutError, match="within 0.3s"):
+    with pytest.raises(LLMTimeoutError, match=r"within 0\.3s"):
         client.chat(MESSAGES, SCHEMA)
     assert len(api.requests) == 2
     assert client.usage["retries"] == 1

@@ -255,7 +255,8 @@ def test_errors_map_to_exit_codes(d: Path, tmp_path: Path, kw) -> None:
     for argv in (("children", d, "nope"), ("info", d, "nope"), ("path", d, "nope"), ("relations", d, "nope"),
                  ("move", d, "nope", "root"), ("add", d, "X", "--parent", "nope"), ("link", d, "i", "root"),
                  ("delete", d, "root"), ("update", d, "root", "--version", 1, "--name", "x"),
-                 ("update", d, "root", "--version", 1), ("add", d, "  "), ("relate", d, "root", "root", "--weight", "nan")):
+                 ("update", d, "root", "--version", 1), ("add", d, "  "),
+                 ("relate", d, "root", "root", "--weight", "nan")):
         kw(*argv, code=1)
     _, err = kw("add", d, "X", "--metadata", "{not json", code=1)
     assert "--metadata is not valid JSON" in err

@@ -152,7 +152,8 @@ def test_differences_names_what_a_read_would_see() -> None:
 
 # --- other processes ---------------------------------------------------------------------------
 
-COMPACT = "from kwtree import KeywordTree\nimport sys\nKeywordTree(sys.argv[1], worker=False).compact(keep_history=sys.argv[2] == '1')\n"
+COMPACT = ("from kwtree import KeywordTree\nimport sys\n"
+           "KeywordTree(sys.argv[1], worker=False).compact(keep_history=sys.argv[2] == '1')\n")
 
 
 def test_open_trees_in_this_process_replay_a_log_another_process_compacted(tree_dir: Path) -> None:

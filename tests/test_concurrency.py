@@ -16,6 +16,7 @@ import queue
 import random
 import sys
 import threading
+from itertools import pairwise
 from pathlib import Path
 
 import orjson
@@ -43,7 +44,7 @@ def log_ops(data_dir: Path) -> list[str]:
 def assert_op_ids_unique_and_increasing(data_dir: Path) -> list[str]:
     ops = log_ops(data_dir)
     assert len(set(ops)) == len(ops)
-    assert all(a < b for a, b in zip(ops, ops[1:]))
+    assert all(a < b for a, b in pairwise(ops))
     return ops
 
 
@@ -110,7 +111,7 @@ def test_four_durable_writer_processes_lose_nothing(tmp_path, children):
             assert [position[kid] for kid in ids] == sorted(position[kid] for kid in ids)
         # all four wrote in every round, so the log changes hands at least three times a round
         writers_in_order = [k.name.split("-")[0] for k in children_of_root]
-        hand_overs = sum(1 for a, b in zip(writers_in_order, writers_in_order[1:]) if a != b)
+        hand_overs = sum(1 for a, b in pairwise(writers_in_order) if a != b)
         assert hand_overs >= 3 * rounds
 
 

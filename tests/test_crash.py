@@ -223,7 +223,8 @@ def _cut_points(data: bytes, ends: list[int]) -> dict[str, int]:
 
 @pytest.mark.parametrize("padding", [b"", PAD], ids=["no_padding", "zero_padding"])
 @pytest.mark.parametrize(
-    "cut", ["one_byte", "mid_first_row", "after_first_row", "after_second_row", "mid_end_row", "end_row_without_newline"]
+    "cut", ["one_byte", "mid_first_row", "after_first_row", "after_second_row", "mid_end_row",
+            "end_row_without_newline"]
 )
 def test_next_writer_moves_the_torn_tail_to_quarantine_and_appends_after_the_last_whole_op(
     tmp_path, caplog, cut, padding

@@ -189,7 +189,8 @@ class Writer:
         elif row == "delete_keyword":
             doomed = self.fresh_keyword()
             self.fresh_keyword(doomed)
-            self.do(row, lambda: t.delete_keyword(doomed, cascade=True, info_policy=self.rng.choice(["reattach", "delete"])))
+            self.do(row, lambda: t.delete_keyword(doomed, cascade=True,
+                                                  info_policy=self.rng.choice(["reattach", "delete"])))
         elif row == "create_info":
             kid = self.keyword()
             self.do(row, lambda: t.create_info(self.text(), keyword_ids=[kid]))
@@ -217,11 +218,13 @@ class Writer:
             self.do("relate", lambda: t.relate(a, b))
             self.do(row, lambda: t.unrelate(a, b))
         elif row == "batch_create_keywords":
-            specs = [{"name": self.name(), "ref": "head"}] + [{"name": self.name(), "parent_ref": "head"} for _ in range(4)]
+            specs = [{"name": self.name(), "ref": "head"}] + [{"name": self.name(), "parent_ref": "head"}
+                                                              for _ in range(4)]
             self.do(row, lambda: t.batch_create_keywords(specs))
         elif row == "batch_create_infos":
             kid = self.keyword()
-            self.do(row, lambda: t.batch_create_infos([{"content": self.text(), "keyword_ids": [kid]} for _ in range(4)]))
+            self.do(row, lambda: t.batch_create_infos([{"content": self.text(), "keyword_ids": [kid]}
+                                                       for _ in range(4)]))
         elif row == "undo":
             self.fresh_keyword()
             self.do(row, lambda: t.undo(t.last_op_id))
@@ -438,7 +441,8 @@ class Row:
         report = verify_directory(target)
         assert report.ok, f"{self.row}: verify of the import in flight's target:\n{report.to_text()}"
         if export not in self.imported:  # what an import of this export gives, once per export
-            with KeywordTree.import_json(export, self.base / f"imported-{len(self.imported)}", worker=False) as reference:
+            with KeywordTree.import_json(export, self.base / f"imported-{len(self.imported)}",
+                                         worker=False) as reference:
                 self.imported[export] = import_digest(reference)
         with KeywordTree(target, read_only=True) as imported:
             assert import_digest(imported) == self.imported[export], \

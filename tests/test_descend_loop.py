@@ -136,7 +136,8 @@ def test_out_of_range_idx_is_invalid_jump(open_tree, answer):
     grow(tree, LANGS)
     result = tree.search("something")
     assert len(stub.requests[0]["candidates"]) == 9
-    assert (result.status, result.reason, result.suggested_parent_id) == (SearchStatus.NOT_FOUND, "invalid_jump", ROOT_ID)
+    assert (result.status, result.reason, result.suggested_parent_id) == (
+        SearchStatus.NOT_FOUND, "invalid_jump", ROOT_ID)
     assert tree.agent_stats()["fallbacks"] == {"invalid_jump": 1}
 
 

@@ -150,9 +150,8 @@ def test_closed_tree_refuses_every_call(tree_dir):
                  tree.tree_metrics, tree.history, lambda: tree.last_op_id):
         with pytest.raises(ClosedError, match="closed"):
             call()
-    with pytest.raises(ClosedError):
-        with tree:
-            pass
+    with pytest.raises(ClosedError), tree:
+        pass
 
 
 def test_read_only_views_refuse_writes(tree_dir):

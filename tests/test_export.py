@@ -67,7 +67,8 @@ def ordered_reads(tree: KeywordTree) -> dict[str, Any]:
     while stack:
         kid = stack.pop()
         found[kid] = [
-            [(r.from_id, r.to_id, r.type, r.weight, r.reason, r.created_at) for r in tree.get_relations(kid, direction=d)]
+            [(r.from_id, r.to_id, r.type, r.weight, r.reason, r.created_at)
+             for r in tree.get_relations(kid, direction=d)]
             for d in ("out", "in")
         ]
         stack.extend(child.id for child in tree.get_children(kid))
@@ -181,7 +182,7 @@ def test_export_leaves_out_deleted_entities_and_dead_links(varied, tmp_path):
     assert "Doomed" not in names and "Doomed child" not in names and "Émoji 😀" not in names  # deleted, merged
     assert "Émoji 😀" in next(k for k in doc["keywords"] if k["name"] == "北京")["aliases"]
     assert made["info_ids"][3] not in (tmp_path / "export.json").read_text()  # the deleted info, with its links
-    assert [k["id"] for k in doc["keywords"]][0] == ROOT_ID
+    assert doc["keywords"][0]["id"] == ROOT_ID
     seen = {ROOT_ID}
     for keyword in doc["keywords"][1:]:  # parents before children
         assert keyword["parent_id"] in seen
@@ -208,7 +209,8 @@ def test_export_of_an_as_of_view_is_the_tree_as_it_was(tmp_path):
         tree.update_keyword(kept.id, {"name": "renamed"}, 1)
     with KeywordTree(tmp_path / "source", as_of=then) as past:
         past.export(tmp_path / "past.json")
-        with KeywordTree.import_json(tmp_path / "past.json", tmp_path / "copy", durability="none", worker=False) as copy:
+        with KeywordTree.import_json(tmp_path / "past.json", tmp_path / "copy", durability="none",
+                                     worker=False) as copy:
             assert_equivalent(past, copy)
             assert [k.name for k in copy.get_children(ROOT_ID)] == ["kept"]
 
@@ -224,7 +226,8 @@ def test_a_hand_written_file_needs_only_ids_names_and_contents(tmp_path):
             {"id": "a1", "name": "A one", "parent_id": "a"},
         ],
         "infos": [{"id": "i1", "content": "hello"}],
-        "links": [{"info_id": "i1", "keyword_id": "b2"}, {"info_id": "i1", "keyword_id": "root", "relation": "related"}],
+        "links": [{"info_id": "i1", "keyword_id": "b2"},
+                  {"info_id": "i1", "keyword_id": "root", "relation": "related"}],
         "relations": [{"from_id": "a", "to_id": "b"}],
     }
     (tmp_path / "hand.json").write_bytes(orjson.dumps(doc))
@@ -508,7 +511,8 @@ def test_markdown_outline_shows_every_keyword_and_info_where_the_tree_has_them(v
     assert notes["北京 memo: 烤鸭 <b>bold</b> & [link](x)"] == "related · also under: 北京"
     assert notes["Use uv for envs.\n\n    indented code\n1. not a list"] == (
         "source · source: chat · also under: Tools; Go")
-    assert "4. " not in markdown and "1\\. not a list" in markdown and "\\<b\\>bold\\</b\\> \\& \\[link\\](x)" in markdown
+    assert ("4. " not in markdown and "1\\. not a list" in markdown
+            and "\\<b\\>bold\\</b\\> \\& \\[link\\](x)" in markdown)
     assert "- **Programming** (Coding) — all \\*code\\* \\_here\\_\n  \\# not a heading\n" in markdown
     relations = markdown.split("\n## Relations\n\n", 1)[1].split("\n## ", 1)[0].strip().split("\n")
     assert len(relations) == 5
@@ -520,7 +524,8 @@ def test_markdown_outline_shows_every_keyword_and_info_where_the_tree_has_them(v
 
 @pytest.mark.parametrize("text, escaped", [
     ("plain 北京 text", "plain 北京 text"),
-    ("*a* _b_ `c` [d](e) <f> a|b ~g~ &amp; \\", "\\*a\\* \\_b\\_ \\`c\\` \\[d\\](e) \\<f\\> a\\|b \\~g\\~ \\&amp; \\\\"),
+    ("*a* _b_ `c` [d](e) <f> a|b ~g~ &amp; \\",
+     "\\*a\\* \\_b\\_ \\`c\\` \\[d\\](e) \\<f\\> a\\|b \\~g\\~ \\&amp; \\\\"),
     ("# h\n- item\n+ item\n2) x\n10. y\n===\n  - z", "\\# h\n\\- item\n\\+ item\n2\\) x\n10\\. y\n\\===\n  \\- z"),
     ("C++ and a - b and 3.5", "C++ and a - b and 3.5"),
     ("line\r\nbreak\rhere", "line\nbreak\nhere"),
@@ -543,7 +548,8 @@ def test_cli_export_and_import(varied, tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["import", str(tmp_path / "out.json"), str(tmp_path / "copy"), "--durability", "none"]) == 0
     assert "imported 7 keywords, 6 infos, 9 links and 5 relations" in capsys.readouterr().out
-    with KeywordTree(tmp_path / "source", read_only=True) as src, KeywordTree(tmp_path / "copy", read_only=True) as copy:
+    with KeywordTree(tmp_path / "source", read_only=True) as src, \
+            KeywordTree(tmp_path / "copy", read_only=True) as copy:
         assert_equivalent(src, copy, made["info_ids"])
     assert cli_main(["import", str(tmp_path / "out.json"), str(tmp_path / "copy")]) == 1
     assert "is not empty" in capsys.readouterr().err

@@ -126,12 +126,14 @@ def test_durable_writes_preallocate_and_close_trims(tree_dir):
 
 def test_public_api_is_pinned():
     assert sorted(public_names) == sorted([
-        "ROOT_ID", "AgentError", "AgentOutcome", "AnthropicLLMClient", "Change", "ClosedError", "CompactionReport", "CorruptLogError", "CycleError", "DamagedDirectoryError",
-        "DiskFullError", "DuplicateKeywordError", "Finding", "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
-        "KwtreeError", "LimitExceededError", "Limits", "LLMError", "LLMResponseError", "LLMTimeoutError", "LLMUnavailableError",
-        "Link", "LockTimeoutError", "MergeConflictError", "NotFoundError", "Operation", "ReadOnlyError",
-        "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError", "UndoConflictError",
-        "VersionConflictError", "normalize_name", "repair_directory", "restore", "verify_directory",
+        "ROOT_ID", "AgentError", "AgentOutcome", "AnthropicLLMClient", "Change", "ClosedError", "CompactionReport",
+        "CorruptLogError", "CycleError", "DamagedDirectoryError", "DiskFullError", "DuplicateKeywordError", "Finding",
+        "FormatError", "GitError", "HasChildrenError", "Info", "InvalidInputError", "Keyword", "KeywordTree",
+        "KwtreeError", "LimitExceededError", "Limits", "LLMError", "LLMResponseError", "LLMTimeoutError",
+        "LLMUnavailableError", "Link", "LockTimeoutError", "MergeConflictError", "NotFoundError", "Operation",
+        "ReadOnlyError", "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError",
+        "UndoConflictError", "VersionConflictError", "normalize_name", "repair_directory", "restore",
+        "verify_directory",
         # issue 14: what the constructor and recall take or return
         "Embedder", "HashEmbedder", "Hit", "LinkedKeyword", "LLMClient", "RecallWeights", "StubLLMClient",
     ])

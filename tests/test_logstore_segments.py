@@ -3,9 +3,8 @@ only it has: torn tails withheld and moved to quarantine/, damage refused, check
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 import orjson
 import pytest

@@ -163,7 +163,8 @@ def child(path: Path):
 
 
 def test_public_names() -> None:
-    assert sorted(kwtree.caches.outbox.__all__) == ["ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
+    assert sorted(kwtree.caches.outbox.__all__) == [
+        "ERROR_BACKOFF_MAX", "Item", "Outbox", "WORKER_ERRORS", "record_results", "run_worker"]
 
 
 def test_enqueue_claim_done_status(open_box) -> None:
@@ -171,7 +172,8 @@ def test_enqueue_claim_done_status(open_box) -> None:
     assert box.enqueue(work(3)) == 3
     assert box.status() == {"pending": 3, "leased": 0, "failed": 0, "done": 0, "dead": 0, "dead_items": []}
     first = box.claim("w1", 2)
-    assert first == [Item("m1/e000/h0", "keyword", "e000", "h0", "m1", 0), Item("m1/e001/h1", "info", "e001", "h1", "m1", 0)]
+    assert first == [Item("m1/e000/h0", "keyword", "e000", "h0", "m1", 0),
+                     Item("m1/e001/h1", "info", "e001", "h1", "m1", 0)]
     assert (box.pending_count(), box.backlog()) == (1, 3)
     box.done("w1", first)
     status = box.status()

@@ -211,7 +211,8 @@ def check_restored(tree: KeywordTree, op: Operation) -> None:
                 continue
             now = tree.get_keyword(after.id)
             for field in ("name", "aliases", "parent_id", "description", "created_at"):
-                assert getattr(now, field) == getattr(before, field), (key, field, getattr(now, field), getattr(before, field))
+                assert getattr(now, field) == getattr(before, field), (
+                    key, field, getattr(now, field), getattr(before, field))
             assert dict(now.metadata) == dict(before.metadata), key
         elif type(after) is Info:
             if not _live_image(before):
@@ -472,7 +473,8 @@ class KwtreeMachine(RuleBasedStateMachine):
         self.record("init")
         for name, where in shape:
             live = live_keyword_ids(self.t)
-            self.attempt(self.t.create_keyword, name, live[where % len(live)], register=lambda k: self.add_keywords([k]))
+            self.attempt(self.t.create_keyword, name, live[where % len(live)],
+                         register=lambda k: self.add_keywords([k]))
         for links in infos:
             live = live_keyword_ids(self.t)
             kids = [live[i % len(live)] for i in links]
@@ -650,8 +652,9 @@ class KwtreeMachine(RuleBasedStateMachine):
             assert [k.id for k, _ in got] == list(dict.fromkeys(keyword_ids or []))
             assert all(rel is RelationType.PRIMARY for _, rel in got)
 
-    @rule(data=st.data(), fields=rarely(st.sets(st.sampled_from(["content", "source", "metadata"]), min_size=1, max_size=3),
-                                         st.sampled_from([set(), {"keyword_ids"}, {"content", "keyword_ids"}])),
+    @rule(data=st.data(),
+          fields=rarely(st.sets(st.sampled_from(["content", "source", "metadata"]), min_size=1, max_size=3),
+                        st.sampled_from([set(), {"keyword_ids"}, {"content", "keyword_ids"}])),
           content=CONTENT, source=SOURCE, metadata=METADATA,
           version_delta=rarely(st.sampled_from([None, 0]), st.sampled_from([1, -1])))
     def update_info(self, data, fields, content, source, metadata, version_delta) -> None:
@@ -683,7 +686,8 @@ class KwtreeMachine(RuleBasedStateMachine):
         for _ in range(count):
             spec: dict[str, Any] = {"content": data.draw(CONTENT, label="content")}
             if data.draw(st.booleans(), label="has keywords"):
-                spec["keyword_ids"] = [self.draw_keyword(data, "keyword_id") for _ in range(data.draw(st.integers(0, 2)))]
+                spec["keyword_ids"] = [self.draw_keyword(data, "keyword_id")
+                                       for _ in range(data.draw(st.integers(0, 2)))]
             if data.draw(st.booleans(), label="has source"):
                 spec["source"] = data.draw(SOURCE, label="source")
             if data.draw(st.integers(0, 19), label="odd field") == 0:
@@ -766,7 +770,8 @@ class KwtreeMachine(RuleBasedStateMachine):
         history = self.t.history()
         # Favour operations whose keywords or infos later operations wrote, linked, related
         # or put children under: where undo conflicts, retires dependents or is refused.
-        entangled = [op.op_id for op in history if any(later.op_id > op.op_id and touches_any(later, op) for later in history)]
+        entangled = [op.op_id for op in history
+                     if any(later.op_id > op.op_id and touches_any(later, op) for later in history)]
         choices = [st.sampled_from(self.order), st.sampled_from([EARLY_OP, LATE_OP, NOT_AN_OP])]
         if entangled:
             choices += [st.sampled_from(entangled)] * 2
@@ -1099,7 +1104,8 @@ def test_merge_rules_cycle_rehome_last_writer_wins(data, duplicate_shared) -> No
 
 @given(steps=st.lists(FORK_STEP.map(lambda s: s[1:]), min_size=1, max_size=16), small_segments=st.booleans(),
        cut=st.floats(0, 1), at_row_end=st.booleans(), write_after=st.booleans())
-def test_truncated_log_opens_as_a_prefix_of_whole_operations(steps, small_segments, cut, at_row_end, write_after) -> None:
+def test_truncated_log_opens_as_a_prefix_of_whole_operations(steps, small_segments, cut, at_row_end,
+                                                             write_after) -> None:
     """§4.2 over random operation sequences: a log cut at a uniformly drawn byte opens as the
     state after the whole operations before the cut; a writer opening it drops the torn tail
     and its next operation follows that prefix."""
@@ -1136,7 +1142,8 @@ def test_truncated_log_opens_as_a_prefix_of_whole_operations(steps, small_segmen
                 extra = writer.create_keyword("after the cut")
             snap, skids, siids = states[complete - 1]
             with KeywordTree(cut_dir, read_only=True) as view:
-                assert [op.op_id for op in view.history()][:-1] == [op_id for op_id, _, _ in split_operations(data)][:complete]
+                assert [op.op_id for op in view.history()][:-1] == (
+                    [op_id for op_id, _, _ in split_operations(data)][:complete])
                 assert view.get_keyword(extra.id).parent_id == ROOT_ID
                 with KeywordTree(cut_dir, as_of=view.history()[-2].op_id) as then:
                     assert snapshot(then, skids, siids) == snap

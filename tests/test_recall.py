@@ -155,7 +155,8 @@ def test_words_that_appear_nowhere_find_nothing_in_bm25(mem: KeywordTree) -> Non
     ("タワー", "東京タワーに行った"),
 ])
 def test_chinese_and_japanese_are_found_by_substrings(mem: KeywordTree, query: str, expected: str) -> None:
-    made = {text: mem.create_info(text) for text in ("我在北京大学读书", "東京タワーに行った", "I read at a university")}
+    made = {text: mem.create_info(text)
+            for text in ("我在北京大学读书", "東京タワーに行った", "I read at a university")}
     assert ids(mem.recall(query, mode="bm25")) == [made[expected].id]
 
 
@@ -303,7 +304,8 @@ def test_under_and_relation_filters(mem: KeywordTree, branches: dict[str, str], 
     ({"query": None}, InvalidInputError),
     ({"query": b"bytes"}, InvalidInputError),
 ])
-def test_bad_recall_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir: Path, kwargs: dict, error: type) -> None:
+def test_bad_recall_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir: Path, kwargs: dict,
+                                                      error: type) -> None:
     mem.create_info("notes worth keeping")
     mem.outbox_status()  # writes queue their embeddings lazily; this puts them in the file
     args = {"query": "notes", **kwargs}
@@ -317,7 +319,8 @@ def test_bad_recall_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir
 
 
 @pytest.mark.parametrize(("query", "budget"), [("", 100), ("notes", 0), ("notes", -1), ("notes", 2.5)])
-def test_bad_context_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir: Path, query: str, budget: object) -> None:
+def test_bad_context_arguments_raise_and_write_nothing(mem: KeywordTree, tree_dir: Path, query: str,
+                                                       budget: object) -> None:
     mem.create_info("notes worth keeping")
     before = log_bytes(tree_dir)
     with pytest.raises(InvalidInputError):
@@ -615,7 +618,8 @@ def test_context_leads_with_the_group_of_the_best_hit(library: KeywordTree, quer
     assert first[:2] == [heading, line]
 
 
-@pytest.mark.parametrize(("query", "expected"), [("猫喜欢吃鱼", "- 我家的猫喜欢吃鱼"), ("一日中寝ている", "- 猫は一日中寝ている")])
+@pytest.mark.parametrize(("query", "expected"), [("猫喜欢吃鱼", "- 我家的猫喜欢吃鱼"),
+                                                 ("一日中寝ている", "- 猫は一日中寝ている")])
 def test_context_for_a_cjk_query_leads_with_its_memory(library: KeywordTree, query: str, expected: str) -> None:
     first = library.context(query, max_tokens=1500).split("\n\n")[0].splitlines()
     assert first[:2] == ["## Animals › Cats", expected]
@@ -700,7 +704,7 @@ def test_a_worker_process_killed_while_holding_leases_loses_nothing(mem: Keyword
         ready, _, _ = select.select([proc.stdout], [], [], HANG)
         assert ready, f"the worker process said nothing for {HANG} s"
         line = proc.stdout.readline()
-        assert line == f"embedding {len(infos)}\n", proc.stderr.read() if not line else line
+        assert line == f"embedding {len(infos)}\n", line or proc.stderr.read()
         claims = [row for row in outbox_rows(tree_dir) if row["r"] == "claim"]
         assert {row["item"].split("/")[1] for row in claims} == {info.id for info in infos}
         assert len({row["worker"] for row in claims}) == 1

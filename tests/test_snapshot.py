@@ -285,7 +285,8 @@ def test_other_instances_follow_a_restore(tmp_path: Path) -> None:
     kwtree.restore(path, source)
     reader.refresh()
     assert snapshot(reader, kids, iids) == expected
-    late = other.create_keyword("written by another instance", llm_auto_place=False)  # catches up on the restored log first
+    # catches up on the restored log first
+    late = other.create_keyword("written by another instance", llm_auto_place=False)
     with open_tree(source, read_only=True) as fresh:
         assert snapshot(fresh, kids, iids)["keywords"]["root"]["children"][-1] == late.id
         assert fresh.tree_metrics()["operations"] == expected["metrics"]["operations"] + 1

@@ -113,7 +113,8 @@ def test_auto_link_says_which_infos_the_failing_llm_left_unlinked(tmp_path: Path
     ({"action": "teleport"}, "agent_failure"),
     ({"action": "match", "idx": 99}, "invalid_jump"),
 ])
-def test_on_agent_failure_raise_refuses_the_fallback_and_writes_nothing(tmp_path: Path, answer: Any, reason: str) -> None:
+def test_on_agent_failure_raise_refuses_the_fallback_and_writes_nothing(tmp_path: Path, answer: Any,
+                                                                         reason: str) -> None:
     directory = tmp_path / "tree"
     languages = seed(directory)
     before = dir_bytes(directory / "log")
@@ -164,9 +165,8 @@ def test_the_anthropic_client_timing_out_is_named_and_refused_under_raise(tmp_pa
     before = dir_bytes(directory / "log")
     api.script(Reply(body={}, delay=60.0))  # never answers in time (released at teardown)
     client = AnthropicLLMClient(api_key="test-key", base_url=api.url, model="claude-test", timeout=0.2, max_retries=0)
-    with open_tree(directory, client, on_agent_failure="raise") as tree:
-        with pytest.raises(AgentError) as refused:
-            tree.create_info("rust is fast", auto_link=True)
+    with open_tree(directory, client, on_agent_failure="raise") as tree, pytest.raises(AgentError) as refused:
+        tree.create_info("rust is fast", auto_link=True)
     assert refused.value.reason == "agent_failure" and refused.value.detail.startswith("LLMTimeoutError: ")
     assert dir_bytes(directory / "log") == before
 

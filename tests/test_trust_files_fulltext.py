@@ -19,7 +19,8 @@ from kwtree import KeywordTree
 from kwtree.ops.verify import verify_directory
 from kwtree.stores.fulltext import FullTextIndex
 
-WORDS = "apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = ["apple", "banana", "cherry", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+         "juliet", "kilo", "lima", "mike"]
 QUERIES = ("apple banana", "kilo", "item7 golf", "juliet")
 
 

@@ -99,7 +99,8 @@ def test_an_import_killed_after_init_can_be_run_again(tmp_path: Path) -> None:
     assert (target / "manifest.json").exists()  # the init was written, the import was not
     with KeywordTree.import_json(tmp_path / "export.json", target, worker=False) as tree:
         metrics = tree.tree_metrics()
-    assert {k: metrics[k] for k in ("keywords", "infos", "links")} == {k: expected[k] for k in ("keywords", "infos", "links")}
+    assert {k: metrics[k] for k in ("keywords", "infos", "links")} == {
+        k: expected[k] for k in ("keywords", "infos", "links")}
 
 
 def test_an_import_still_refuses_a_tree_with_data(tmp_path: Path) -> None:
@@ -281,7 +282,7 @@ def test_restore_refuses_a_sparse_archive_declaring_a_gib_before_writing(
                      sparse=("log/" + "f" * 32 + ".jsonl", 1 << 30))
     assert crafted.stat().st_size > 1 << 30 and crafted.stat().st_blocks * 512 < 1 << 20
     before = _written_bytes()
-    with pytest.raises(StorageError, match="disk is full.*nothing was written"):
+    with pytest.raises(StorageError, match=r"disk is full.*nothing was written"):
         kwtree.restore(crafted, small_disk / "target")
     assert _written_bytes() - before < 1 << 20
     assert os.listdir(small_disk) == []

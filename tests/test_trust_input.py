@@ -151,7 +151,7 @@ def test_import_json_refuses_a_dict_or_list_relation(world, tmp_path, relation):
 
 def test_import_json_refuses_unknown_options_and_bad_paths(world, tmp_path):
     path = world["tree"].export(tmp_path / "export.json")["path"]
-    with pytest.raises(InvalidInputError, match="unknown option.*colour"):
+    with pytest.raises(InvalidInputError, match=r"unknown option.*colour"):
         KeywordTree.import_json(path, tmp_path / "a", colour="red")
     for bad in ("a\0b", 7, None, "\ud800"):
         with pytest.raises(InvalidInputError, match="path"):
@@ -176,7 +176,7 @@ def test_a_data_dir_that_is_not_a_path_is_refused(data_dir, tmp_path, monkeypatc
 def test_a_data_dir_that_cannot_be_a_directory_is_refused(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(InvalidInputError, match="data_dir .* cannot be a kwtree directory"):
+    with pytest.raises(InvalidInputError, match=r"data_dir .* cannot be a kwtree directory"):
         KeywordTree(a_file / "under")  # NotADirectoryError before
     with pytest.raises(InvalidInputError, match="255 bytes"):
         KeywordTree(tmp_path / ("n" * 300))  # OSError ENAMETOOLONG before
@@ -197,10 +197,10 @@ def test_a_data_dir_the_system_refuses_raises_a_storage_error(read_only_mount):
 
 
 def test_limits_must_be_a_limits_with_positive_integers(tmp_path):
-    with pytest.raises(InvalidInputError, match="limits must be a kwtree.Limits"):
+    with pytest.raises(InvalidInputError, match=r"limits must be a kwtree\.Limits"):
         KeywordTree(tmp_path / "t", limits={"content_bytes": 10})
     for bad in (0, -1, 1.5, True, None, "10", 2**80 * 1.0):
-        with pytest.raises(InvalidInputError, match="Limits.content_bytes must be an integer >= 1"):
+        with pytest.raises(InvalidInputError, match=r"Limits\.content_bytes must be an integer >= 1"):
             Limits(content_bytes=bad)
     assert not (tmp_path / "t").exists()
 
@@ -248,7 +248,8 @@ def test_a_value_over_its_limit_is_refused_naming_field_size_and_limit(world, tr
     assert error.field == field and error.limit == bound and error.size > bound
 
 
-@pytest.mark.parametrize("field, limit, call", LIMIT_CASES, ids=[f"{i}-{c[0]}-{c[1]}" for i, c in enumerate(LIMIT_CASES)])
+@pytest.mark.parametrize("field, limit, call", LIMIT_CASES,
+                         ids=[f"{i}-{c[0]}-{c[1]}" for i, c in enumerate(LIMIT_CASES)])
 def test_a_value_at_its_limit_is_accepted(world, field, limit, call):
     call(world["tree"], world, _text(getattr(DEFAULT, limit)))
 
@@ -265,7 +266,7 @@ def test_too_many_aliases_are_refused_also_by_a_merge(tmp_path):
     with KeywordTree(tmp_path / "t", durability="none", worker=False, limits=Limits(aliases_per_keyword=3)) as tree:
         a = tree.create_keyword("A", aliases=["a1", "a2"], llm_auto_place=False)
         b = tree.create_keyword("B", aliases=["b1"], llm_auto_place=False)
-        with pytest.raises(LimitExceededError, match="aliases of keyword .*: 4 aliases is over the limit of 3"):
+        with pytest.raises(LimitExceededError, match=r"aliases of keyword .*: 4 aliases is over the limit of 3"):
             tree.merge_keywords(b.id, a.id)  # a would answer to a1, a2, B and b1
         with pytest.raises(LimitExceededError, match="4 aliases"):
             tree.create_keyword("C", aliases=["1", "2", "3", "4"], llm_auto_place=False)

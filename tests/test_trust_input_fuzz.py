@@ -37,7 +37,8 @@ DEFAULT = Limits()
 
 # --- hostile values -------------------------------------------------------------------------
 
-_SPECIAL = ["\ud800", "\udfff", "\0", "\n", "\t", "\r", "\x1b", "\x7f", "\u2028", "\ufeff", "\u0301", "北", "😀", " ", "/"]
+_SPECIAL = ["\ud800", "\udfff", "\0", "\n", "\t", "\r", "\x1b", "\x7f", "\u2028", "\ufeff", "\u0301",
+            "北", "😀", " ", "/"]
 TEXT = st.lists(st.one_of(st.characters(), st.sampled_from(_SPECIAL)), max_size=12).map("".join)
 #: Text a caller could mean (no lone surrogates; control characters still come up).
 WORDS = st.text(max_size=12)
@@ -95,8 +96,8 @@ PATH_HOSTILE = st.one_of(
     st.sampled_from(["", "\0", "a\0b", "x\ud800y", "n" * 300, "."]),
 )
 JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False),
-              st.text(max_size=12)),
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
     max_leaves=6,
 )
@@ -518,7 +519,7 @@ PUBLIC_FUNCTIONS = sorted(name for name in kwtree.__all__ if inspect.isfunction(
 def test_every_public_function_has_a_fuzz_strategy(tmp_path):
     world = build_world(tmp_path)
     world.tree.close()
-    assert PUBLIC_FUNCTIONS == sorted(FUNCTIONS), "add a strategy to FUNCTIONS for each public function"
+    assert sorted(FUNCTIONS) == PUBLIC_FUNCTIONS, "add a strategy to FUNCTIONS for each public function"
     for name in PUBLIC_FUNCTIONS:
         parameters = inspect.signature(getattr(kwtree, name)).parameters
         assert sorted(parameters) == sorted(FUNCTIONS[name](world)), f"{name}'s parameters and strategies differ"

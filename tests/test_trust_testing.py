@@ -83,7 +83,8 @@ def test_replay_equivalent_fails_naming_what_a_fresh_open_reads_differently(tree
     kept = tree.create_keyword("kept")
     with KeywordTree(tree.data_dir, durability="none") as other:  # a write this instance has not read
         other.update_keyword(kept.id, {"description": "changed elsewhere"}, kept.version)
-    with pytest.raises(AssertionError, match=rf"public reads after a fresh open differ at \['keywords'\]\['{kept.id}'\]"):
+    with pytest.raises(AssertionError,
+                       match=rf"public reads after a fresh open differ at \['keywords'\]\['{kept.id}'\]"):
         assert_replay_equivalent(tree)
     tree.refresh()
     assert_replay_equivalent(tree)
@@ -156,7 +157,8 @@ def test_caches_rebuildable_fails_for_an_embedder_a_rebuild_cannot_repeat(tree_d
         for text in ("cats purr on warm mats", "python packaging tips", "coffee beans"):
             tree.create_info(text)
         with pytest.raises(AssertionError, match=r"recall\('[^']*', mode='(vector|hybrid)'\) without caches differ"):
-            assert_caches_rebuildable(tree, ["cats", "python"], embed_async=False, worker=False, embedder=CoinEmbedder())
+            assert_caches_rebuildable(tree, ["cats", "python"], embed_async=False, worker=False,
+                                      embedder=CoinEmbedder())
 
 
 def test_caches_rebuildable_leaves_the_directory_alone(tree_dir: Path) -> None:

@@ -288,6 +288,7 @@ def test_equal_vectors_score_exactly_alike_wherever_their_rows_sit(tmp_path: Pat
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors[-1] = vectors[0]  # the same text, stored first and last
         with VectorStore(tmp_path / f"store{rows}", "m", dim) as store:
-            store.add([(f"z{rows}-first", "h"), *[(f"e{i}", "h") for i in range(1, rows - 1)], ("a-last", "h")], vectors)
+            store.add([(f"z{rows}-first", "h"), *[(f"e{i}", "h") for i in range(1, rows - 1)], ("a-last", "h")],
+                      vectors)
             hits = dict(store.search(rng.normal(size=dim).astype(np.float32), k=rows))
             assert hits["a-last"] == hits[f"z{rows}-first"], rows

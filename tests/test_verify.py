@@ -272,7 +272,8 @@ def test_a_lost_root_operation_gets_a_new_one_and_everything_else_stays(tree_dir
     assert repaired.ok and "wrote-root" in codes(repaired)
     assert (tree_dir / "quarantine" / f"{segment.stem}.0.bad").read_bytes() == b"#" + data[1:root_end]
     new_root = segments(tree_dir)[0]
-    assert new_root.name < segment.name and orjson.loads(new_root.read_bytes().splitlines()[0])["end"]["actor"] == "repair"
+    assert (new_root.name < segment.name
+            and orjson.loads(new_root.read_bytes().splitlines()[0])["end"]["actor"] == "repair")
     got = state_of(tree_dir, kids, iids)
     assert got["keywords"].keys() == expected["keywords"].keys() and got["infos"] == expected["infos"]
     assert not verify_directory(tree_dir).errors
