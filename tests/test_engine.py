@@ -97,9 +97,8 @@ def test_a_read_only_engine_or_a_view_reads_but_never_writes(tree_dir: Path) -> 
     _engine(tree_dir).close()
     reader = Engine(tree_dir, writable=False)
     for hold in (reader.locked, reader.writing):
-        with pytest.raises(ReadOnlyError, match="read_only=True"):
-            with hold():
-                pass
+        with pytest.raises(ReadOnlyError, match="read_only=True"), hold():
+            pass
     with pytest.raises(ReadOnlyError):
         reader.commit("create_keyword", _keyword("no"))
     assert reader.catch_up() == 0 and reader.read(lambda state: ROOT_ID in state.keywords)
@@ -143,9 +142,8 @@ def test_reopen_keeps_the_clock_and_stays_closed_when_its_check_fails(tree_dir: 
     def refuse(_: State) -> None:
         raise ValueError("not this state")
 
-    with engine.exclusive():
-        with pytest.raises(ValueError):
-            engine.reopen(refuse)
+    with engine.exclusive(), pytest.raises(ValueError):
+        engine.reopen(refuse)
     assert engine.closed
     with pytest.raises(ClosedError):
         engine.commit("create_keyword", _keyword("beta"))

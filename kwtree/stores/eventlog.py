@@ -34,6 +34,7 @@ caller holds; reads never lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import zlib
@@ -157,7 +158,8 @@ class EventLog:
         try:
             fd = os.open(self.log_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except FileNotFoundError:
-            raise FormatError(f"{self.log_dir.parent} has no {LOG_DIR}/ directory: it is not a whole kwtree directory") from None
+            raise FormatError(f"{self.log_dir.parent} has no {LOG_DIR}/ directory: "
+                              "it is not a whole kwtree directory") from None
         if self._dir_fd >= 0:
             os.close(self._dir_fd)
         self._dir_fd, self._dir_ino = fd, os.fstat(fd).st_ino
@@ -175,10 +177,8 @@ class EventLog:
         format the manifest names now (``kwtree upgrade`` replaces the log too)."""
         self._close_fd()
         self._attach()
-        try:
+        with contextlib.suppress(FormatError):  # the directory is being replaced: the next look decides
             self.checksums = Manifest.load(self.log_dir.parent).checksums
-        except FormatError:
-            pass  # (the directory is being replaced: the next look decides)
         self._allocated = 0
         self.rewind()
 
