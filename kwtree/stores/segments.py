@@ -17,10 +17,10 @@ cut are: nothing, padding, a torn tail (withheld; the next append moves it to
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from kwtree.stores import logswap
 from kwtree.stores.directory import create_directory
 from kwtree.stores.eventlog import SEGMENT_SUFFIX, EventLog, Pending, encode_seal
 from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.stores.logstore import Batch, Position
 from kwtree.stores.manifest import Manifest
 
@@ -162,6 +162,8 @@ class SegmentStore:
         self._events: EventLog | None = None
         self._held = False
         self._at_end: tuple[Position | None] | None = None  # (end of log,) while caught up under the lock
+        self._hold = _Held(self)
+        self._read_through = False  # the last tail or read reached the end of the log
         try:
             if writable:
                 self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
@@ -173,6 +175,9 @@ class SegmentStore:
         except BaseException:
             self.close()
             raise
+        # Descriptors are released even if the owner never closes the store (but only close()
+        # trims the newest segment's preallocated padding: a finalizer never takes the lock).
+        self._finalizer = weakref.finalize(self, release, self._events, self._lock)
 
     @classmethod
     def create(cls, directory: Path, *, segment_bytes: int | None = None, file_mode: int = PRIVATE_FILE_MODE,
@@ -184,7 +189,7 @@ class SegmentStore:
 
     @property
     def events(self) -> EventLog:
-        """The reading cursor (for JSONL-only callers: snapshots, verify, size)."""
+        """The reading cursor."""
         if self._events is None:
             raise StorageError(f"the log store of {self.directory} is closed")
         return self._events
@@ -198,6 +203,7 @@ class SegmentStore:
     def tail(self, after: Position | None) -> Iterator[Batch]:
         events = self.events
         self._at_end = None  # the cursor moves: caught up again only once this is read through
+        self._read_through = False
         restart = False
         if events.rewritten():
             events.reattach()
@@ -214,6 +220,7 @@ class SegmentStore:
     def read(self, after: Position | None) -> Iterator[Batch]:
         events = self.events
         self._at_end = None
+        self._read_through = False
         if after is not None and (after.generation != str(events.generation) or events.rewritten()):
             raise StorageError(f"the log of {self.directory} was replaced since that position was read: "
                                f"read it again from the start")
@@ -253,6 +260,7 @@ class SegmentStore:
         if restart:  # a new, empty log: say so with one empty batch
             given = self._position()
             yield Batch(b"", str(events.log_dir), 1, events.checksums, given, restart=True)
+        self._read_through = True
         if self._held:
             self._at_end = (given,)
 
@@ -275,19 +283,50 @@ class SegmentStore:
             if not events.next_segment():
                 return
 
+    # --- JSONL only: the segment files themselves ----------------------------------------------
+    # Not part of the LogStore protocol: a snapshot archives segment files, undo looks an
+    # operation up in the segment its id sorts into, and metrics count segments. Another store
+    # gives these its own way (or the engine says it cannot).
+
+    def segment_names(self) -> list[str]:
+        """The names of the current log's segments (each its first op id), oldest first."""
+        return self.events.segments
+
+    def read_segment(self, index: int) -> tuple[str, bytes]:
+        """(path, data) of segment ``index`` of ``segment_names()``, as a whole (a torn tail
+        included), padding and seal lines excluded; read from disk, the cursor unmoved."""
+        return self.events.read_segment(index)
+
+    def size(self) -> tuple[int, int]:
+        """The log's bytes of data on disk (padding excluded) and its number of segments."""
+        events = self.events
+        return events.size_bytes(), len(events.segments)
+
+    def torn_bytes(self) -> int:
+        """The bytes the last read withheld after the whole operations of the newest segment
+        (a torn or still growing operation): 0 when the log ends cleanly."""
+        return self.events.unconsumed_bytes
+
+    def cut(self, at: Position | None) -> tuple[list[str], tuple[str | None, int, int], Callable[[], bool]]:
+        """For a snapshot cut at ``at`` (a position this store gave, or None for an empty log):
+        the segment names, ``at`` as (segment, byte offset, line), and the check that ``log/``
+        is still the directory that was read (False once the log was replaced)."""
+        events = self.events
+        if at is None:
+            return events.segments, (None, 0, 1), events.rewritten
+        segment, offset, line = at.key
+        if at.generation != str(events.generation):
+            return events.segments, (segment, offset, line), lambda: True  # type: ignore[return-value]
+        return events.segments, (segment, offset, line), events.rewritten  # type: ignore[return-value]
+
     # --- writing -----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self) -> _Held:
+        # A plain class, not a generator context: the engine holds it around every write,
+        # and a generator context costs about 3 µs a write.
         if self._lock is None:
             raise StorageError(f"this log store of {self.directory} was opened read-only: it has no writer lock")
-        with self._lock:
-            self._held = True
-            try:
-                yield
-            finally:
-                self._held = False
-                self._at_end = None
+        return self._hold
 
     def _check_at_end(self, what: str, after: Position | None) -> None:
         if not self._held:
@@ -332,6 +371,7 @@ class SegmentStore:
         events.seek_end()
         end = self._position()
         self._at_end = (end,)
+        self._read_through = True
         return end
 
     def _write_generation(self, target: Path, operations: Iterable[tuple[str, bytes]],
@@ -369,7 +409,9 @@ class SegmentStore:
     def close(self) -> None:
         events, lock = self._events, self._lock
         self._events = self._lock = None
-        if events is not None and lock is not None:
+        if hasattr(self, "_finalizer"):
+            self._finalizer.detach()
+        if events is not None and lock is not None and self._read_through:
             try:
                 with lock:
                     events.trim_padding()
@@ -378,6 +420,31 @@ class SegmentStore:
         for handle in (events, lock):
             if handle is not None:
                 handle.close()
+
+
+class _Held:
+    """``SegmentStore.locked()``: the writer lock, and the store's note that it is held."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        store = self._store
+        lock = store._lock
+        if lock is None:
+            raise StorageError(f"the log store of {store.directory} is closed")
+        lock.acquire()
+        store._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        store = self._store
+        store._held = False
+        store._at_end = None
+        lock = store._lock
+        if lock is not None:
+            lock.release()
 
 
 def _batches_of(target: Path, segments: list[tuple[str, bytes]], generation: str,
