@@ -12,7 +12,11 @@ Whole operations: a segment's new bytes are cut after the last complete line tha
 end marker (``whole_operations_end``); an unreadable complete line is left in, so the reader's
 replay reports it with its line number. ``check_tail`` then decides what the bytes after the
 cut are: nothing, padding, a torn tail (withheld; the next append moves it to
-``quarantine/``), or damage (CorruptLogError). ``kwtree.engine.follower`` uses the same check.
+``quarantine/``), or damage (CorruptLogError).
+
+Beyond the protocol, a few JSONL-only calls read the segment files themselves (a snapshot's
+cut, the lookup of one operation by id, the log's size): the engine uses them through this
+class by name and says so when it was given another store.
 """
 
 from __future__ import annotations
@@ -188,8 +192,8 @@ class SegmentStore:
         return cls(directory, durable=durable, lock_timeout=lock_timeout)
 
     @property
-    def events(self) -> EventLog:
-        """The reading cursor."""
+    def _cursor(self) -> EventLog:
+        """The reading cursor (StorageError once closed)."""
         if self._events is None:
             raise StorageError(f"the log store of {self.directory} is closed")
         return self._events
@@ -197,11 +201,11 @@ class SegmentStore:
     # --- reading -----------------------------------------------------------------------------
 
     def _position(self) -> Position:
-        events = self.events
+        events = self._cursor
         return Position(str(events.generation), events.position)
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
-        events = self.events
+        events = self._cursor
         self._at_end = None  # the cursor moves: caught up again only once this is read through
         self._read_through = False
         restart = False
@@ -218,7 +222,7 @@ class SegmentStore:
                              follow=True)
 
     def read(self, after: Position | None) -> Iterator[Batch]:
-        events = self.events
+        events = self._cursor
         self._at_end = None
         self._read_through = False
         if after is not None and (after.generation != str(events.generation) or events.rewritten()):
@@ -235,7 +239,7 @@ class SegmentStore:
     def _seek(self, after: Position) -> None:
         segment, offset, line = after.key
         try:
-            self.events.seek(segment, offset, line)  # type: ignore[arg-type]
+            self._cursor.seek(segment, offset, line)  # type: ignore[arg-type]
         except FileNotFoundError:
             raise StorageError(f"the log of {self.directory} no longer holds position {after.key}") from None
 
@@ -243,7 +247,7 @@ class SegmentStore:
         """The rest of the log from the cursor (at ``given``), segment by segment. A log
         replaced while this reads it (the old one removed under it) is read again from the
         start when ``follow``. Read through under the lock, it marks the store caught up."""
-        events = self.events
+        events = self._cursor
         while True:
             try:
                 for batch in self._segment_batches(restart=restart, thorough=thorough):
@@ -265,7 +269,7 @@ class SegmentStore:
             self._at_end = (given,)
 
     def _segment_batches(self, *, restart: bool, thorough: bool) -> Iterator[Batch]:
-        events = self.events
+        events = self._cursor
         while True:
             pending = events.read_pending()
             if pending is None:
@@ -290,28 +294,28 @@ class SegmentStore:
 
     def segment_names(self) -> list[str]:
         """The names of the current log's segments (each its first op id), oldest first."""
-        return self.events.segments
+        return self._cursor.segments
 
     def read_segment(self, index: int) -> tuple[str, bytes]:
         """(path, data) of segment ``index`` of ``segment_names()``, as a whole (a torn tail
         included), padding and seal lines excluded; read from disk, the cursor unmoved."""
-        return self.events.read_segment(index)
+        return self._cursor.read_segment(index)
 
     def size(self) -> tuple[int, int]:
         """The log's bytes of data on disk (padding excluded) and its number of segments."""
-        events = self.events
+        events = self._cursor
         return events.size_bytes(), len(events.segments)
 
     def torn_bytes(self) -> int:
         """The bytes the last read withheld after the whole operations of the newest segment
         (a torn or still growing operation): 0 when the log ends cleanly."""
-        return self.events.unconsumed_bytes
+        return self._cursor.unconsumed_bytes
 
     def cut(self, at: Position | None) -> tuple[list[str], tuple[str | None, int, int], Callable[[], bool]]:
         """For a snapshot cut at ``at`` (a position this store gave, or None for an empty log):
         the segment names, ``at`` as (segment, byte offset, line), and the check that ``log/``
         is still the directory that was read (False once the log was replaced)."""
-        events = self.events
+        events = self._cursor
         if at is None:
             return events.segments, (None, 0, 1), events.rewritten
         segment, offset, line = at.key
@@ -339,7 +343,7 @@ class SegmentStore:
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
         self._check_at_end("an append", after)
         self._at_end = None  # until the append has succeeded
-        self.events.append(encoded, op_id, sync=sync)
+        self._cursor.append(encoded, op_id, sync=sync)
         end = self._position()
         self._at_end = (end,)
         return end
@@ -349,7 +353,7 @@ class SegmentStore:
         check: Callable[[Iterator[Batch]], None] | None = None,
     ) -> Position:
         self._check_at_end("a replacement", after)
-        events = self.events
+        events = self._cursor
         if logswap.recover(self.directory) and events.rewritten():
             self._at_end = None
             raise StorageError(f"the log of {self.directory} was replaced by a replacement a crash had interrupted, "
