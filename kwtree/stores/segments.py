@@ -168,6 +168,7 @@ class SegmentStore:
         self._at_end: tuple[Position | None] | None = None  # (end of log,) while caught up under the lock
         self._hold = _Held(self)
         self._read_through = False  # the last tail or read reached the end of the log
+        self._given: Position | None = None  # the end of the log as last handed out, while the cursor stands there
         try:
             if writable:
                 self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
@@ -206,8 +207,19 @@ class SegmentStore:
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
         events = self._cursor
+        given, self._given = self._given, None
         self._at_end = None  # the cursor moves: caught up again only once this is read through
         self._read_through = False
+        if after is not None and after is given and not events.rewritten():
+            # The catch-up before every write: the cursor stands where the caller's position
+            # is, and usually nothing is new. Answer that without a generator.
+            pending = events.read_pending()
+            if pending is not None and not pending.data:
+                check_tail(events, pending, False)
+                if not events.next_segment():
+                    self._caught_up(after)
+                    return iter(())
+            return self._batches(after, restart=False, thorough=False, follow=True)
         restart = False
         if events.rewritten():
             events.reattach()
@@ -223,7 +235,7 @@ class SegmentStore:
 
     def read(self, after: Position | None) -> Iterator[Batch]:
         events = self._cursor
-        self._at_end = None
+        self._at_end = self._given = None
         self._read_through = False
         if after is not None and (after.generation != str(events.generation) or events.rewritten()):
             raise StorageError(f"the log of {self.directory} was replaced since that position was read: "
@@ -264,9 +276,14 @@ class SegmentStore:
         if restart:  # a new, empty log: say so with one empty batch
             given = self._position()
             yield Batch(b"", str(events.log_dir), 1, events.checksums, given, restart=True)
+        self._caught_up(given)
+
+    def _caught_up(self, end: Position | None) -> None:
+        """The cursor stands at ``end``, the end of the log, as the caller now knows it."""
         self._read_through = True
+        self._given = end
         if self._held:
-            self._at_end = (given,)
+            self._at_end = (end,)
 
     def _segment_batches(self, *, restart: bool, thorough: bool) -> Iterator[Batch]:
         events = self._cursor
@@ -341,11 +358,13 @@ class SegmentStore:
                                f"as read under this lock: nothing was written; tail the log and decide again")
 
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
-        self._check_at_end("an append", after)
-        self._at_end = None  # until the append has succeeded
+        at_end = self._at_end  # (set only while the lock is held)
+        if at_end is None or (at_end[0] is not after and at_end[0] != after):
+            self._check_at_end("an append", after)
+        self._at_end = self._given = None  # until the append has succeeded
         self._cursor.append(encoded, op_id, sync=sync)
         end = self._position()
-        self._at_end = (end,)
+        self._caught_up(end)
         return end
 
     def replace(
@@ -374,8 +393,7 @@ class SegmentStore:
         events.reattach()
         events.seek_end()
         end = self._position()
-        self._at_end = (end,)
-        self._read_through = True
+        self._caught_up(end)
         return end
 
     def _write_generation(self, target: Path, operations: Iterable[tuple[str, bytes]],
