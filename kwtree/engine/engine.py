@@ -1,8 +1,8 @@
 """The Engine: one open data directory and the write path into it.
 
 An Engine owns everything a write touches: the directory and its manifest (file mode, segment
-size, checksums), the directory's writer lock, the event log, the State replayed from it (with
-the lock its readers take), this process's write mutex and the op clock. Everything above it
+size, checksums), the log store (the durable log and its cross-writer lock), the State
+replayed from it (with the lock its readers take), this process's write mutex and the op clock. Everything above it
 reads the State through ``read`` (or ``state`` under ``state_lock``) and writes through
 ``commit``; whole-directory operations hold its locks through ``exclusive``, ``locked`` and
 ``writing``, and compaction replaces the log through ``prepare_replacement`` and
