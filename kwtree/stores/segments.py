@@ -169,6 +169,7 @@ class SegmentStore:
         self._hold = _Held(self)
         self._read_through = False  # the last tail or read reached the end of the log
         self._given: Position | None = None  # the end of the log as last handed out, while the cursor stands there
+        self._generation: tuple[int, str] = (-1, "")  # the cursor's generation, and as positions name it
         try:
             if writable:
                 self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
@@ -203,7 +204,10 @@ class SegmentStore:
 
     def _position(self) -> Position:
         events = self._cursor
-        return Position(str(events.generation), events.position)
+        generation = events.generation
+        if generation != self._generation[0]:
+            self._generation = (generation, str(generation))
+        return Position(self._generation[1], events.position)
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
         events = self._cursor
@@ -358,13 +362,18 @@ class SegmentStore:
                                f"as read under this lock: nothing was written; tail the log and decide again")
 
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
+        # (On every write: the checks and the new position are spelled out inline.)
         at_end = self._at_end  # (set only while the lock is held)
         if at_end is None or (at_end[0] is not after and at_end[0] != after):
             self._check_at_end("an append", after)
         self._at_end = self._given = None  # until the append has succeeded
-        self._cursor.append(encoded, op_id, sync=sync)
-        end = self._position()
-        self._caught_up(end)
+        events = self._cursor
+        events.append(encoded, op_id, sync=sync)
+        generation = self._generation
+        if generation[0] != events.generation:
+            generation = self._generation = (events.generation, str(events.generation))
+        end = Position(generation[1], events.position)
+        self._at_end, self._given, self._read_through = (end,), end, True
         return end
 
     def replace(
