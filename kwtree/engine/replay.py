@@ -36,7 +36,7 @@ from kwtree.errors import CorruptLogError
 from kwtree.models import ROOT_ID, Entity, Keyword
 
 __all__ = [
-    "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "holds_an_end_row", "parse_operations",
+    "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "parse_operations",
     "replay_chunk", "replay_sorted", "row_after_damage", "whole_lines",
 ]
 
@@ -273,21 +273,6 @@ def row_after_damage(line: bytes) -> tuple[int, dict[str, Any] | None]:
             return at, row
         at = line.find(_ROW_START, at + 1)
     return -1, None
-
-
-def holds_an_end_row(data: bytes) -> bool:
-    """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
-    marker: bytes after damage that complete an operation, which a torn write never leaves."""
-    for line in data.split(b"\n")[:-1]:
-        if b'"end":' not in line:
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            row = row_after_damage(line)[1]
-        if type(row) is dict and "end" in row and is_op_id(row.get("op")):
-            return True
-    return False
 
 
 @dataclass(slots=True)

@@ -32,10 +32,9 @@ from kwtree.errors import CorruptLogError, FormatError, StorageError
 from kwtree.models import ROOT_ID
 from kwtree.stores import leftovers
 from kwtree.stores.archive import COUNT_KEYS, archive_path
-from kwtree.stores.eventlog import EventLog
 from kwtree.stores.files import fsync_directory
 from kwtree.stores.lock import LOCK_NAME, WriterLock
-from kwtree.stores.manifest import Manifest
+from kwtree.stores.segments import SegmentStore
 from kwtree.stores.snapshot import (
     discard,
     stage,
@@ -167,18 +166,16 @@ def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> No
 
 def _replay(directory: Path, snapshot: object) -> State:
     """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
-    manifest = Manifest.load(directory)
-    events = EventLog(directory, manifest.segment_bytes, writable=False, preallocate=False,
-                      checksums=manifest.checksums)
+    store = SegmentStore(directory, writable=False, durable=False)
     collecting = gc.isenabled()
     gc.disable()  # as at open: replay allocates millions of objects that never form cycles
     try:
-        state = follow(events, State(), None, threading.Lock(), at_open=False)
-        torn = events.unconsumed_bytes
+        state, _ = follow(store, None, State(), None, threading.Lock())
+        torn = store.torn_bytes()
     except CorruptLogError as exc:
         raise FormatError(f"{snapshot}: its log does not replay ({exc.detail} at line {exc.line})") from None
     finally:
-        events.close()
+        store.close()
         if collecting:
             gc.enable()
     if torn:

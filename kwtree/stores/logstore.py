@@ -154,6 +154,7 @@ class LogStore(Protocol):
 
     def close(self) -> None:
         """Release what the store holds (descriptors, connections). A writable JSONL store
-        first trims the padding of its newest segment under the lock (a failure is only
-        logged). Calling it twice is harmless."""
+        that read its log through first trims the padding of its newest segment under the
+        lock (a failure is only logged; one whose last read stopped at damage, as a failed
+        open does, leaves the files as they are). Calling it twice is harmless."""
         ...

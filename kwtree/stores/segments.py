@@ -12,15 +12,19 @@ Whole operations: a segment's new bytes are cut after the last complete line tha
 end marker (``whole_operations_end``); an unreadable complete line is left in, so the reader's
 replay reports it with its line number. ``check_tail`` then decides what the bytes after the
 cut are: nothing, padding, a torn tail (withheld; the next append moves it to
-``quarantine/``), or damage (CorruptLogError). ``kwtree.engine.follower`` uses the same check.
+``quarantine/``), or damage (CorruptLogError).
+
+Beyond the protocol, a few JSONL-only calls read the segment files themselves (a snapshot's
+cut, the lookup of one operation by id, the log's size): the engine uses them through this
+class by name and says so when it was given another store.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from kwtree.stores import logswap
 from kwtree.stores.directory import create_directory
 from kwtree.stores.eventlog import SEGMENT_SUFFIX, EventLog, Pending, encode_seal
 from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.lock import LOCK_NAME, WriterLock
+from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.stores.logstore import Batch, Position
 from kwtree.stores.manifest import Manifest
 
@@ -162,6 +166,10 @@ class SegmentStore:
         self._events: EventLog | None = None
         self._held = False
         self._at_end: tuple[Position | None] | None = None  # (end of log,) while caught up under the lock
+        self._hold = _Held(self)
+        self._read_through = False  # the last tail or read reached the end of the log
+        self._given: Position | None = None  # the end of the log as last handed out, while the cursor stands there
+        self._generation: tuple[int, str] = (-1, "")  # the cursor's generation, and as positions name it
         try:
             if writable:
                 self._lock = WriterLock(directory / LOCK_NAME, lock_timeout, file_mode=manifest.file_mode)
@@ -173,6 +181,9 @@ class SegmentStore:
         except BaseException:
             self.close()
             raise
+        # Descriptors are released even if the owner never closes the store (but only close()
+        # trims the newest segment's preallocated padding: a finalizer never takes the lock).
+        self._finalizer = weakref.finalize(self, release, self._events, self._lock)
 
     @classmethod
     def create(cls, directory: Path, *, segment_bytes: int | None = None, file_mode: int = PRIVATE_FILE_MODE,
@@ -183,8 +194,8 @@ class SegmentStore:
         return cls(directory, durable=durable, lock_timeout=lock_timeout)
 
     @property
-    def events(self) -> EventLog:
-        """The reading cursor (for JSONL-only callers: snapshots, verify, size)."""
+    def _cursor(self) -> EventLog:
+        """The reading cursor (StorageError once closed)."""
         if self._events is None:
             raise StorageError(f"the log store of {self.directory} is closed")
         return self._events
@@ -192,12 +203,27 @@ class SegmentStore:
     # --- reading -----------------------------------------------------------------------------
 
     def _position(self) -> Position:
-        events = self.events
-        return Position(str(events.generation), events.position)
+        events = self._cursor
+        generation = events.generation
+        if generation != self._generation[0]:
+            self._generation = (generation, str(generation))
+        return Position(self._generation[1], events.position)
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
-        events = self.events
+        events = self._cursor
+        given, self._given = self._given, None
         self._at_end = None  # the cursor moves: caught up again only once this is read through
+        self._read_through = False
+        if after is not None and after is given and not events.rewritten():
+            # The catch-up before every write: the cursor stands where the caller's position
+            # is, and usually nothing is new. Answer that without a generator.
+            pending = events.read_pending()
+            if pending is not None and not pending.data:
+                check_tail(events, pending, False)
+                if not events.next_segment():
+                    self._caught_up(after)
+                    return iter(())
+            return self._batches(after, restart=False, thorough=False, follow=True)
         restart = False
         if events.rewritten():
             events.reattach()
@@ -212,8 +238,9 @@ class SegmentStore:
                              follow=True)
 
     def read(self, after: Position | None) -> Iterator[Batch]:
-        events = self.events
-        self._at_end = None
+        events = self._cursor
+        self._at_end = self._given = None
+        self._read_through = False
         if after is not None and (after.generation != str(events.generation) or events.rewritten()):
             raise StorageError(f"the log of {self.directory} was replaced since that position was read: "
                                f"read it again from the start")
@@ -228,7 +255,7 @@ class SegmentStore:
     def _seek(self, after: Position) -> None:
         segment, offset, line = after.key
         try:
-            self.events.seek(segment, offset, line)  # type: ignore[arg-type]
+            self._cursor.seek(segment, offset, line)  # type: ignore[arg-type]
         except FileNotFoundError:
             raise StorageError(f"the log of {self.directory} no longer holds position {after.key}") from None
 
@@ -236,7 +263,7 @@ class SegmentStore:
         """The rest of the log from the cursor (at ``given``), segment by segment. A log
         replaced while this reads it (the old one removed under it) is read again from the
         start when ``follow``. Read through under the lock, it marks the store caught up."""
-        events = self.events
+        events = self._cursor
         while True:
             try:
                 for batch in self._segment_batches(restart=restart, thorough=thorough):
@@ -253,11 +280,17 @@ class SegmentStore:
         if restart:  # a new, empty log: say so with one empty batch
             given = self._position()
             yield Batch(b"", str(events.log_dir), 1, events.checksums, given, restart=True)
+        self._caught_up(given)
+
+    def _caught_up(self, end: Position | None) -> None:
+        """The cursor stands at ``end``, the end of the log, as the caller now knows it."""
+        self._read_through = True
+        self._given = end
         if self._held:
-            self._at_end = (given,)
+            self._at_end = (end,)
 
     def _segment_batches(self, *, restart: bool, thorough: bool) -> Iterator[Batch]:
-        events = self.events
+        events = self._cursor
         while True:
             pending = events.read_pending()
             if pending is None:
@@ -275,19 +308,50 @@ class SegmentStore:
             if not events.next_segment():
                 return
 
+    # --- JSONL only: the segment files themselves ----------------------------------------------
+    # Not part of the LogStore protocol: a snapshot archives segment files, undo looks an
+    # operation up in the segment its id sorts into, and metrics count segments. Another store
+    # gives these its own way (or the engine says it cannot).
+
+    def segment_names(self) -> list[str]:
+        """The names of the current log's segments (each its first op id), oldest first."""
+        return self._cursor.segments
+
+    def read_segment(self, index: int) -> tuple[str, bytes]:
+        """(path, data) of segment ``index`` of ``segment_names()``, as a whole (a torn tail
+        included), padding and seal lines excluded; read from disk, the cursor unmoved."""
+        return self._cursor.read_segment(index)
+
+    def size(self) -> tuple[int, int]:
+        """The log's bytes of data on disk (padding excluded) and its number of segments."""
+        events = self._cursor
+        return events.size_bytes(), len(events.segments)
+
+    def torn_bytes(self) -> int:
+        """The bytes the last read withheld after the whole operations of the newest segment
+        (a torn or still growing operation): 0 when the log ends cleanly."""
+        return self._cursor.unconsumed_bytes
+
+    def cut(self, at: Position | None) -> tuple[list[str], tuple[str | None, int, int], Callable[[], bool]]:
+        """For a snapshot cut at ``at`` (a position this store gave, or None for an empty log):
+        the segment names, ``at`` as (segment, byte offset, line), and the check that ``log/``
+        is still the directory that was read (False once the log was replaced)."""
+        events = self._cursor
+        if at is None:
+            return events.segments, (None, 0, 1), events.rewritten
+        segment, offset, line = at.key
+        if at.generation != str(events.generation):
+            return events.segments, (segment, offset, line), lambda: True  # type: ignore[return-value]
+        return events.segments, (segment, offset, line), events.rewritten  # type: ignore[return-value]
+
     # --- writing -----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self) -> _Held:
+        # A plain class, not a generator context: the engine holds it around every write,
+        # and a generator context costs about 3 µs a write.
         if self._lock is None:
             raise StorageError(f"this log store of {self.directory} was opened read-only: it has no writer lock")
-        with self._lock:
-            self._held = True
-            try:
-                yield
-            finally:
-                self._held = False
-                self._at_end = None
+        return self._hold
 
     def _check_at_end(self, what: str, after: Position | None) -> None:
         if not self._held:
@@ -298,11 +362,18 @@ class SegmentStore:
                                f"as read under this lock: nothing was written; tail the log and decide again")
 
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
-        self._check_at_end("an append", after)
-        self._at_end = None  # until the append has succeeded
-        self.events.append(encoded, op_id, sync=sync)
-        end = self._position()
-        self._at_end = (end,)
+        # (On every write: the checks and the new position are spelled out inline.)
+        at_end = self._at_end  # (set only while the lock is held)
+        if at_end is None or (at_end[0] is not after and at_end[0] != after):
+            self._check_at_end("an append", after)
+        self._at_end = self._given = None  # until the append has succeeded
+        events = self._cursor
+        events.append(encoded, op_id, sync=sync)
+        generation = self._generation
+        if generation[0] != events.generation:
+            generation = self._generation = (events.generation, str(events.generation))
+        end = Position(generation[1], events.position)
+        self._at_end, self._given, self._read_through = (end,), end, True
         return end
 
     def replace(
@@ -310,7 +381,7 @@ class SegmentStore:
         check: Callable[[Iterator[Batch]], None] | None = None,
     ) -> Position:
         self._check_at_end("a replacement", after)
-        events = self.events
+        events = self._cursor
         if logswap.recover(self.directory) and events.rewritten():
             self._at_end = None
             raise StorageError(f"the log of {self.directory} was replaced by a replacement a crash had interrupted, "
@@ -331,7 +402,7 @@ class SegmentStore:
         events.reattach()
         events.seek_end()
         end = self._position()
-        self._at_end = (end,)
+        self._caught_up(end)
         return end
 
     def _write_generation(self, target: Path, operations: Iterable[tuple[str, bytes]],
@@ -369,7 +440,9 @@ class SegmentStore:
     def close(self) -> None:
         events, lock = self._events, self._lock
         self._events = self._lock = None
-        if events is not None and lock is not None:
+        if hasattr(self, "_finalizer"):
+            self._finalizer.detach()
+        if events is not None and lock is not None and self._read_through:
             try:
                 with lock:
                     events.trim_padding()
@@ -378,6 +451,31 @@ class SegmentStore:
         for handle in (events, lock):
             if handle is not None:
                 handle.close()
+
+
+class _Held:
+    """``SegmentStore.locked()``: the writer lock, and the store's note that it is held."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        store = self._store
+        lock = store._lock
+        if lock is None:
+            raise StorageError(f"the log store of {store.directory} is closed")
+        lock.acquire()
+        store._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        store = self._store
+        store._held = False
+        store._at_end = None
+        lock = store._lock
+        if lock is not None:
+            lock.release()
 
 
 def _batches_of(target: Path, segments: list[tuple[str, bytes]], generation: str,
