@@ -118,13 +118,10 @@ def test_replace_log_is_all_or_nothing(tree_dir: Path) -> None:
     def refuse(_: State) -> None:
         raise StorageError("refused by the check")
 
-    with engine.locked():
-        state = engine.prepare_replacement()
-        with pytest.raises(StorageError, match="refused by the check"):
-            engine.replace_log(compacted_operations(state), refuse)
+    with engine.writing() as state, pytest.raises(StorageError, match="refused by the check"):
+        engine.replace_log(compacted_operations(state), refuse)
     assert log_bytes(tree_dir) == before and sorted(p.name for p in tree_dir.iterdir() if "log." in p.name) == []
-    with engine.locked():
-        state = engine.prepare_replacement()
+    with engine.writing() as state:
         size = engine.replace_log(compacted_operations(state), lambda rebuilt: None)
     assert size.operations < 41 and size.size == len(log_bytes(tree_dir))
     engine.commit("create_keyword", _keyword("after the swap"))  # appends to the new log

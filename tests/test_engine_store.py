@@ -114,8 +114,7 @@ def test_the_engine_writes_reads_and_replaces_the_log_through_the_store_it_is_gi
     assert store.calls.count("append") == 31 and store.calls.count("locked") == 31
     assert [op.kind for op in engine.history(None, 2)] == ["create_keyword", "create_keyword"]
     assert "read" in store.calls
-    with engine.locked():
-        state = engine.prepare_replacement()
+    with engine.writing() as state:
         size = engine.replace_log(compacted_operations(state), lambda rebuilt: None)
     assert "replace" in store.calls and 0 < size.operations < 31
     engine.commit("create_keyword", _keyword("after the swap"))  # appends to the new log

@@ -5,8 +5,7 @@ size, checksums), the log store (the durable log and its cross-writer lock), the
 replayed from it (with the lock its readers take), this process's write mutex and the op clock. Everything above it
 reads the State through ``read`` (or ``state`` under ``state_lock``) and writes through
 ``commit``; whole-directory operations hold its locks through ``exclusive``, ``locked`` and
-``writing``, and compaction replaces the log through ``prepare_replacement`` and
-``replace_log``.
+``writing``, and compaction replaces the log through ``replace_log`` inside ``writing``.
 
 Every write goes through ``commit``: take this process's write mutex and the directory's
 writer lock, catch up on operations other processes appended, let a decider decide the changes
@@ -451,15 +450,9 @@ class Engine:
 
     # --- replacing the log (compaction) -------------------------------------------------------
 
-    def prepare_replacement(self) -> State:
-        """Inside ``locked()``: catch up, so that the returned state holds every whole
-        operation of the log (``replace_log`` finishes an interrupted replacement and keeps a
-        torn tail aside)."""
-        return self._follow()
-
     def replace_log(self, operations: Iterable[tuple[str, bytes]], check: Callable[[State], None]) -> LogSize:
-        """Inside ``locked()``, after ``prepare_replacement``: make ``operations`` ((op id,
-        encoded rows), in op-id order) the whole log, in one atomic step, and return its size.
+        """Inside ``writing()``: make ``operations`` ((op id, encoded rows), in op-id order)
+        the whole log, in one atomic step, and return its size.
 
         The store writes them as a new generation; they are replayed into a new State and
         ``check(new_state)`` raises to abort, as does a batch that does not replay whole

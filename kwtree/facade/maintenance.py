@@ -48,8 +48,7 @@ class MaintenanceMethods(TreeCore):
         clean_flag(keep_history, "keep_history")
         engine = self._engine
         started = time.perf_counter()
-        with engine.locked():
-            state = engine.prepare_replacement()
+        with engine.writing() as state:
             self._indexes.sync_fulltext_locked()  # deletions reach it before their tombstones go
             raws = []
             size = rows = 0
