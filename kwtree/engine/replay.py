@@ -37,7 +37,7 @@ from kwtree.models import ROOT_ID, Entity, Keyword
 
 __all__ = [
     "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "parse_operations",
-    "replay_chunk", "replay_sorted", "row_after_damage", "whole_lines",
+    "replay_chunk", "replay_sorted", "whole_lines",
 ]
 
 class ChunkStatus(enum.Enum):
@@ -253,26 +253,6 @@ def replay_chunk(
         fold(state, op, ts, entities)
         last_op = op
     return ChunkResult(status, _bytes_of(lines, done_lines), done_lines)
-
-
-_ROW_START = b'{"op":"'
-
-
-def row_after_damage(line: bytes) -> tuple[int, dict[str, Any] | None]:
-    """(where, row) of a readable row that makes up the end of a damaged ``line`` (one that
-    is not a row itself): what follows a zeroed block or a damaged newline that ended right
-    at a row's start. (-1, None) when there is none. A nested object (a before-image) never
-    passes for a row: it is followed by at least the closing brace of its row."""
-    at = line.find(_ROW_START, 1)
-    while at > 0:
-        try:
-            row = orjson.loads(line[at:])
-        except orjson.JSONDecodeError:
-            row = None
-        if type(row) is dict and is_op_id(row.get("op")):
-            return at, row
-        at = line.find(_ROW_START, at + 1)
-    return -1, None
 
 
 @dataclass(slots=True)

@@ -14,11 +14,12 @@ from typing import Any, Protocol
 import orjson
 
 from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.engine.replay import RawOperation, replay_sorted, row_after_damage
+from kwtree.engine.replay import RawOperation, replay_sorted
 from kwtree.engine.state import State
 from kwtree.errors import CorruptLogError
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
 from kwtree.stores.eventlog import QUARANTINE_DIR, seals_start
+from kwtree.stores.segments import row_after_damage
 
 __all__ = ["Findings", "Segment", "SegmentReader", "Span", "Validator", "root_keyword", "scratch_state", "short"]
 

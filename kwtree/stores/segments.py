@@ -40,7 +40,7 @@ from kwtree.stores.lock import LOCK_NAME, WriterLock, release
 from kwtree.stores.logstore import Batch, Position
 from kwtree.stores.manifest import Manifest
 
-__all__ = ["SegmentStore", "check_tail", "completes_an_operation", "whole_operations_end"]
+__all__ = ["SegmentStore", "check_tail", "completes_an_operation", "row_after_damage", "whole_operations_end"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -80,19 +80,33 @@ def whole_operations_end(data: bytes) -> int:
 
 def completes_an_operation(data: bytes) -> bool:
     """True if a whole line of ``data`` is, or ends in, a readable row carrying an end
-    marker: bytes after damage that complete an operation, which a torn write never leaves.
-    (A line damaged at its start may end in a whole row, which begins with ``{"op":"``; a
-    nested object never passes for one: the closing brace of its row follows it.)"""
+    marker: bytes after damage that complete an operation, which a torn write never leaves."""
     for line in data.split(b"\n")[:-1]:
         if b'"end":' not in line:
             continue
-        at = 0
-        while at >= 0:
-            row = _row(line[at:])
-            if row is not None and "end" in row and is_op_id(row.get("op")):
-                return True
-            at = line.find(_ROW_START, at + 1)
+        row = _row(line)
+        if row is None or not is_op_id(row.get("op")):
+            row = row_after_damage(line)[1]
+        if row is not None and "end" in row:
+            return True
     return False
+
+
+def row_after_damage(line: bytes) -> tuple[int, dict[str, object] | None]:
+    """(where, row) of a readable row that makes up the end of a damaged ``line`` (one that
+    is not a row itself): what follows a zeroed block or a damaged newline that ended right
+    at a row's start. (-1, None) when there is none. A nested object (a before-image) never
+    passes for a row: it is followed by at least the closing brace of its row."""
+    at = line.find(_ROW_START, 1)
+    while at > 0:
+        try:
+            row = orjson.loads(line[at:])
+        except orjson.JSONDecodeError:
+            row = None
+        if type(row) is dict and is_op_id(row.get("op")):
+            return at, row
+        at = line.find(_ROW_START, at + 1)
+    return -1, None
 
 
 def check_tail(events: EventLog, pending: Pending, at_open: bool) -> None:
