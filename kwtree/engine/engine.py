@@ -27,7 +27,6 @@ directory. A few calls read the segment files themselves (a snapshot's cut, ``fi
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from kwtree.engine.events import Bound, OpClock, Stamp, encode_operation
-from kwtree.engine.follower import follow
+from kwtree.engine.follower import follow, replay_store
 from kwtree.engine.history import find_operation, read_history
 from kwtree.engine.replay import replay_chunk
 from kwtree.engine.state import State, apply
@@ -160,13 +159,7 @@ class Engine:
                 if file_mode is not None and file_mode != manifest.file_mode:
                     with store.locked():
                         manifest = apply_file_mode(directory, Manifest.load(directory), file_mode)
-            collecting = gc.isenabled()
-            gc.disable()  # replay allocates millions of objects that never form cycles
-            try:
-                state, position = follow(store, None, State(), self._bound, self.state_lock)
-            finally:
-                if collecting:
-                    gc.enable()
+            state, position = replay_store(store, self._bound, self.state_lock)
             self._check_view_exists(state)
         except BaseException:
             if store is not None:

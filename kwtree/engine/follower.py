@@ -12,6 +12,7 @@ bytes is found by the replay itself (``kwtree.engine.replay.check_checksum``, to
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 
@@ -26,7 +27,7 @@ from kwtree.engine.replay import (
 from kwtree.engine.state import State
 from kwtree.stores.logstore import LogStore, Position
 
-__all__ = ["follow"]
+__all__ = ["follow", "replay_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -64,6 +65,19 @@ def follow(
                 return state, batch.end
         position = batch.end
     return state, position
+
+
+def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock) -> tuple[State, Position | None]:
+    """A new State from the whole log in ``store`` (up to ``bound``), as ``follow`` from the
+    start gives it, with the garbage collector paused meanwhile: replay allocates millions of
+    objects that never form cycles."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return follow(store, None, State(), bound, state_lock)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _replay_store_sorted(store: LogStore, bound: Bound | None) -> tuple[State, Position | None]:

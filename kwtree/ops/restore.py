@@ -17,7 +17,6 @@ directory in place by renames — is :mod:`kwtree.stores.snapshot`'s).
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import threading
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from kwtree.engine.events import Bound
-from kwtree.engine.follower import follow
+from kwtree.engine.follower import replay_store
 from kwtree.engine.state import State
 from kwtree.errors import CorruptLogError, FormatError, StorageError
 from kwtree.models import ROOT_ID
@@ -167,17 +166,13 @@ def check_state(state: State, header: Mapping[str, Any], snapshot: object) -> No
 def _replay(directory: Path, snapshot: object) -> State:
     """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
     store = SegmentStore(directory, writable=False, durable=False)
-    collecting = gc.isenabled()
-    gc.disable()  # as at open: replay allocates millions of objects that never form cycles
     try:
-        state, _ = follow(store, None, State(), None, threading.Lock())
+        state, _ = replay_store(store, None, threading.Lock())
         torn = store.torn_bytes()
     except CorruptLogError as exc:
         raise FormatError(f"{snapshot}: its log does not replay ({exc.detail} at line {exc.line})") from None
     finally:
         store.close()
-        if collecting:
-            gc.enable()
     if torn:
         raise FormatError(f"{snapshot}: its log ends with an incomplete operation")
     return state
