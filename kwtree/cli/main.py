@@ -12,13 +12,10 @@ Text output puts the id first and separates fields with tabs, so ``| cut -f1`` g
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +31,15 @@ from kwtree.cli.output import (
     show_tree,
     subtree,
     to_json,
+)
+from kwtree.cli.table import (
+    Command,
+    arg,
+    parse_as_of,
+    parse_depth,
+    parse_metadata,
+    patch_of,
+    read_content,
 )
 from kwtree.errors import (
     HasChildrenError,
@@ -60,7 +66,7 @@ if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
     from kwtree.ops.verify import Report
 
-__all__ = ["COMMANDS", "EXAMPLE_SETUP", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXAMPLE_SETUP", "build_parser", "main"]
 
 #: Shell lines that give the help examples their ids; the examples run in table order after them.
 EXAMPLE_SETUP = """\
@@ -81,86 +87,6 @@ _HINTS: tuple[tuple[type[KwtreeError], str], ...] = (
     (LimitExceededError, ("the kwtree command uses the default limits (docs/api.md, Limits); "
                           "store larger values from Python with KeywordTree(DIR, limits=Limits(...))")),
 )
-
-
-def _as_of(text: str) -> str | float:
-    """An op id, epoch seconds, or an ISO-8601 time (without a zone: local time)."""
-    from kwtree.engine.events import is_op_id
-
-    if is_op_id(text):
-        return text
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(seconds):
-            return seconds
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except (ValueError, OverflowError, OSError):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an op id (32 hex digits), epoch seconds or an ISO-8601 time"
-        ) from None
-
-
-def _depth(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return int(text)
-
-
-def _metadata(text: str | None) -> dict[str, Any] | None:
-    """Parse ``--metadata``; a bad value is a library-style error (exit 1), like bad input."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"--metadata is not valid JSON ({exc}); pass an object like '{{\"k\": 1}}'") from None
-    if not isinstance(value, dict):
-        raise InvalidInputError(f"--metadata must be a JSON object like '{{\"k\": 1}}', got {text!r}")
-    return value
-
-
-def _content(text: str) -> str:
-    return sys.stdin.read().rstrip("\n") if text == "-" else text
-
-
-def _patch(args: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
-    """The patch of an update: the fields whose options were given."""
-    patch = {field: getattr(args, field) for field in fields if getattr(args, field) is not None}
-    if "metadata" in patch:
-        patch["metadata"] = _metadata(patch["metadata"])
-    return patch
-
-
-# --- the command table -------------------------------------------------------------------------
-
-Arg = tuple[tuple[str, ...], dict[str, Any]]
-Show = Callable[[Any, "KeywordTree", argparse.Namespace], None]
-
-
-def arg(*flags: str, **options: Any) -> Arg:
-    return flags, options
-
-
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """One subcommand. ``call`` makes the one library call and returns what to print;
-    ``opens`` says how DIR is opened: "read" (read-only, never created), "write" (must
-    already be a tree), "create" (created when new) or "none" (no DIR)."""
-
-    name: str
-    mirrors: str  # the library call it adapts
-    summary: str
-    _: dataclasses.KW_ONLY
-    example: str  # the arguments after ``kwtree NAME`` in the help's example line
-    opens: str
-    call: Callable[[Any, argparse.Namespace], Any]
-    args: tuple[Arg, ...] = ()
-    show: Show | None = None  # the text printer, when show_text does not fit
 
 
 def _quickstart(_: None, args: argparse.Namespace) -> None:
@@ -231,7 +157,7 @@ def _show_undo(result: Operation | None, tree: KeywordTree, args: argparse.Names
 
 
 def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
-    patch = _patch(args, KEYWORD_PATCH)
+    patch = patch_of(args, KEYWORD_PATCH)
     if args.clear_aliases:
         if "aliases" in patch:
             raise InvalidInputError("pass --alias or --clear-aliases, not both")
@@ -324,7 +250,7 @@ COMMANDS: tuple[Command, ...] = (
         "tree", "kwtree.cli.quickstart.render_tree", "show the keywords as a tree, with aliases and info counts",
         example="./memory --depth 2", opens="read", call=lambda t, a: subtree(t, a.root, a.depth),
         args=(arg("--root", default=ROOT_ID, metavar="ID", help="start at this keyword (default: the root)"),
-              arg("--depth", type=_depth, metavar="N", help="show N levels below the start (default: all)")),
+              arg("--depth", type=parse_depth, metavar="N", help="show N levels below the start (default: all)")),
         show=lambda r, t, a: show_tree(t, a),
     ),
     Command(
@@ -408,7 +334,7 @@ COMMANDS: tuple[Command, ...] = (
         "create a keyword under --parent (without one, the agent places it; --no-auto-place: the root)",
         example='./memory Rust --alias rs --description "a systems programming language"', opens="write",
         call=lambda t, a: t.create_keyword(
-            a.name, a.parent, a.aliases, a.description or "", _metadata(a.metadata),
+            a.name, a.parent, a.aliases, a.description or "", parse_metadata(a.metadata),
             llm_auto_place=not a.no_auto_place),
         args=(arg("name", metavar="NAME"), arg("--parent", metavar="ID", help="the parent keyword"),
               ALIASES, DESCRIPTION, METADATA,
@@ -461,7 +387,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "add-info", "KeywordTree.create_info", "store a memory (CONTENT, or - for stdin) linked to each --keyword",
         example='./memory "Uses uv to manage Python environments." --keyword "$PY" --source chat', opens="write",
-        call=lambda t, a: t.create_info(_content(a.content), a.source, a.keyword, _metadata(a.metadata), a.auto_link),
+        call=lambda t, a: t.create_info(read_content(a.content), a.source, a.keyword, parse_metadata(a.metadata),
+                                        a.auto_link),
         args=(arg("content", metavar="CONTENT"), arg("--source", default="", help="where it came from"),
               arg("--keyword", action="append", metavar="ID", help="link it to this keyword (repeatable)"),
               METADATA,
@@ -471,7 +398,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "update-info", "KeywordTree.update_info", "change an info's content, source or metadata",
         example='./memory "$INFO" --content "Go for the billing API, Python for data jobs and tooling."',
-        opens="write", call=lambda t, a: t.update_info(a.info_id, _patch(a, INFO_PATCH), a.version),
+        opens="write", call=lambda t, a: t.update_info(a.info_id, patch_of(a, INFO_PATCH), a.version),
         args=(INFO_ID, arg("--content", help="the new text"), arg("--source", help="the new source"), METADATA,
               arg("--version", type=int, metavar="V", help="fail unless this is the info's current version")),
     ),
@@ -663,7 +590,7 @@ def _bundles() -> dict[str, tuple[argparse.ArgumentParser, ...]]:
     output.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     reading = argparse.ArgumentParser(add_help=False)
     reading.add_argument("dir", type=Path, metavar="DIR", help="the tree's directory (read only)")
-    reading.add_argument("--as-of", type=_as_of, metavar="OP_OR_TIME",
+    reading.add_argument("--as-of", type=parse_as_of, metavar="OP_OR_TIME",
                          help="read the tree as it was after operation OP_ID, or at a time "
                               "(epoch seconds or ISO-8601)")
     writing = argparse.ArgumentParser(add_help=False)
