@@ -20,7 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kwtree import ROOT_ID, CorruptLogError, KeywordTree
-from kwtree.engine.replay import group_operations, parse_operations, replay_chunk, whole_lines
+from kwtree.engine.replay import (
+    Damage,
+    group_operations,
+    parse_operations,
+    replay_chunk,
+    scan_operations,
+    whole_lines,
+)
 from kwtree.engine.state import State
 from kwtree.testing import apply_step, log_operations, operation_sequences
 
@@ -103,3 +110,66 @@ def test_every_reader_sees_the_same_operations(steps: list[Any], cut: int) -> No
         assert result.consumed_bytes == consumed and state.last_op_id == grouped[-1] if grouped else True
         with KeywordTree(directory, read_only=True) as view:
             assert [op.op_id for op in view.history()] == grouped
+
+
+# --- verify reads with the same grouper, past damage -------------------------------------------
+
+
+def _damaged(data: bytes, kind: int, at: int, size: int) -> bytes:
+    """``data`` with one kind of damage at byte ``at``: a zeroed block, a changed byte, a
+    lost line, a line cut in two."""
+    at = at % max(len(data), 1)
+    if kind == 0:
+        return data[:at] + bytes(min(size, len(data) - at)) + data[at + size:]
+    if kind == 1:
+        return data[:at] + bytes([data[at] ^ 0x21]) + data[at + 1:]
+    start = data.rfind(b"\n", 0, at) + 1
+    stop = data.find(b"\n", at) + 1 or len(data)
+    if kind == 2:
+        return data[:start] + data[stop:]
+    return data[:at] + b"\n" + data[at:]
+
+
+@given(steps=operation_sequences(min_size=1, max_size=12), kind=st.integers(0, 3), at=st.integers(0, 10**6),
+       size=st.integers(1, 300))
+def test_verify_reads_the_operations_replay_reads_up_to_the_first_damage(
+    steps: list[Any], kind: int, at: int, size: int
+) -> None:
+    """scan_operations (verify's reading) and group_operations (every other reader) are one
+    grouper: on an intact log they yield the same operations and no damage; on a damaged one
+    the operations before the first damage are the ones group_operations yields before it
+    raises, every line is accounted for once, and what follows the damage is read on."""
+    with tempfile.TemporaryDirectory(prefix="kwtree-grouper-") as tmp:
+        directory = Path(tmp) / "tree"
+        with KeywordTree(directory, durability="none", worker=False) as tree:
+            keyword_ids, info_ids = [ROOT_ID], []
+            for step in steps:
+                apply_step(tree, step, keyword_ids, info_ids)
+        intact = _segment(directory).read_bytes().rstrip(b"\0")
+    lines = whole_lines(intact)
+    scanned = list(scan_operations(lines, "log", 1, checksums=True))
+    assert not any(isinstance(item, Damage) for item in scanned)
+    assert [item[:3] for item in scanned] == [item[:3] for item in group_operations(lines, "log", 1, checksums=True)]
+
+    lines = whole_lines(_damaged(intact, kind, at, size))
+    scanned = list(scan_operations(lines, "log", 1, checksums=True))
+    strict: list[tuple[str, int, int]] = []
+    raised = None
+    try:
+        strict.extend(item[:3] for item in group_operations(lines, "log", 1, checksums=True))
+    except CorruptLogError as exc:
+        raised = exc
+    first_damage = next((n for n, item in enumerate(scanned) if isinstance(item, Damage)), len(scanned))
+    assert (raised is None) == (first_damage == len(scanned))
+    before = [item[:3] for item in scanned[:first_damage] if not isinstance(item, Damage)]
+    assert before == strict
+    covered = 0  # every line once: in an operation, a damaged line, a cut-short operation, or the tail
+    for item in scanned:
+        if isinstance(item, Damage) and item.kind == "line":
+            assert item.start == covered
+            covered = item.start if item.cut >= 0 else item.stop
+        else:
+            start, stop = (item.start, item.stop) if isinstance(item, Damage) else item[1:3]
+            assert start == covered and stop > start
+            covered = stop
+    assert covered <= len(lines)

@@ -1,11 +1,13 @@
 """Replay: turn bytes of log rows into complete operations and fold them into a State.
 
 ``group_operations`` is the one grouper of rows into operations: replay, the sorted replay's
-``parse_operations`` and ``history()`` read the log through it (its docstring is the
-contract; ``verify`` reads damaged segments with a reader of its own, which goes on past
-damage). ``replay_chunk`` is the hot path of every open and refresh. It applies whole
-operations only: rows are buffered until the row carrying ``end``, all of them are decoded
-(so a bad row raises before anything is applied), then folded in by the State's one reducer
+``parse_operations``, ``history()`` and snapshots of a past view (``operations_in_view``)
+read the log through it, and ``verify`` through ``scan_operations``, the same grouper going
+on past damage (its docstring is the contract).
+
+``replay_chunk`` is the hot path of every open and refresh. It applies whole operations
+only: rows are buffered until the row carrying ``end``, all of them are decoded (so a bad
+row raises before anything is applied), then folded in by the State's one reducer
 (``kwtree.engine.state.apply_rows``, which live writes use too). A trailing operation
 without its end row is left unconsumed (a torn tail, or a write still in progress in
 another process).
@@ -15,7 +17,7 @@ the caller falls back to ``replay_sorted``, which orders whole operations by id.
 an operation right after itself (a naive merge or copy of lines) is read and skipped here,
 so every replay applies an operation once, wherever its copies sit.
 
-Every reader of operations (both replays here, and ``history()``: the grouper) checks an
+Every reader of operations (both replays here, ``history()`` and verify: the grouper) checks an
 operation's checksum (format 2, ``kwtree.engine.events.with_checksum``) against the bytes it
 already holds with ``check_checksum``, so a changed byte that still reads as JSON is CorruptLogError at
 open, refresh and write alike, as other damage in the middle of the log is.
@@ -34,10 +36,13 @@ from kwtree.engine.events import CRC_KEY, DECODERS, Bound, checksum_problem, is_
 from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
 from kwtree.models import ROOT_ID, Entity, Keyword
+from kwtree.stores.eventlog import seals_start
+from kwtree.stores.segments import row_after_damage
+from kwtree.validate import shown
 
 __all__ = [
-    "ChunkResult", "ChunkStatus", "check_checksum", "group_operations", "parse_operations",
-    "replay_chunk", "replay_sorted", "whole_lines",
+    "ChunkResult", "ChunkStatus", "Damage", "Grouped", "check_checksum", "checksum_issue", "group_operations",
+    "operations_in_view", "parse_operations", "replay_chunk", "replay_sorted", "scan_operations", "whole_lines",
 ]
 
 class ChunkStatus(enum.Enum):
@@ -73,22 +78,26 @@ def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
     return float(ts)
 
 
+def checksum_issue(encoded: bytes, end: Mapping[str, Any], *, required: bool) -> str | None:
+    """What is wrong with the checksum in ``end`` for ``encoded``, an operation's rows as
+    read, or None when it matches; an end marker without one is damage only where every
+    operation has one (``required``, a format-2 log)."""
+    if CRC_KEY in end:
+        return checksum_problem(encoded, end)
+    if not required:
+        return None
+    return ("its end marker has no checksum, which every operation of a format-2 log has: the key was damaged, "
+            "or the operation comes from a log that was not upgraded")
+
+
 def check_checksum(
     encoded: bytes, end: Mapping[str, Any], op_id: str, path: str, line: int, *, required: bool
 ) -> None:
     """Raise CorruptLogError (at ``line``, the operation's end row, where ``verify`` reports it
-    too) unless the checksum in ``end`` matches ``encoded``, the operation's rows as read;
-    an end marker without one is damage only where every operation has one (``required``,
-    a format-2 log)."""
-    if CRC_KEY in end:
-        problem = checksum_problem(encoded, end)
-        if problem is None:
-            return
-    elif not required:
+    too) when ``checksum_issue`` finds one."""
+    problem = checksum_issue(encoded, end, required=required)
+    if problem is None:
         return
-    else:
-        problem = ("its end marker has no checksum, which every operation of a format-2 log has (the key was "
-                   "damaged)")
     raise CorruptLogError(
         path, line,
         f"operation {op_id}: {problem}; this is damage in the middle of the log: `kwtree verify` lists the "
@@ -111,12 +120,60 @@ def whole_lines(data: bytes) -> list[bytes]:
     return lines
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """What ``group_operations(..., lenient=True)`` could not use, in file order.
+
+    ``kind`` "line": line ``start`` (``stop`` = ``start + 1``) is not a row: ``code`` and
+    ``why`` say why. When ``cut`` >= 0 a row begins at that byte of the line (what follows a
+    zeroed block, or a damaged newline that ended right at a row's start) and is read on as
+    the line's rest; otherwise the whole line is lost.
+
+    ``kind`` "operation": the rows of ``lines[start:stop]`` (the first of them perhaps the
+    rest of a damaged line) are not a usable operation, for the reason ``code`` and ``why``
+    give at line number ``line``: "incomplete-operation" (another operation began before its
+    end row), "checksum", or "" when they were cut short by the damaged line reported next.
+    ``rows`` are those rows, parsed.
+    """
+
+    kind: str
+    start: int
+    stop: int
+    line: int
+    code: str
+    why: str
+    cut: int = -1
+    rows: tuple[dict[str, Any], ...] = ()
+
+
+class _BadOpId(Exception):
+    """A row whose op is not an operation id (the lenient grouper's line damage)."""
+
+
+def _line_damage(line: bytes, exc: Exception, offset: int) -> tuple[str, str]:
+    """(finding code, why) of a whole line that is not a row, found at byte ``offset``."""
+    nul = line.find(b"\0")  # (a NUL inside a JSON string is escaped: never part of a row)
+    if nul >= 0:
+        return "hidden-bytes", (f"a NUL byte at byte {offset + nul} inside the line (a zeroed block or a damaged "
+                                "byte): readers stop at it, so the operations after it are hidden")
+    if isinstance(exc, orjson.JSONDecodeError):
+        return "unreadable-row", f"unreadable row: {exc}"
+    if isinstance(exc, _BadOpId):
+        return "invalid-op-id", f"invalid operation id {shown(exc.args[0])} (32 lowercase hex digits expected)"
+    return "unreadable-row", f"not a row with 'op' and a known 'entity': {exc}"
+
+
+#: A complete operation as the grouper yields it: (op id, start, stop, items, ts).
+Grouped = tuple[str, int, int, list[Any], float]
+
+
 def group_operations(
     lines: list[bytes], path: str, first_line: int, *, checksums: bool = False, decode: bool = False,
     after: str | None = None, until: str | None = None,
-) -> Iterator[tuple[str, int, int, list[Any], float]]:
+) -> Iterator[Grouped]:
     """The one grouper of log rows into operations: every reader of the log (replay, the
-    sorted replay's ``parse_operations``, ``history``) reads operations through it.
+    sorted replay's ``parse_operations``, ``history``, snapshots of a past view, and
+    ``verify`` with ``lenient``) reads operations through it.
 
     ``lines`` are whole lines of one segment (``whole_lines``), the first of them line number
     ``first_line`` of ``path``. Yields ``(op id, start, stop, items, ts)`` for each complete
@@ -147,30 +204,67 @@ def group_operations(
       iteration at its first row, once that row is known to be a row: nothing more of it is
       read or checked, and the last item yielded is ``(its op id, start, start, [], 0.0)``
       (an empty ``items``: no complete operation has none).
+    - ``scan_operations`` reads the same way but goes on past damage: a line that is not a
+      row (and a row making up the end of it, which is read on), an operation cut short by
+      another or by a damaged line, an operation whose checksum does not match.
     """
+    return _group(lines, path, first_line, checksums, decode, after, until, False)
+
+
+def scan_operations(lines: list[bytes], path: str, first_line: int, *, checksums: bool) -> Iterator[Grouped | Damage]:
+    """``group_operations`` for a reader that goes on past damage (``verify``): each piece of
+    damage is yielded as a :class:`Damage` where it is met instead of raised, and the
+    operations around it are yielded as ``group_operations`` yields them (parsed rows)."""
+    return _group(lines, path, first_line, checksums, False, None, None, True)
+
+
+def _group(
+    lines: list[bytes], path: str, first_line: int, checksums: bool, decode: bool,
+    after: str | None, until: str | None, lenient: bool,
+) -> Iterator[Any]:
+    """The grouper itself (see ``group_operations``; ``lenient`` as ``scan_operations``)."""
     loads = orjson.loads
     decoders = DECODERS
     current = ""  # the operation whose rows are being read ("" between operations)
     start = 0  # the index of its first line
+    head = b""  # that line's text as read (lenient: the rest of a damaged line)
     pending: list[Any] = []  # its rows (decoded when ``decode``)
+    offset = counted = 0  # lenient: where line ``counted`` begins in the data
     for index, line in enumerate(lines):
         try:
             row = loads(line)
             op = row["op"]
             decoder = decoders[row["entity"]]
-        except orjson.JSONDecodeError as exc:
-            raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
-        except (KeyError, TypeError) as exc:
-            raise CorruptLogError(
-                path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}"
-            ) from None
+            if lenient and op != current and not is_op_id(op):
+                raise _BadOpId(op)
+        except (orjson.JSONDecodeError, KeyError, TypeError, _BadOpId) as exc:
+            if not lenient:
+                if isinstance(exc, orjson.JSONDecodeError):
+                    raise CorruptLogError(path, first_line + index, f"unreadable row: {exc}") from None
+                raise CorruptLogError(
+                    path, first_line + index, f"not a row with 'op' and a known 'entity': {exc}"
+                ) from None
+            offset += sum(len(before) + 1 for before in lines[counted:index])  # (only past damage)
+            counted = index
+            code, why = _line_damage(line, exc, offset)
+            if pending:
+                yield Damage("operation", start, index, first_line + start, "", "", rows=tuple(pending))
+                current, pending = "", []
+            cut, rest = row_after_damage(line)
+            entity = rest.get("entity") if rest is not None else None
+            found = decoders.get(entity) if isinstance(entity, str) else None
+            yield Damage("line", index, index + 1, first_line + index, code, why, cut if found else -1)
+            if found is None or rest is None:
+                continue
+            row, op, line, decoder = rest, rest["op"], line[cut:], found
         if op != current:
             if pending:
-                raise CorruptLogError(
-                    path,
-                    first_line + index - len(pending),
-                    f"operation {current} has no end row before operation {op} starts",
-                )
+                why = f"operation {current} has no end row before operation {op} starts"
+                if not lenient:
+                    raise CorruptLogError(path, first_line + index - len(pending), why)
+                yield Damage("operation", start, index, first_line + start, "incomplete-operation", why,
+                             rows=tuple(pending))
+                pending = []
             if not is_op_id(op):  # (verify's test too: 32 lowercase hex digits)
                 raise CorruptLogError(path, first_line + index, f"invalid operation id {op!r}")
             if after is not None:
@@ -183,6 +277,7 @@ def group_operations(
                 return
             current = op
             start = index
+            head = line
         if decode:
             try:  # _decode_row inlined: this loop runs once per row of every open
                 pending.append(decoder(row, op))
@@ -199,8 +294,21 @@ def group_operations(
             ts = _check_end(end, op, len(pending), path, first_line + index)
         if decode or type(end) is dict:
             # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
-            encoded = line if start == index else b"\n".join(lines[start:index + 1])
-            check_checksum(encoded, end, op, path, first_line + index, required=checksums)
+            if start == index:
+                encoded = line
+            elif head is lines[start]:
+                encoded = b"\n".join(lines[start:index + 1])
+            else:
+                encoded = b"\n".join([head, *lines[start + 1:index + 1]])
+            if not lenient:
+                check_checksum(encoded, end, op, path, first_line + index, required=checksums)
+            else:
+                problem = checksum_issue(encoded, end, required=checksums)
+                if problem is not None:
+                    yield Damage("operation", start, index + 1, first_line + index, "checksum", problem,
+                                 rows=tuple(pending))
+                    current, pending = "", []
+                    continue
         yield op, start, index + 1, pending, ts
         current = ""
         pending = []
@@ -283,6 +391,23 @@ def parse_operations(
         last = operations[-1]
         done_lines = last.first_line - first_line + len(last.rows)
     return operations, _bytes_of(lines, done_lines), done_lines
+
+
+def operations_in_view(data: bytes, path: str, bound: Bound) -> bytes:
+    """The lines of the whole operations in ``data`` (one segment's bytes, read from ``path``)
+    that a view bounded by ``bound`` applies: those with an op id up to ``bound.op_id`` and
+    an end stamp up to ``bound.timestamp``, in file order; seal lines and a torn tail are left
+    out. CorruptLogError as ``group_operations`` raises it, or at an end marker the view
+    could not read."""
+    lines = whole_lines(data[: seals_start(data)])
+    kept: list[bytes] = []
+    for op, start, stop, rows, _ in group_operations(lines, path, 1):
+        if bound.op_id is not None and op > bound.op_id:
+            continue
+        if bound.timestamp is not None and _check_end(rows[-1]["end"], op, len(rows), path, stop) > bound.timestamp:
+            continue
+        kept.extend(lines[start:stop])
+    return b"".join(line + b"\n" for line in kept)
 
 
 def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound | None = None) -> None:

@@ -11,11 +11,13 @@ imported on first use so that importing the tree does not load them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from kwtree.engine.replay import operations_in_view
 from kwtree.engine.state import State
 from kwtree.errors import StorageError
 from kwtree.facade.core import TreeCore
@@ -90,8 +92,10 @@ class MaintenanceMethods(TreeCore):
         engine = self._engine
         target = snapshots.clean_target(engine.directory, path)
         with engine.exclusive():
+            bound = engine.bound
+            in_view = None if bound is None else functools.partial(operations_in_view, bound=bound)
             cut = engine.cut_log(lambda segments, position, rewritten: snapshots.capture(
-                engine.directory, segments, position, engine.bound, rewritten))
+                engine.directory, segments, position, in_view, rewritten))
             try:  # after the writer lock: only this process changes the state, and not without the mutex
                 facts = facts_of(engine.state, engine.bound)
             except BaseException:

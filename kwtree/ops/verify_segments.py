@@ -7,19 +7,20 @@ from what this finds; ``kwtree.ops.repair`` cuts the spans.
 
 from __future__ import annotations
 
+import itertools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
-from kwtree.engine.events import CRC_KEY, DECODERS, checksum_problem, is_op_id
-from kwtree.engine.replay import RawOperation, replay_sorted
+from kwtree.engine.events import DECODERS
+from kwtree.engine.replay import Damage, RawOperation, replay_sorted, scan_operations
 from kwtree.engine.state import State
 from kwtree.errors import CorruptLogError
 from kwtree.models import EMPTY_METADATA, ROOT_ID, Keyword
 from kwtree.stores.eventlog import QUARANTINE_DIR, seals_start
-from kwtree.stores.segments import row_after_damage
 
 __all__ = ["Findings", "Segment", "SegmentReader", "Span", "Validator", "root_keyword", "scratch_state", "short"]
 
@@ -106,27 +107,15 @@ def scratch_state() -> State:
     return state
 
 
-def read_row(text: bytes) -> tuple[dict[str, Any] | None, str, str]:
-    """(the parsed row, "", ""), or (None, finding code, why the line is unusable)."""
-    try:
-        row = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        return None, "unreadable-row", f"unreadable row: {exc}"
-    if type(row) is not dict:
-        return None, "unreadable-row", f"not a row: a JSON {type(row).__name__}, not an object"
-    op = row.get("op")
-    if not is_op_id(op):
-        return None, "invalid-op-id", f"invalid operation id {short(op)} (32 lowercase hex digits expected)"
-    return row, "", ""
-
-
 def short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 class SegmentReader:
-    """Groups the lines of one segment into complete, valid operations and damaged spans."""
+    """Sorts the lines of one segment, as the log's grouper reads them past damage
+    (``kwtree.engine.replay.scan_operations``), into complete valid operations and damaged
+    spans, and reports each piece of damage once, at its cause."""
 
     def __init__(
         self, segment: Segment, raw: bytes, validator: Validator, findings: Findings, *, checksums: bool,
@@ -137,88 +126,69 @@ class SegmentReader:
         self.validator = validator
         self.findings = findings
         self.operations: list[RawOperation] = []
-        self._bad: list[tuple[int, int, int]] = []  # (start, end, line) of damaged lines
+        self._bad: list[tuple[int, int, int, int]] = []  # (start, end, first line, last line) of damaged bytes
         self._causes: list[tuple[int, str, str]] = []  # (line, code, message) of primary causes
-        self._group: list[tuple[int, int, int, dict[str, Any]]] = []  # (start, end, line, row)
 
-    def _lost_rows(self) -> bool:
-        """True if the line just before the current group was damaged (so the group may be
-        the rest of an operation whose first rows were lost: no cause of its own)."""
-        return bool(self._bad) and self._bad[-1][1] == self._group[0][0]
-
-    def _drop_group(self, code: str | None, message: str) -> None:
-        if code is not None and not self._lost_rows():
-            self._causes.append((self._group[0][2], code, message))
-        self._bad.extend((start, end, line) for start, end, line, _ in self._group)
-        self._group = []
-
-    def _complete(self) -> None:
-        group = self._group
-        rows = [row for _, _, _, row in group]
-        end = rows[-1]["end"]
+    def _lost_rows(self, first: int, rows: Sequence[dict[str, Any]]) -> bool:
+        """True if the rows starting at byte ``first`` follow damage and end with an end row
+        announcing more rows than they are: the rest of an operation whose first rows were
+        lost, which has no cause of its own."""
+        end = rows[-1].get("end")
         announced = end.get("rows") if type(end) is dict else None
-        if self._lost_rows() and type(announced) is int and announced > len(rows):
-            self._drop_group(None, "")  # the rest of an operation that lost rows
-            return
-        raw = RawOperation(rows[0]["op"], rows, self.segment.rel, group[0][2])
-        code, problem = "checksum", self._checksum_problem(end)
-        if problem is None:
-            code, problem = "invalid-operation", self.validator.problem(raw)
-        if problem is None:
-            self.operations.append(raw)
-            self._group = []
-            return
-        line, message = problem
-        self._causes.append((line, code, message))
-        self._bad.extend((start, stop, number) for start, stop, number, _ in group)
-        self._group = []
-
-    def _checksum_problem(self, end: object) -> tuple[int, str] | None:
-        """(line, message) when the current group's bytes do not match its checksum."""
-        if type(end) is not dict:
-            return None  # (replay's check reports the end marker)
-        group = self._group
-        last = group[-1][2]
-        if self.checksums and CRC_KEY not in end:
-            return last, ("its end marker has no checksum, which every operation of a format-2 log has: the key was "
-                          "damaged, or the operation comes from a log that was not upgraded")
-        found = checksum_problem(self.raw[group[0][0]:group[-1][1]], end)
-        return None if found is None else (last, found)
+        follows_damage = bool(self._bad) and self._bad[-1][1] == first
+        return follows_damage and type(announced) is int and announced > len(rows)
 
     def read(self) -> None:
         raw, segment = self.raw, self.segment
         segment.size = len(raw)
         segment.data_end = len(raw.rstrip(b"\0"))  # zero padding after the data is not data
         content_end = self._read_seals(segment.data_end)
-        pos, line = 0, 1
-        last_end = (0, 1)  # (byte, line) just after the last readable end row
-        while pos < content_end:
-            newline = raw.find(b"\n", pos, content_end)
-            if newline < 0:
-                break
-            text = raw[pos:newline]
-            row, code, why = read_row(text)
-            nul = text.find(b"\0")  # (a NUL inside a JSON string is escaped: never part of a row)
-            if nul >= 0:
-                row, code = None, "hidden-bytes"
-                why = (f"a NUL byte at byte {pos + nul} inside the line (a zeroed block or a damaged byte): "
-                       "readers stop at it, so the operations after it are hidden")
-            if row is None:
-                # A row after a zeroed block or a damaged newline that ended right at its start
-                # is intact: its bytes stay, only the damaged ones before it go.
-                at, row = row_after_damage(text)
-                self._bad_line(pos, pos + at if row is not None else newline + 1, line, code, why)
-                if row is not None:
-                    self._row(pos + at, newline + 1, line, row)
-            else:
-                self._row(pos, newline + 1, line, row)
-            if row is not None and "end" in row:
-                last_end = (newline + 1, line + 1)
-            pos, line = newline + 1, line + 1
+        lines = raw[:content_end].split(b"\n")
+        lines.pop()  # the bytes after the last newline: a torn line, or nothing
+        starts = [0, *itertools.accumulate(len(line) + 1 for line in lines)]
+        rests: dict[int, int] = {}  # line index -> where the row making up the end of that damaged line begins
+        consumed = 0  # bytes before it are reported (an operation, or damage)
+        last_end = (0, 1)  # (byte, line) just after the last end row
+        for item in scan_operations(lines, segment.rel, 1, checksums=self.checksums):
+            if isinstance(item, Damage):
+                at = rests.get(item.start, starts[item.start])
+                if item.kind == "line":
+                    stop = at + item.cut if item.cut >= 0 else starts[item.stop]
+                    if item.cut >= 0:
+                        rests[item.start] = stop
+                    self._bad.append((at, stop, item.line, item.line))
+                    self._causes.append((item.line, item.code, item.why))
+                    consumed = stop
+                    continue
+                # An operation cut short by the damaged line reported next has no cause of its
+                # own, nor has the rest of one that lost its first rows.
+                own = item.code != "" and not (item.code == "incomplete-operation" and self._bad
+                                              and self._bad[-1][1] == at)
+                if item.code == "checksum":
+                    own = not self._lost_rows(at, item.rows)
+                    last_end = (starts[item.stop], item.stop + 1)
+                if own:
+                    self._causes.append((item.line, item.code, item.why))
+                self._bad.append((at, starts[item.stop], item.start + 1, item.stop))
+                consumed = starts[item.stop]
+                continue
+            op_id, first, stop, rows, _ = item
+            at = rests.get(first, starts[first])
+            consumed, last_end = starts[stop], (starts[stop], stop + 1)
+            if self._lost_rows(at, rows):
+                self._bad.append((at, starts[stop], first + 1, stop))
+                continue
+            operation = RawOperation(op_id, rows, segment.rel, first + 1)
+            problem = self.validator.problem(operation)
+            if problem is None:
+                self.operations.append(operation)
+                continue
+            self._causes.append((problem[0], "invalid-operation", problem[1]))
+            self._bad.append((at, starts[stop], first + 1, stop))
         if self._torn_after(*last_end, content_end):
             return
         self._report_bad()
-        self._report_tail(pos, line, content_end)
+        self._report_tail(min(consumed, starts[-1]), starts[-1], content_end)
         if segment.data_end < len(raw) and not segment.newest:
             self.findings.add("info", "padding", segment.rel, None,
                               f"sealed segment ends with {len(raw) - segment.data_end} bytes of zero padding "
@@ -246,21 +216,6 @@ class SegmentReader:
         segment.crc = zlib.crc32(raw[:start])
         return start
 
-    def _bad_line(self, start: int, end: int, line: int, code: str, why: str) -> None:
-        if self._group:
-            self._drop_group(None, "")  # the damaged line is the cause
-        self._bad.append((start, end, line))
-        self._causes.append((line, code, why))
-
-    def _row(self, start: int, end: int, line: int, row: dict[str, Any]) -> None:
-        if self._group and self._group[0][3]["op"] != row["op"]:
-            current = self._group[0][3]["op"]
-            self._drop_group("incomplete-operation",
-                             f"operation {current} has no end row before operation {row['op']} starts")
-        self._group.append((start, end, line, row))
-        if "end" in row:
-            self._complete()
-
     def _torn_after(self, start: int, first: int, content_end: int) -> bool:
         """Report what follows the last end row of the newest segment as one torn tail when a
         NUL byte lies in it and only rows precede that NUL there (what a torn write with a gap
@@ -270,11 +225,10 @@ class SegmentReader:
         if not segment.newest or nul < 0:
             return False
         nul_line = raw.rfind(b"\n", 0, nul) + 1
-        if any(start <= bad < nul_line for bad, _, _ in self._bad):
+        if any(start <= bad < nul_line for bad, _, _, _ in self._bad):
             return False
         self._bad = [entry for entry in self._bad if entry[0] < start]
         self._causes = [cause for cause in self._causes if cause[0] < first]
-        self._group = []
         self._report_bad()
         reason = (f"an incomplete operation with a NUL gap ({content_end - start} bytes from byte {start}) ends the "
                   "newest segment, with nothing after it that completes an operation: the torn write of a crashed "
@@ -286,11 +240,11 @@ class SegmentReader:
 
     def _report_bad(self) -> None:
         spans: list[Span] = []
-        for start, end, line in self._bad:
+        for start, end, line, last_line in self._bad:
             if spans and spans[-1].end == start:
-                spans[-1].end, spans[-1].last_line = end, line
+                spans[-1].end, spans[-1].last_line = end, last_line
             else:
-                spans.append(Span(start, end, line, line, "bad"))
+                spans.append(Span(start, end, line, last_line, "bad"))
         causes = sorted(self._causes)
         for span in spans:
             inside = [c for c in causes if span.line <= c[0] <= span.last_line] or [
@@ -305,10 +259,13 @@ class SegmentReader:
                 self.findings.add("error", code, self.segment.rel, line, message)
         self.segment.spans.extend(spans)
 
-    def _report_tail(self, pos: int, line: int, data_end: int) -> None:
-        if not self._group and pos >= data_end:
+    def _report_tail(self, start: int, pos: int, data_end: int) -> None:
+        """Report what follows the last reported byte, ``start``, as a torn or sealed tail:
+        rows without their end row, and the torn line at ``pos`` (after the last newline)."""
+        if start >= data_end:
             return
-        start, first = (self._group[0][0], self._group[0][2]) if self._group else (pos, line)
+        first = self.raw.count(b"\n", 0, start) + 1
+        line = self.raw.count(b"\n", 0, pos) + 1  # of the torn line
         size = data_end - start
         segment = self.segment
         if segment.newest:

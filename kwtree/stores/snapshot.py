@@ -38,9 +38,7 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.events import Bound
 from kwtree.errors import (
-    CorruptLogError,
     FormatError,
     InvalidInputError,
     NotFoundError,
@@ -130,6 +128,11 @@ def _default_target(directory: Path, last_op_id: str | None) -> Path:
     return target
 
 
+#: For a view of the past: a segment's bytes and its member name -> the lines of the
+#: operations the view shows (``kwtree.engine.replay.operations_in_view`` with the view's bound).
+InView = Callable[[bytes, str], bytes]
+
+
 @dataclass(frozen=True, slots=True)
 class _Segment:
     name: str  # the member name, log/<op id>.jsonl
@@ -141,11 +144,11 @@ class Capture:
     """A cut of a tree's files, held open: the manifest's bytes and, per segment, a descriptor
     and how many bytes belong to the cut. Close it (it is a context manager)."""
 
-    def __init__(self, directory: Path, manifest: bytes, segments: list[_Segment], bound: Bound | None) -> None:
+    def __init__(self, directory: Path, manifest: bytes, segments: list[_Segment], in_view: InView | None) -> None:
         self.directory = directory
         self.manifest = manifest
         self.segments = segments
-        self.bound = bound
+        self.in_view = in_view
 
     def close(self) -> None:
         for segment in self.segments:
@@ -167,10 +170,10 @@ class Capture:
         leftovers.remove_abandoned_archives(target.parent)
         sources: list[tuple[str, bytes | _Segment]] = [(MANIFEST_NAME, self.manifest)]
         for segment in self.segments:
-            if self.bound is None:
+            if self.in_view is None:
                 sources.append((segment.name, segment))
             else:  # a view of the past: only the operations it reflects
-                kept = _operations_in_view(_read_exactly(segment), self.bound, segment.name)
+                kept = self.in_view(_read_exactly(segment), segment.name)
                 if kept:
                     sources.append((segment.name, kept))
         header = {
@@ -220,14 +223,16 @@ class Capture:
 
 
 def capture(directory: Path, segments: Sequence[str], position: tuple[str | None, int, int],
-            bound: Bound | None, rewritten: Callable[[], bool]) -> Capture:
+            in_view: InView | None, rewritten: Callable[[], bool]) -> Capture:
     """Fix the cut: the manifest's bytes, and open descriptors on every segment up to the one
     at ``position`` (an ``EventLog.position`` just after the last whole operation the tree
     applied), which is cut there. Call it under the locks that keep that position valid.
 
-    ``rewritten`` is the reading EventLog's check that ``log/`` is still the directory it
-    read; it is asked after ``log/`` is opened here, so a compaction that swapped the log
-    before that is noticed (StorageError) and one after it does not matter.
+    ``in_view`` (for a view of the past) keeps only the operations the view shows; None
+    archives the segments as they are. ``rewritten`` is the reading EventLog's check that
+    ``log/`` is still the directory it read; it is asked after ``log/`` is opened here, so a
+    compaction that swapped the log before that is noticed (StorageError) and one after it
+    does not matter.
     """
     try:
         manifest = (directory / MANIFEST_NAME).read_bytes()
@@ -235,7 +240,7 @@ def capture(directory: Path, segments: Sequence[str], position: tuple[str | None
         raise StorageError(f"cannot read {directory / MANIFEST_NAME}: {exc}") from exc
     current, offset, _ = position
     if current is None:
-        return Capture(directory, manifest, [], bound)
+        return Capture(directory, manifest, [], in_view)
     try:
         log_fd = os.open(directory / LOG_DIR, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError as exc:
@@ -263,7 +268,7 @@ def capture(directory: Path, segments: Sequence[str], position: tuple[str | None
         raise
     finally:
         os.close(log_fd)
-    return Capture(directory, manifest, opened, bound)
+    return Capture(directory, manifest, opened, in_view)
 
 
 def _publish(tmp: Path, target: Path) -> None:
@@ -298,26 +303,6 @@ def _read_exactly(segment: _Segment) -> bytes:
     if len(data) != segment.length:
         raise StorageError(f"log segment {segment.name} shrank while a snapshot was taken; retry the snapshot")
     return data
-
-
-def _operations_in_view(data: bytes, bound: Bound, member: str) -> bytes:
-    """The whole operations of ``data`` that a view bounded by ``bound`` applies (those with
-    an op id up to ``bound.op_id`` and an end stamp up to ``bound.timestamp``)."""
-    kept: list[bytes] = []
-    pending: list[bytes] = []
-    for number, line in enumerate(data.split(b"\n")[:-1], 1):
-        try:
-            row = orjson.loads(line)
-            pending.append(line)
-            if "end" not in row:
-                continue
-            op_id, stamp = row["op"], float(row["end"]["ts"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise CorruptLogError(member, number, f"unreadable row: {exc}") from None
-        if (bound.op_id is None or op_id <= bound.op_id) and (bound.timestamp is None or stamp <= bound.timestamp):
-            kept.extend(pending)
-        pending = []
-    return b"".join(line + b"\n" for line in kept)
 
 
 def _encode(header: Mapping[str, Any]) -> bytes:
