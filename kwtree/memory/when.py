@@ -142,6 +142,8 @@ def resolve_when(text: str, anchor: float | None) -> float | None:
     if anchor is not None and (isinstance(anchor, bool) or not isinstance(anchor, (int, float))
                                or not math.isfinite(anchor)):
         raise InvalidInputError(f"anchor must be epoch seconds (a finite number) or None, got {anchor!r:.40}")
+    if _TRIGGER.search(text) is None:
+        return None  # most sentences state no time: one scan instead of one per rule
     today = None if anchor is None else datetime.fromtimestamp(anchor, UTC).date()
     best: tuple[int, int, date] | None = None
     for pattern, rule in _RULES:
@@ -274,6 +276,12 @@ def _weekend(found: re.Match[str], today: date | None) -> date | None:
 def _rule(pattern: str, resolver: Rule) -> tuple[re.Pattern[str], Rule]:
     return re.compile(r"(?<![\w-])" + pattern + r"(?![\w-])", re.IGNORECASE), resolver
 
+
+#: A word every rule needs one of (or a digit); a text without any states no time.
+_TRIGGER = re.compile(
+    r"\d|yesterday|today|tonight|tomorrow|ago\b|last|next|this|weekend|week|month|year|"
+    + "|".join(sorted({*_MONTHS, *_WEEKDAYS, *map(str.lower, _WEEKDAY_ABBREVIATIONS)}, key=len, reverse=True)),
+    re.IGNORECASE)
 
 _RULES: tuple[tuple[re.Pattern[str], Rule], ...] = (
     _rule(r"(?P<year>(?:19|20)\d\d)-(?P<mon>[01]\d)-(?P<day>[0-3]\d)", _iso),
