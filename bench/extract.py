@@ -41,7 +41,8 @@ def sessions() -> list[tuple[list[dict[str, str]], ExtractContext]]:
         conversation = sample["conversation"]
         number = 1
         while f"session_{number}" in conversation:
-            messages = [{"role": turn["speaker"], "content": turn["text"]} for turn in conversation[f"session_{number}"]]
+            turns = conversation[f"session_{number}"]
+            messages = [{"role": turn["speaker"], "content": turn["text"]} for turn in turns]
             when = parse_time(conversation[f"session_{number}_date_time"])
             found.append((messages, ExtractContext(f"{sample['sample_id']}/{number}", 0, when)))
             number += 1
