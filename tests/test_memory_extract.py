@@ -71,6 +71,12 @@ def test_self_descriptions_are_profile_facts(text: str, attribute: str, value: s
     assert 0 <= fact.confidence <= 1
 
 
+def test_one_sentence_can_state_several_profile_facts() -> None:
+    found = of(run([user("I'm a nurse and I live in Leeds.")]), "profile")
+    assert [(c.key, c.abstract) for c in found] == [("home", "The user lives in Leeds."),
+                                                   ("job", "The user works as a nurse.")]
+
+
 @pytest.mark.parametrize("text", ["I'm a bit tired.", "I'm 5 minutes late.", "I am a huge fan of jazz.",
                                   "I'm at 80% battery."])
 def test_what_only_looks_like_a_self_description_is_not_profile(text: str) -> None:
@@ -325,3 +331,38 @@ def test_locomo_candidates_point_at_their_words_and_dates() -> None:
             # never after its last session by more than a year (plans), never in another era.
             assert first - 20 * 366 * DAY <= candidate.happened_at <= last + 366 * DAY, candidate
     assert total > len(sessions)  # the rules find something in most sessions
+
+
+def test_the_extraction_bench_runs_and_reports_every_category() -> None:
+    """bench/extract.py end to end on one round (it measures nothing here)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "extract.py"
+    spec = importlib.util.spec_from_file_location("bench_extract", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.run(rounds=1)
+    if "skipped" in result:
+        pytest.skip(result["skipped"])
+    assert len(result["extract_ms"]) == len(result["terms_ms"]) == result["sessions"] > 0
+    assert set(result["candidates"]) == set(CATEGORIES) and sum(result["candidates"].values()) > 0
+    table = bench.markdown(result)
+    assert "`extract_offline`" in table and "| profile |" in table
+
+
+def test_the_docs_examples_print_what_the_docs_say(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/agent-memory.md (## Extraction, ## Time): each python block, run, prints its
+    trailing ``# `` comment lines."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "agent-memory.md").read_text()
+    sections = re.split(r"^## ", doc, flags=re.M)
+    blocks = [block for section in sections if section.startswith(("Extraction", "Time"))
+              for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+    assert len(blocks) == 2
+    for block in blocks:
+        expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
+        exec(compile(block, "agent-memory.md", "exec"), {})
+        printed = capsys.readouterr().out.splitlines()
+        assert printed == expected and expected

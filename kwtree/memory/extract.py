@@ -292,7 +292,6 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
                     "origin": f"{who} is from {value}.",
                     "identity": f"{who} is {article} {value}."}[attribute]
         yield make("profile", key, abstract, rule, {"attribute": attribute, "value": value})
-        break  # one profile fact a sentence: "I'm a nurse" also matches the identity rule
 
     favorite = _FAVORITE.search(sentence)
     if favorite:
