@@ -291,6 +291,17 @@ def test_bad_input_names_the_field_and_changes_nothing(messages: Any, first_new:
     assert messages == before
 
 
+@pytest.mark.parametrize("session_time", ["1:56 pm on 8 May, 2023", float("nan"), True])
+def test_a_bad_session_time_is_refused(session_time: Any) -> None:
+    with pytest.raises(InvalidInputError, match=r"context\.session_time"):
+        run([user("I went home yesterday.")], session_time=session_time)
+
+
+def test_known_roles_are_read_in_any_case() -> None:
+    found = run([{"role": "User", "content": "I am a nurse."}, {"role": "Assistant", "content": "I am an AI."}])
+    assert [(c.key, c.abstract) for c in of(found, "profile")] == [("job", "The user works as a nurse.")]
+
+
 def test_default_extractor_is_offline_without_a_model() -> None:
     assert default_extractor(None) is extract_offline
     assert isinstance(default_extractor(StubLLMClient()), LLMExtractor)

@@ -109,6 +109,7 @@ _CLAUSE_END = re.compile(r"[,.;:!?()\"]| - | and | but | because | so | which | 
 #: A profile value also ends at a preposition: "an engineer at a bank" -> "engineer".
 _VALUE_END = re.compile(_CLAUSE_END.pattern + r"| (?:at|in|for|with|from|on|near|since|by) ", re.IGNORECASE)
 
+
 def _sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
 

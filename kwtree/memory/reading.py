@@ -2,7 +2,7 @@
 speaker, its tool calls and results, the time its sentences are anchored to) and merge the
 duplicate candidates it found.
 
-Roles: ``user`` is the person the memory is about; ``assistant``, ``system`` and
+Roles (known ones in any case): ``user`` is the person the memory is about; ``assistant``, ``system`` and
 ``developer`` are the agent's side (never facts about the user); ``tool`` and ``function``
 carry tool results. Any other role is a speaker's name (LoCoMo's two-person chats), and that
 speaker's statements are facts about them.
@@ -16,6 +16,7 @@ OpenAI shape is read too: an assistant's ``tool_calls`` (``id``, ``function.name
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,11 @@ def check_session(messages: object, context: object) -> tuple[float | None, ...]
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidInputError(
             f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
+    session_time = context.session_time
+    if session_time is not None and (isinstance(session_time, bool) or not isinstance(session_time, (int, float))
+                                     or not math.isfinite(session_time)):
+        raise InvalidInputError(f"context.session_time must be epoch seconds (a finite number) or None, got "
+                                f"{session_time!r:.40}; kwtree.memory.when.parse_time reads a date string")
     first_new = context.first_new
     if isinstance(first_new, bool) or not isinstance(first_new, int) or not 0 <= first_new <= len(messages):
         raise InvalidInputError(
@@ -68,9 +74,9 @@ def speaker_of(message: Message) -> str | None:
     """Whose facts the message states: ``"the user"`` for role ``user``, the role itself for a
     named speaker, None for the agent's side and tool results."""
     role = str(message["role"]).strip()
-    if role == USER_ROLE:
+    if role.lower() == USER_ROLE:
         return "the user"
-    if role in AGENT_ROLES or role in TOOL_ROLES:
+    if role.lower() in AGENT_ROLES or role.lower() in TOOL_ROLES:
         return None
     return role
 
@@ -123,7 +129,7 @@ def tool_outcomes(messages: Sequence[Message], first_new: int) -> list[ToolOutco
                 text = _block_text(block.get("content"))
                 outcomes.append(ToolOutcome(name, bool(block.get("is_error")) or _looks_failed(text), text, index,
                                             call_index, _duration(block)))
-        if str(message["role"]).strip() in TOOL_ROLES:
+        if str(message["role"]).strip().lower() in TOOL_ROLES:
             own_name = str(message.get("name") or "unknown tool")
             name, call_index = names.get(str(message.get("tool_call_id")), (own_name, None))
             text = _block_text(content)
