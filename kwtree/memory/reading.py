@@ -178,9 +178,9 @@ def dedupe(candidates: Sequence[Candidate], speakers: frozenset[str] = frozenset
     max_entity_sentences), and names in ``speakers`` (the conversation's own speakers) are no
     entities. Skill candidates are never merged: each is one tool call's outcome."""
     kept: dict[tuple[str, ...], Candidate] = {}
-    for candidate in candidates:
+    for position, candidate in enumerate(candidates):
         if candidate.category == "skills":
-            kept[("skills", str(len(kept)))] = candidate
+            kept[("skills", str(position))] = candidate  # its own identity: never merged
             continue
         if candidate.category == "entities":
             if candidate.key in speakers:
