@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compaction
 import core
 import export
+import extract
 import locomo
 import peers
 import placement
@@ -137,6 +138,11 @@ def _run_startup(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"runs": runs}, startup.run(runs, work)
 
 
+def _run_extract(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    rounds = 3 if quick else 10
+    return {"rounds": rounds}, extract.run(rounds, work)
+
+
 def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
@@ -151,6 +157,7 @@ SUITES = {
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
+    "extract": (_run_extract, extract.markdown),
     "peers": (_run_peers, peers.markdown),
     "startup": (_run_startup, startup.markdown),
 }

@@ -52,9 +52,10 @@ DECISION_SCHEMA: dict[str, Any] = {
 }
 
 
-def build_messages(document: dict[str, Any]) -> list[dict[str, str]]:
-    """The messages of one round: the system prompt, then the request document as JSON."""
+def build_messages(document: dict[str, Any], system: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """The messages of one request: the system prompt (the descend loop's by default), then
+    the request document as JSON (so any text it carries stays data, not instructions)."""
     return [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": system},
         {"role": "user", "content": orjson.dumps(document).decode()},
     ]

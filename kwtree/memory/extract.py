@@ -1,0 +1,398 @@
+"""The offline extractor: rules that find candidate memories in a session without a model.
+
+:func:`extract_offline` reads ``messages[context.first_new:]`` (earlier messages are context
+only: a tool call there still names the tool of a result here) one sentence at a time. Only a
+speaker's own statements are facts about that speaker: the user's (role ``user``; abstracts say
+"The user ...") or a named speaker's (LoCoMo's roles are names; abstracts name them). The
+agent's side gives problem -> solution passages only, tool results give skills. Each rule has
+a fixed confidence (:data:`CONFIDENCE`); what each rule finds and misses is in
+docs/agent-memory.md (## Extraction).
+
+Every candidate's ``content`` is the sentence (or sentences) it came from, verbatim, and
+``sources`` the indices of the messages holding them; ``happened_at`` is the time the
+sentence states (``kwtree.memory.when.resolve_when`` against the message's ``ts``, else the
+session's date), else the message's ``ts``, else the session's date.
+
+:func:`default_extractor` picks the extractor the commit pipeline uses: this one without a
+model, ``kwtree.memory.llm_extract.LLMExtractor`` with one.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from kwtree.agent.clients import LLMClient
+from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, Message
+from kwtree.memory.llm_extract import LLMExtractor
+from kwtree.memory.reading import ToolOutcome, anchor_of, check_session, dedupe, speaker_of, text_of, tool_outcomes
+from kwtree.memory.when import resolve_when
+
+__all__ = ["CONFIDENCE", "MAX_CANDIDATES_PER_CALL", "MAX_CANDIDATES_PER_MESSAGE", "MAX_SCANNED_CHARS",
+           "default_extractor", "extract_offline"]
+
+#: The fixed confidence of each rule: how often, reading LoCoMo and hand-made sessions, the
+#: rule's candidate was a true fact about the speaker (a judgement, not a measured rate).
+CONFIDENCE = {
+    "profile.explicit": 0.9,    # "my name is", "I work as", "I live in", "I'm 34"
+    "profile.identity": 0.6,    # "I am a <noun>" (job or identity, guessed from the noun)
+    "preference.stated": 0.7,   # "I love / enjoy / hate ..."
+    "preference.favorite": 0.8,  # "my favorite X is Y"
+    "event.dated": 0.7,         # a sentence whose time expression resolves
+    "event.past": 0.5,          # "I went / visited / bought ..." with no time stated
+    "entity.related": 0.8,      # "my sister Ann", "my dog Max"
+    "entity.named": 0.5,        # a capitalised name inside a sentence
+    "pattern": 0.6,             # "I usually / always ...", "every morning I ..."
+    "case": 0.6,                # "fixed it by", "the solution was", "what worked was"
+    "skill": 0.9,               # a tool result (the outcome is structural, not guessed)
+}
+#: At most this many candidates from one message, and from one call (the first found win).
+MAX_CANDIDATES_PER_MESSAGE = 12
+MAX_CANDIDATES_PER_CALL = 400
+#: Only the first this-many characters of a message are read (the rules are linear, but a
+#: pasted document is not conversation).
+MAX_SCANNED_CHARS = 8_000
+#: An aggregated entity candidate keeps at most this many of its sentences.
+MAX_ENTITY_SENTENCES = 3
+#: The longest value, topic or key a rule takes, in words.
+MAX_PHRASE_WORDS = 6
+
+
+def default_extractor(llm_client: LLMClient | None) -> Extractor:
+    """The extractor to use: :func:`extract_offline` without a client, else an
+    :class:`~kwtree.memory.llm_extract.LLMExtractor` over it (default chunking)."""
+    return extract_offline if llm_client is None else LLMExtractor(llm_client)
+
+
+def extract_offline(messages: Sequence[Message], context: ExtractContext) -> list[Candidate]:
+    """The candidate memories the rules find in ``messages[context.first_new:]``, deduplicated
+    (``kwtree.memory.reading.dedupe``), at most MAX_CANDIDATES_PER_MESSAGE per message and
+    MAX_CANDIDATES_PER_CALL in all. Never calls a model nor reads the clock.
+
+    Raises InvalidInputError (naming the field) for malformed messages, a bad ``ts`` or a
+    ``first_new`` out of range."""
+    times = check_session(messages, context)
+    found: list[Candidate] = []
+    skills: dict[int, list[Candidate]] = {}
+    for outcome in tool_outcomes(messages, context.first_new):
+        skills.setdefault(outcome.index, []).append(_skill(outcome, times, context))
+    for index in range(context.first_new, len(messages)):
+        message = messages[index]
+        from_message = list(skills.get(index, ()))
+        speaker = speaker_of(message)
+        text = text_of(message)[:MAX_SCANNED_CHARS]
+        anchor = anchor_of(times, index, context)
+        sentences = _sentences(text)
+        for position, sentence in enumerate(sentences):
+            if speaker is not None:
+                from_message.extend(_about_speaker(sentence, speaker, index, anchor))
+            from_message.extend(_cases(sentences, position, index, anchor))
+        found.extend(from_message[:MAX_CANDIDATES_PER_MESSAGE])
+    return dedupe(found, speakers=_speakers(messages), max_entity_sentences=MAX_ENTITY_SENTENCES)[
+        :MAX_CANDIDATES_PER_CALL]
+
+
+# --- sentences and third person -------------------------------------------------------------
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_CLAUSE_END = re.compile(r"[,.;:!?()\"]| - | and | but | because | so | which | who | since | when | while | or ",
+                         re.IGNORECASE)
+
+#: A profile value also ends at a preposition: "an engineer at a bank" -> "engineer".
+_VALUE_END = re.compile(_CLAUSE_END.pattern + r"| (?:at|in|for|with|from|on|near|since|by) ", re.IGNORECASE)
+
+
+def _sentences(text: str) -> list[str]:
+    return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
+
+
+def _phrase(rest: str, end: re.Pattern[str] = _CLAUSE_END) -> str:
+    """The start of ``rest`` up to the end of its clause (or ``end``), at most MAX_PHRASE_WORDS
+    words, without trailing filler."""
+    clause = end.split(rest, maxsplit=1)[0]
+    words = clause.split()[:MAX_PHRASE_WORDS]
+    while words and words[-1].lower() in _TRAILING:
+        words.pop()
+    return " ".join(words).strip(" '\"")
+
+
+_TRAILING = _words("a an the to of for in on at with my your so too really very much lately now")
+_ARTICLES = re.compile(r"^(?:the|a|an|my|some|all|all the|any|to|going|doing)\s+", re.IGNORECASE)
+
+#: Verbs that do not take a third-person -s after "I": past tenses and modals.
+_UNINFLECTED = _words("can could will would shall should may might must had was were did said thought felt knew "
+                      "heard saw went made took got met bought ran found gave began won lost wrote ate drove flew "
+                      "left came became told built sang spent taught caught brought sold swam rode fell kept slept "
+                      "paid drew grew threw broke chose put read let set cut hit hurt quit")
+
+
+def _inflect(found: re.Match[str], subject: str) -> str:
+    """ "I usually run" -> "<subject> usually runs": the present-tense verb after the subject
+    takes -s; past tenses and modals stay."""
+    verb = found["verb"]
+    if verb in _UNINFLECTED or verb.endswith("ed"):
+        pass
+    elif verb.endswith(("s", "sh", "ch", "x", "z", "o")):
+        verb += "es"
+    elif verb.endswith("y") and verb[-2:-1] not in ("a", "e", "o", "u"):
+        verb = verb[:-1] + "ies"
+    else:
+        verb += "s"
+    return f"{subject}{found['adverb']} {verb}"
+
+
+Rewrite = str | Callable[..., str]
+_THIRD_PERSON: tuple[tuple[re.Pattern[str], Rewrite], ...] = (
+    (re.compile(r"\bI am\b|\bI'm\b"), "{s} is"),
+    (re.compile(r"\bI was\b"), "{s} was"),
+    (re.compile(r"\bI have\b|\bI've\b"), "{s} has"),
+    (re.compile(r"\bI'll\b"), "{s} will"),
+    (re.compile(r"\bI'd\b"), "{s} would"),
+    (re.compile(r"\bI don't\b"), "{s} doesn't"),
+    (re.compile(r"\bI do\b"), "{s} does"),
+    (re.compile(r"\bI\b(?P<adverb>(?: (?:usually|always|often|normally|typically|regularly|generally|really|also|"
+                r"just|still|sometimes|never|rarely|mostly|even|ever|once|[a-z]+ly))*) (?P<verb>[a-z]+)\b"), _inflect),
+    (re.compile(r"\bI\b"), "{s}"),
+    (re.compile(r"\bmyself\b", re.IGNORECASE), "themselves"),
+    (re.compile(r"\bmy\b", re.IGNORECASE), "{p}"),
+    (re.compile(r"\bme\b"), "them"),
+    (re.compile(r"\bmine\b"), "theirs"),
+)
+
+
+def _subject(speaker: str) -> str:
+    return "The user" if speaker == "the user" else speaker
+
+
+def _possessive(speaker: str) -> str:
+    return "the user's" if speaker == "the user" else f"{speaker}'s"
+
+
+def _third_person(sentence: str, speaker: str) -> str:
+    """``sentence`` told about ``speaker``: "I went" -> "Caroline went", "my" -> "Caroline's"."""
+    told = sentence
+    for pattern, replacement in _THIRD_PERSON:
+        if isinstance(replacement, str):
+            told = pattern.sub(replacement.format(s=_subject(speaker), p=_possessive(speaker)), told)
+        else:
+            told = pattern.sub(functools.partial(replacement, subject=_subject(speaker)), told)
+    told = re.sub(r"(?<![.!?]) The user\b", " the user", told)
+    told = told[:1].upper() + told[1:]
+    return told if told.endswith((".", "!", "?")) else f"{told}."
+
+
+def _date(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).date().isoformat()
+
+
+# --- facts about the speaker -----------------------------------------------------------------
+
+_I = r"(?:^|(?<=[\s,;:(\"]))"  # the start of a first-person clause
+_ADVERB = r"(?:(?:really|also|just|absolutely|totally|truly|still|actually|honestly|do|definitely)\s+)?"
+_PRONOUNS = _words("it that this you them him her those these how what when where why who which "
+                      "everything something anything nothing lot")
+
+_PROFILE: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(_I + r"[Mm]y name is\s+(?P<value>.+)"), "name", "profile.explicit"),
+    (re.compile(_I + r"(?:I am|I'm) called\s+(?P<value>.+)"), "name", "profile.explicit"),
+    (re.compile(_I + r"(?:I am|I'm)\s+(?P<value>\d{1,3})(?:\s+years?\s+old)?(?![\w%$.,:]\d|\s*(?:%|am\b|pm\b|"
+                r"minutes|hours|days|weeks|months|times|percent|kg|km|miles|lbs|pounds|dollars))"),
+     "age", "profile.explicit"),
+    (re.compile(_I + r"I(?: work| am working|'m working) as (?:an? )?(?P<value>.+)"), "job",
+     "profile.explicit"),
+    (re.compile(_I + r"I(?: work| am working|'m working) (?:at|for) (?P<value>.+)"), "employer",
+     "profile.explicit"),
+    (re.compile(_I + r"I(?: live| am living|'m living) in (?P<value>.+)"), "home", "profile.explicit"),
+    (re.compile(_I + r"I(?: am|'m) from (?P<value>.+)"), "origin", "profile.explicit"),
+    (re.compile(_I + r"(?:I am|I'm) (?:a |an )(?P<value>.+)"), "identity", "profile.identity"),
+)
+_NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick")
+_JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer")
+_NOT_JOBS = _words("mother father sister brother daughter grandmother grandfather lover member player fan "
+                      "beginner newcomer user owner partner believer follower dreamer survivor parent student")
+
+_PREFERENCE = re.compile(
+    _I + r"(?:I|we)(?:\s+|(?='))" + _ADVERB + r"(?P<verb>love|like|enjoy|adore|prefer|hate|dislike|can't stand|"
+    r"cannot stand|don't like|do not like|am into|'m into|am passionate about|'m passionate about|am keen on|"
+    r"'m keen on|am interested in|'m interested in|"
+    r"am a (?:big |huge )?fan of|'m a (?:big |huge )?fan of)\s+"
+    r"(?P<topic>.+)", re.IGNORECASE)
+_FAVORITE = re.compile(r"\b[Mm]y (?:favorite|favourite|fave|all-time favorite) (?P<what>[\w\s-]{1,30}?) (?:is|are|was) "
+                       r"(?P<value>.+)")
+_DISLIKES = ("hate", "dislike", "can't stand", "cannot stand", "don't like", "do not like")
+
+_HABIT = re.compile(
+    _I + r"(?:(?P<when>every (?:day|morning|evening|night|week|weekend|month|year|monday|tuesday|wednesday|"
+    r"thursday|friday|saturday|sunday)|on weekends|most days),?\s+)?(?:I|we)\s+(?P<how>usually|always|often|"
+    r"normally|typically|regularly|generally|tend to|try to)?\s*(?P<rest>.+)", re.IGNORECASE)
+
+_PAST_VERBS = _words(
+    """went saw made took got met bought ran found gave began won lost wrote ate drove flew left came became told
+    heard built sang spent taught caught brought sold swam rode fell kept slept paid drew grew threw broke chose
+    joined visited started finished tried moved adopted graduated attended completed signed painted played
+    watched baked cooked traveled travelled hiked volunteered celebrated decided learned learnt launched opened
+    organized organised passed received returned participated created published released finally""")
+_PAST = re.compile(
+    _I + r"(?:I|[Ww]e)\s+(?:(?:just|finally|recently|also|actually|already)\s+)?(?P<verb>[a-z]+)\s+(?P<rest>.*)")
+
+_RELATION = re.compile(
+    r"\b[Mm]y (?P<relation>(?:best |close |old |new |little |big |older |younger )?(?:friend|sister|brother|mom|mother|"
+    r"dad|father|son|daughter|wife|husband|partner|boyfriend|girlfriend|cousin|aunt|uncle|grandma|grandmother|"
+    r"grandpa|grandfather|niece|nephew|boss|colleague|coworker|teacher|mentor|neighbor|neighbour|dog|cat|puppy|"
+    r"kitten|pet|horse|bird|fish|kid|child|baby|roommate|fiancé|fiance|fiancée)),? (?:named |called )?"
+    r"(?P<name>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)")
+_NAME = re.compile(r"(?<![\w'-])(?P<name>[A-Z][\w'-]*[a-zA-Z](?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'-]*[a-zA-Z])*)")
+_NOT_NAMES = _words(
+    """I I'm I've I'd I'll OK Ok Okay Hey Hi Hello Yes Yeah Yep No Nope Oh Wow Thanks Thank Sorry
+    Congrats Congratulations Great Awesome Cool Nice Sure Well So And But Or Also Anyway Haha Lol Omg Aw Aww Ah
+    Mr Mrs Ms Dr Mom Dad Mum Woah Whoa Yay Hmm Mon Tue Tues Wed Thu Thur Thurs Fri Sat Sun
+    Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February March April
+    May June July August September October November December Christmas Easter TV God""")
+
+
+def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None) -> Iterator[Candidate]:
+    """The profile, preference, habit, event and entity candidates of one of the speaker's sentences."""
+    who, whose = _subject(speaker), _possessive(speaker)
+    # The rules read a curly apostrophe as a straight one; the content stays verbatim.
+    content, sentence = sentence, sentence.replace("\u2019", "'")
+    when = resolve_when(sentence, anchor)
+    at = when if when is not None else anchor
+
+    def make(category: str, key: str, abstract: str, rule: str, facts: dict[str, Any]) -> Candidate:
+        return Candidate(category, key, abstract, content, CONFIDENCE[rule], (index,), at,
+                         {"subject": speaker, **facts})
+
+    for pattern, attribute, rule in _PROFILE:
+        found = pattern.search(sentence)
+        if not found:
+            continue
+        value = _phrase(found["value"], _VALUE_END if attribute != "employer" else _CLAUSE_END)
+        if attribute == "identity":
+            first = value.split()[0].lower().strip(",") if value else ""
+            if not value or first in _NOT_IDENTITY or len(value.split()) > 4:
+                continue
+            last = value.split()[-1].lower()
+            attribute = "job" if last.endswith(_JOB_SUFFIXES) and last not in _NOT_JOBS else "identity"
+        if not value:
+            continue
+        key = attribute if speaker == "the user" else f"{speaker} {attribute}"
+        article = "an" if value[:1].lower() in "aeiou" else "a"
+        abstract = {"name": f"{whose[:1].upper()}{whose[1:]} name is {value}.",
+                    "age": f"{who} is {value} years old.",
+                    "job": f"{who} works as {article} {value}.",
+                    "employer": f"{who} works at {value}.",
+                    "home": f"{who} lives in {value}.",
+                    "origin": f"{who} is from {value}.",
+                    "identity": f"{who} is {article} {value}."}[attribute]
+        yield make("profile", key, abstract, rule, {"attribute": attribute, "value": value})
+
+    favorite = _FAVORITE.search(sentence)
+    if favorite:
+        value, what = _phrase(favorite["value"]), favorite["what"].strip()
+        if value:
+            yield make("preferences", what, f"{whose[:1].upper()}{whose[1:]} favorite {what} is {value}.",
+                       "preference.favorite", {"polarity": "like", "value": value})
+    stated = _PREFERENCE.search(sentence)
+    if stated:
+        topic = _ARTICLES.sub("", _phrase(stated["topic"], _VALUE_END))
+        if topic and topic.split()[0].lower() not in _PRONOUNS:
+            verb = " ".join(stated["verb"].split())
+            dislike = verb.lower() in _DISLIKES
+            sense = "dislikes" if dislike else "likes"
+            yield make("preferences", topic, f"{who} {sense} {topic}.", "preference.stated",
+                       {"polarity": "dislike" if dislike else "like", "verb": verb})
+
+    habit = _HABIT.search(sentence)
+    if habit and (habit["when"] or habit["how"]):
+        rest = _phrase(habit["rest"])
+        if rest:
+            pace = habit["how"] or habit["when"]
+            yield make("patterns", rest, _third_person(sentence, speaker), "pattern", {"frequency": pace.lower()})
+    elif when is not None or _is_past_action(sentence):
+        told = _third_person(sentence, speaker)
+        if when is not None:
+            told = f"{told[:-1]} ({_date(when)}){told[-1]}"
+        past = _PAST.search(sentence)
+        key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else sentence, maxsplit=1)[0])
+        yield make("events", key or sentence[:60], told, "event.dated" if when is not None else "event.past",
+                   {"dated": when is not None})
+
+    for related in _RELATION.finditer(sentence):
+        name, relation = related["name"], related["relation"]
+        if name not in _NOT_NAMES:
+            yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
+                       {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
+    for name in _names(sentence):
+        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {})
+
+
+#: An event's key stops at its time expression: "painted a lake last year" -> "painted a lake".
+_TIME_WORDS = re.compile(r"\s(?:yesterday|today|tonight|last|this|next|ago|on|in (?:19|20)\d\d)\b", re.IGNORECASE)
+_ANIMALS = _words("dog cat puppy kitten pet horse bird fish")
+
+
+def _is_past_action(sentence: str) -> bool:
+    found = _PAST.search(sentence)
+    return found is not None and (found["verb"] in _PAST_VERBS
+                                  or (found["verb"].endswith("ed") and len(found["verb"]) > 4))
+
+
+def _names(sentence: str) -> list[str]:
+    """Capitalised names not at the sentence's start (nor right after a quote or a colon)."""
+    names = []
+    for found in _NAME.finditer(sentence):
+        start = found.start()
+        before = sentence[:start].rstrip()
+        if not before or before.endswith((":", '"', "“", "-")):
+            continue  # the sentence's first word: capitalised by grammar, not by name
+        words = [w for w in found["name"].split() if w not in _NOT_NAMES]
+        name = " ".join(words)
+        while name.split() and name.split()[-1] in ("of", "de", "the"):
+            name = " ".join(name.split()[:-1])
+        if name and name not in _NOT_NAMES and len(name) > 1:
+            names.append(name)
+    return names
+
+
+# --- problems solved, tools used -----------------------------------------------------------
+
+_SOLUTION = re.compile(
+    r"\b(?:fixed (?:it|this|that|the \w+) by|solved (?:it|this|that|the \w+) by|the (?:solution|fix|answer|trick) "
+    r"(?:was|is)|what (?:worked|helped|fixed it) (?:was|is)|resolved (?:it|this|that) by|got it (?:working|to work) by|"
+    r"worked around it by)\b", re.IGNORECASE)
+
+
+def _cases(sentences: list[str], position: int, index: int, anchor: float | None) -> Iterator[Candidate]:
+    """A problem -> solution passage: the solution sentence and the one before it (the problem)."""
+    sentence = sentences[position]
+    if not _SOLUTION.search(sentence):
+        return
+    problem = sentences[position - 1] if position > 0 else ""
+    content = f"{problem} {sentence}".strip()
+    key = _phrase(problem) if problem else _phrase(sentence)
+    abstract = f"Solved: {problem} -> {sentence}" if problem else sentence
+    yield Candidate("cases", key or sentence[:60], abstract[:300], content, CONFIDENCE["case"], (index,), anchor,
+                    {"solution": sentence, "problem": problem})
+
+
+def _skill(outcome: ToolOutcome, times: Sequence[float | None], context: ExtractContext) -> Candidate:
+    verdict = "failure" if outcome.failed else "success"
+    took = f" in {outcome.duration:g} s" if outcome.duration is not None else ""
+    text = outcome.text.strip() or "(no output)"
+    facts: dict[str, Any] = {"outcome": verdict, "duration": outcome.duration}
+    abstract = f"A call to the tool {outcome.tool} {'failed' if outcome.failed else 'succeeded'}{took}."
+    return Candidate("skills", outcome.tool, abstract, text[:1000], CONFIDENCE["skill"], (outcome.index,),
+                     anchor_of(times, outcome.index, context), facts)
+
+
+def _speakers(messages: Sequence[Message]) -> frozenset[str]:
+    return frozenset(s for m in messages if (s := speaker_of(m)) is not None and s != "the user")
+
