@@ -80,6 +80,22 @@ def test_the_default_scope_is_one_default_user(tree: KeywordTree) -> None:
     assert scope_part(tree, "user:default", "sessions").id == tree.get_keyword(result.session_keyword_id).parent_id
 
 
+def test_session_ids_that_differ_only_in_case_are_two_sessions(tree: KeywordTree) -> None:
+    first = tree.commit_session(CHAT[:1], session_id="Trip 1", scope="user:alice", options=options())
+    second = tree.commit_session(CHAT[:2], session_id="trip-1", scope="user:alice", options=options())
+    assert first.session_keyword_id != second.session_keyword_id and second.first_new == 0
+    assert tree.get_keyword(second.session_keyword_id).name == "trip-1 (2)"
+    assert tree.get_keyword(second.session_keyword_id).metadata["session_id"] == "trip-1"
+
+
+def test_a_keyword_named_like_the_scope_is_not_taken_for_it(tree: KeywordTree) -> None:
+    impostor = tree.create_keyword("user:alice", llm_auto_place=False)
+    frozen = log_bytes(tree.data_dir)
+    with pytest.raises(InvalidInputError, match=r"scope keyword 'user:alice'.*in the way"):
+        tree.commit_session(CHAT, session_id="s", scope="user:alice", options=options())
+    assert log_bytes(tree.data_dir) == frozen and tree.get_children(impostor.id) == []
+
+
 def test_undo_of_a_commit_restores_the_tree_exactly(tree: KeywordTree) -> None:
     tree.commit_session(CHAT[:2], session_id="s0", scope="user:alice",
                         options=options(memory("preferences", "travel", "Alice likes trains.")))
@@ -160,6 +176,7 @@ BAD_CALLS = [
     ({"messages": ["hi"]}, r"messages\[0\] must be a dict"),
     ({"session_id": ""}, "session_id"),
     ({"session_id": 7}, "session_id"),
+    ({"session_id": "!!!"}, "session_id '!!!' must hold a letter or a digit"),
     ({"scope": "alice"}, "scope"),
     ({"scope": "user:"}, "scope"),
     ({"options": {"dry_run": True}}, "options must be a kwtree.CommitOptions"),

@@ -85,6 +85,9 @@ class MemoryMethods(AgentMethods):
             self._check_writable()
         sid = clean_label(session_id, "session_id")
         self._limits.check_text("session_id", sid, "label_bytes")
+        if not normalize_name(sid):
+            raise InvalidInputError(f"session_id {shown(sid)} must hold a letter or a digit (it names the session's "
+                                    f"keyword)")
         path = DEFAULT_SCOPE if scope is None else clean_scope(scope)
         cleaned = clean_messages(messages)
         if opts.dedup == "llm" and self._llm_client is None:

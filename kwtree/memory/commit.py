@@ -237,6 +237,18 @@ def _branch(draft: _Draft, scope_kw: Keyword, branch: str) -> Keyword:
         branch, scope_kw.id, {BRANCH_KEY: branch}, f"branch of scope {scope_kw.name!r}")
 
 
+def _new_session(draft: _Draft, sessions: Keyword, session_id: str) -> Keyword:
+    """The session's keyword, named after its id; ids that differ only in case or punctuation
+    ("Trip 1", "trip-1") are different sessions with the same name key, so a later one is
+    named "<id> (2)", "<id> (3)" ... (the ``session_id`` metadata, not the name, finds it)."""
+    taken = {normalize_name(draft.state.keywords[kid].name) for kid in draft.state.children.get(sessions.id, ())}
+    name, number = session_id, 1
+    while normalize_name(name) in taken:
+        number += 1
+        name = f"{session_id} ({number})"
+    return draft.keyword(name, sessions.id, {"session_id": session_id}, "session keyword")
+
+
 def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]:
     """Every change of the commit ``plan`` describes, decided against ``state``, one row per
     entity, in an order ``apply`` takes; ``plan.decisions`` and ``plan.audit`` are filled in.
@@ -256,8 +268,7 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
     if session_time is None and session_kw is not None:
         session_time = session_kw.metadata.get("session_time")
     if session_kw is None:
-        session_kw = draft.keyword(plan.session_id, sessions.id, {"session_id": plan.session_id},
-                                   "session keyword")
+        session_kw = _new_session(draft, sessions, plan.session_id)
     plan.session_keyword_id = session_kw.id
     summary_info = next((info for info in draft.infos_of(session_kw.id)
                          if info.metadata.get("kind") == SUMMARY_KIND), None)
