@@ -67,6 +67,15 @@ def test_a_commit_is_one_operation_that_archives_the_session(tree: KeywordTree) 
     assert (result.extracted, result.created, result.skipped, result.first_new, result.seen) == (1, 1, 0, 0, 5)
 
 
+def test_the_memories_are_embedded_through_the_outbox(tree: KeywordTree) -> None:
+    result = tree.commit_session(CHAT, session_id="s", scope="user:alice", options=options(
+        memory("preferences", "tea", "Alice drinks green tea every morning.")))
+    assert tree.wait_indexed(120)
+    hits = tree.recall("green tea every morning", k=5, mode="vector")
+    assert result.decisions[0].info_id in [hit.info.id for hit in hits]
+    assert tree.outbox_status()["pending"] == 0
+
+
 def test_without_turns_only_the_summary_is_archived(tree: KeywordTree) -> None:
     result = tree.commit_session(CHAT, session_id="s", scope="user:alice",
                                  options=CommitOptions(keep_turns=False, extractor=fixed()))

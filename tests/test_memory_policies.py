@@ -42,6 +42,7 @@ def test_a_contradicted_profile_fact_is_superseded_and_the_old_one_stays_in_hist
     assert versions == ["Alice lives in Paris.", "Alice lives in Berlin."]  # never silently dropped
     audit = tree.history()[-1].audit["commit_session"]["decisions"][0]
     assert audit["action"] == "supersede" and audit["previous"] == "Alice lives in Paris."
+    assert audit["content"] == "Alice lives in Berlin."  # what was superseded by what
     assert audit["info_id"] == old_id
     profile = scope_part(tree, "user:alice", "profile")  # one keyword per scope holds the profile
     assert [i.id for i in tree.get_infos_of_keyword(profile.id)] == [old_id]

@@ -455,4 +455,5 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
 def _decision_audit(decision: CommitDecision) -> dict[str, Any]:
     return {"index": decision.index, "category": decision.category, "key": decision.key,
             "action": decision.action, "reason": decision.reason, "info_id": decision.info_id,
-            "keyword_id": decision.keyword_id, **({"previous": decision.previous} if decision.previous else {})}
+            "keyword_id": decision.keyword_id, "content": decision.content,
+            **({"previous": decision.previous} if decision.previous is not None else {})}
