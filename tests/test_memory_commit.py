@@ -122,9 +122,11 @@ def test_committing_again_extracts_only_the_new_messages(tree: KeywordTree) -> N
     contexts: list[ExtractContext] = []
     first = tree.commit_session(CHAT[:2], session_id="s", scope="user:alice",
                                 options=CommitOptions(extractor=fixed(seen=contexts)))
-    second = tree.commit_session(CHAT, session_id="s", scope="user:alice",
+    no_dates = [{key: value for key, value in m.items() if key != "ts"} for m in CHAT]
+    second = tree.commit_session(no_dates, session_id="s", scope="user:alice",
                                  options=CommitOptions(extractor=fixed(seen=contexts)))
     assert [c.first_new for c in contexts] == [0, 2]
+    assert [c.session_time for c in contexts] == [1683554160.0] * 2  # the first commit's date, kept
     assert (first.first_new, first.seen, second.first_new, second.seen) == (0, 2, 2, 5)
     assert second.session_keyword_id == first.session_keyword_id
     turns = session_turns(tree, first.session_keyword_id)

@@ -129,6 +129,10 @@ class MemoryMethods(AgentMethods):
         seen = self._read(lambda state: _check_resent(state, scope, session_id, messages))
         if seen == len(messages):
             return None
+        if session_time is None and seen:  # the date an earlier commit of the session recorded
+            earlier = self._read(lambda state: _session(state, scope, session_id))
+            recorded = earlier.metadata.get("session_time") if earlier is not None else None
+            session_time = float(recorded) if type(recorded) in (int, float) else None
         extractor = opts.extractor if opts.extractor is not None else default_extractor(self._llm_client)
         context = ExtractContext(session_id, seen, session_time)
         try:
