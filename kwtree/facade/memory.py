@@ -132,7 +132,7 @@ class MemoryMethods(AgentMethods):
         if session_time is None and seen:  # the date an earlier commit of the session recorded
             earlier = self._read(lambda state: _session(state, scope, session_id))
             recorded = earlier.metadata.get("session_time") if earlier is not None else None
-            session_time = float(recorded) if type(recorded) in (int, float) else None
+            session_time = float(recorded) if isinstance(recorded, (int, float)) else None
         extractor = opts.extractor if opts.extractor is not None else default_extractor(self._llm_client)
         context = ExtractContext(session_id, seen, session_time)
         try:
