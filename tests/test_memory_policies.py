@@ -218,8 +218,11 @@ def test_a_parent_deleted_after_placement_falls_back_to_the_branch(tree_dir) -> 
         commit(tree, 1, memory("preferences", "drinks", "Alice likes green tea with honey."))
         drinks = scope_part(tree, "user:alice", "preferences", "drinks").id
         branch = scope_part(tree, "user:alice", "preferences").id
+        tree.create_keyword("Beverages", llm_auto_place=False)  # outside the scope: never shown
 
     def match_drinks(document: dict) -> dict:
+        assert document["candidates"] and all(  # the walk shows the branch's keywords only
+            c["path"].startswith("user:alice > preferences > ") for c in document["candidates"])
         idx = next(c["idx"] for c in document["candidates"] if c["name"] == "drinks")
         return {"action": "match", "idx": idx, "reason": "tea is a drink"}
 
