@@ -29,6 +29,7 @@ import core
 import export
 import extract
 import locomo
+import memory_commit
 import peers
 import placement
 import reads
@@ -118,6 +119,10 @@ def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
     return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
 
 
+def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
+
+
 def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
@@ -154,6 +159,7 @@ SUITES = {
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
+    "memory_commit": (_run_memory_commit, memory_commit.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),

@@ -64,6 +64,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.caches.embed import Embedder, HashEmbedder
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
+    from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
+    from kwtree.memory.commit import CommitDecision, CommitOptions, CommitResult
+    from kwtree.memory.dedup import DedupThresholds
+    from kwtree.memory.policies import Policy
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.repair import repair_directory
@@ -76,13 +80,21 @@ __version__ = "0.1.0"
 #: Public names imported on first use: name -> the module that defines it.
 _LAZY_NAMES = {
     "AnthropicLLMClient": "kwtree.agent.anthropic_client",
+    "Candidate": "kwtree.memory.candidates",
+    "CommitDecision": "kwtree.memory.commit",
+    "CommitOptions": "kwtree.memory.commit",
+    "CommitResult": "kwtree.memory.commit",
     "CompactionReport": "kwtree.ops.compaction",
+    "DedupThresholds": "kwtree.memory.dedup",
+    "ExtractContext": "kwtree.memory.candidates",
+    "Extractor": "kwtree.memory.candidates",
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
     "HashEmbedder": "kwtree.caches.embed",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",
+    "Policy": "kwtree.memory.policies",
     "RecallWeights": "kwtree.retrieval.recall",
     "Report": "kwtree.ops.verify",
     "StubLLMClient": "kwtree.agent.clients",
@@ -98,15 +110,22 @@ __all__ = [
     "AgentError",
     "AgentOutcome",
     "AnthropicLLMClient",
+    "Candidate",
     "Change",
     "ClosedError",
+    "CommitDecision",
+    "CommitOptions",
+    "CommitResult",
     "CompactionReport",
     "CorruptLogError",
     "CycleError",
     "DamagedDirectoryError",
+    "DedupThresholds",
     "DiskFullError",
     "DuplicateKeywordError",
     "Embedder",
+    "ExtractContext",
+    "Extractor",
     "Finding",
     "FormatError",
     "GitError",
@@ -131,6 +150,7 @@ __all__ = [
     "MergeConflictError",
     "NotFoundError",
     "Operation",
+    "Policy",
     "ReadOnlyError",
     "RecallWeights",
     "Relation",

@@ -136,6 +136,9 @@ def test_public_api_is_pinned():
         "verify_directory",
         # issue 14: what the constructor and recall take or return
         "Embedder", "HashEmbedder", "Hit", "LinkedKeyword", "LLMClient", "RecallWeights", "StubLLMClient",
+        # issue 15: what commit_session takes or returns, and what an extractor is made of
+        "Candidate", "CommitDecision", "CommitOptions", "CommitResult", "DedupThresholds", "ExtractContext",
+        "Extractor", "Policy",
     ])
 
 

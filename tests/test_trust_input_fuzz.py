@@ -306,6 +306,23 @@ def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
     }
 
 
+def _messages(world: World) -> st.SearchStrategy[Any]:
+    message = st.fixed_dictionaries(
+        {"role": st.one_of(st.sampled_from(["user", "assistant", "tool"]), WORDS),
+         "content": st.one_of(st.sampled_from(["my name is Alpha", "I love tea.", ""]), WORDS, st.none())},
+        optional={"ts": st.one_of(st.floats(), st.sampled_from(["2023-05-08", "bogus"]), HOSTILE),
+                  "tool_calls": JSON, "name": WORDS, "duration": st.floats()},
+    )
+    return st.lists(st.one_of(message, HOSTILE), max_size=4)
+
+
+def _commit_options(world: World) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), HOSTILE, st.builds(
+        kwtree.CommitOptions, keep_turns=st.booleans(), dry_run=st.booleans(),
+        dedup=st.sampled_from(["auto", "offline", "llm", "x"]), prefilter_k=st.integers(-1, 10),
+        session_time=st.one_of(st.none(), st.floats(), TEXT)))
+
+
 #: Every public name of KeywordTree -> overrides of the by-name strategies for its parameters.
 #: A name missing here fails test_every_public_method_has_a_fuzz_strategy.
 FUZZED: dict[str, Any] = {
@@ -327,6 +344,11 @@ FUZZED: dict[str, Any] = {
     "restore": {"snapshot": _snapshot_files},
     "import_json": {"path": _export_files, "data_dir": lambda world: constructor_strategies(world)["data_dir"],
                     "options": None},  # options: drawn from the constructor's strategies
+    "commit_session": {"messages": _messages, "session_id": lambda world: st.one_of(
+                           st.sampled_from(["s1", "S 1", "Alpha"]), WORDS),
+                       "scope": lambda world: st.one_of(st.none(), st.sampled_from(
+                           ["user:alice", "user:alice/run:1", "agent:x", "bad", "user:", "Alpha"]), TEXT),
+                       "options": _commit_options},
 }
 
 PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))

@@ -150,14 +150,16 @@ class DescendLoop:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def descend(self, read: Reader, query: str, intent: str, description: str = "") -> Descent:
+    def descend(self, read: Reader, query: str, intent: str, description: str = "", under: str = ROOT_ID) -> Descent:
         """Walk the tree for ``query`` (a name or a text) with ``intent`` "search" or
-        "suggest_parent". Never raises for what the navigator does: failures are fallbacks."""
+        "suggest_parent", from the keyword ``under`` (the root by default: the walk then
+        stays inside its subtree, and a miss on the first round suggests ``under``). Never
+        raises for what the navigator does: failures are fallbacks."""
         assert intent in INTENTS
         relevance = self.relevance(read, query, description)
         descent = Descent(intent, query, DescentStatus.MISSING, navigator=self.navigator.name)
-        starts = read(lambda state: self._entry_points(state))
-        current = ROOT_ID
+        starts = read(lambda state: self._entry_points(state, under))
+        current = under
         try:
             for round_number in range(1, self.max_rounds + 1):
                 candidates, path = read(functools.partial(self._view, starts=starts, relevance=relevance,
@@ -233,10 +235,11 @@ class DescendLoop:
     def forget(self, ids: Iterable[str]) -> None:
         self.mru.evict(ids)
 
-    def _entry_points(self, state: State) -> list[str]:
-        recent = [kid for kid in self.mru.snapshot() if state.live_keyword(kid) is not None]
+    def _entry_points(self, state: State, under: str = ROOT_ID) -> list[str]:
+        recent = [kid for kid in self.mru.snapshot() if state.live_keyword(kid) is not None
+                  and (under == ROOT_ID or (kid != under and state.is_descendant(kid, under)))]
         recent = recent[: self.max_candidates // 2]
-        return list(dict.fromkeys([*recent, *state.children.get(ROOT_ID, ())]))
+        return list(dict.fromkeys([*recent, *state.children.get(under, ())]))
 
     def _view(self, state: State, starts: list[str], relevance: Relevance,
               current: str) -> tuple[list[Candidate], list[str]]:

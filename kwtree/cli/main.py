@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
+from kwtree.cli import memory
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -328,6 +329,8 @@ COMMANDS: tuple[Command, ...] = (
               arg("--exact", action="store_true", help="exact lookup only: no agent, no LLM call")),
         show=lambda r, t, a: show_search(r),
     ),
+    # --- agent memory (kwtree/cli/memory.py) -----------------------------------------------
+    *memory.COMMANDS,
     # --- keyword writes --------------------------------------------------------------------
     Command(
         "add", "KeywordTree.create_keyword",

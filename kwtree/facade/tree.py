@@ -28,6 +28,7 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.maintenance import MaintenanceMethods
+from kwtree.facade.memory import MemoryMethods
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.models import (
@@ -81,7 +82,7 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
+class KeywordTree(MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).

@@ -27,7 +27,7 @@ from kwtree.writes import Stamp
 from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.undo import check_consistent, in_apply_order
 
-__all__ = ["STEP_FIELDS", "apply_plan", "clean_plan"]
+__all__ = ["STEP_FIELDS", "apply_plan", "clean_plan", "coalesce", "put_changes"]
 
 #: Each step kind and its required fields; every step may also carry a "reason".
 STEP_FIELDS: dict[str, tuple[str, ...]] = {
@@ -100,17 +100,19 @@ def _step_changes(state: State, stamp: Stamp, step: dict[str, Any]) -> list[Chan
     created = keyword_commands.create_keyword(
         state, stamp, step["name"], parent, None, step.get("description", ""), None
     )
-    _put(state, created)
+    put_changes(state, created)
     group_id = created[0].key  # the new keyword's id
     changes = list(created)
     for member in step["member_ids"]:
         moved = keyword_commands.move_keyword(state, stamp, member, group_id)
-        _put(state, moved)
+        put_changes(state, moved)
         changes.extend(moved)
     return changes
 
 
-def _put(state: State, changes: list[Change]) -> None:
+def put_changes(state: State, changes: list[Change]) -> None:
+    """Apply ``changes`` to a fork of the state (so the next step of a composed operation
+    sees them); the rows are stored as they are."""
     for change in changes:
         PUT[type(change.after)](state, change.after)
 
@@ -134,16 +136,17 @@ def apply_plan(state: State, stamp: Stamp, plan: object) -> list[Change]:
         except KwtreeError as exc:
             raise _relabel(exc, f"steps[{index}] ({step['op']})") from None
         if step["op"] != "group":  # a group step put its rows as it went
-            _put(fork, changes)
+            put_changes(fork, changes)
         recorded.extend(changes)
-    merged = _coalesce(recorded)
+    merged = coalesce(recorded)
     check_consistent(state, merged, "reorganize plan")
     return in_apply_order(state, merged)
 
 
-def _coalesce(changes: list[Change]) -> list[Change]:
+def coalesce(changes: list[Change]) -> list[Change]:
     """One change per entity: its first before-image and its last state (created and deleted
-    within the plan: nothing)."""
+    within the plan: nothing). Deciders that compose several steps on a fork (a plan here,
+    ``kwtree.memory.commit``) fold their changes with it into one operation."""
     first: dict[str, Change] = {}
     last: dict[str, Change] = {}
     for change in changes:

@@ -1,0 +1,81 @@
+"""The agent-memory commands of ``kwtree``: ``commit`` (``KeywordTree.commit_session``).
+
+Rows of the command table (``kwtree.cli.table.Command``) that ``kwtree.cli.main.COMMANDS``
+takes in; each opens the tree, makes its one call and prints the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kwtree.cli.table import Command, arg
+from kwtree.errors import InvalidInputError, NotFoundError
+
+if TYPE_CHECKING:
+    from kwtree.facade.tree import KeywordTree
+    from kwtree.memory.commit import CommitResult
+
+__all__ = ["COMMANDS", "read_session"]
+
+
+def read_session(source: str) -> tuple[str | None, Any]:
+    """The session id (None when the file names none) and the messages of a session file
+    (``-``: stdin): a JSON list of messages, or an object with ``session_id`` and ``messages``."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"no session file {source}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"cannot read the session file {source}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"the session file {source} is not JSON ({exc}); it holds a list of "
+                                f"{{\"role\", \"content\"}} messages or {{\"session_id\", \"messages\"}}") from None
+    if isinstance(data, dict):
+        if "messages" not in data:
+            raise InvalidInputError(f"the session file {source} is an object without 'messages'")
+        session_id = data.get("session_id")
+        return (None if session_id is None else session_id), data["messages"]
+    return None, data
+
+
+def _commit(tree: KeywordTree, args: argparse.Namespace) -> CommitResult:
+    from kwtree.memory.commit import CommitOptions
+
+    named, messages = read_session(args.session)
+    session_id = args.session_id if args.session_id is not None else named
+    if session_id is None:
+        raise InvalidInputError("the session has no id: pass --session-id, or give the file a 'session_id'")
+    return tree.commit_session(messages, session_id=session_id, scope=args.scope,
+                               options=CommitOptions(keep_turns=not args.no_turns, dry_run=args.dry_run))
+
+
+def _show_commit(result: CommitResult, tree: KeywordTree, args: argparse.Namespace) -> None:
+    head = "dry run: nothing written" if result.dry_run else (result.op_id or "nothing new: nothing written")
+    print(f"{head}\tsession {result.session_id} in {result.scope}\tmessages {result.first_new}..{result.seen}")
+    print(f"extracted {result.extracted}: created {result.created}, appended {result.appended}, merged "
+          f"{result.merged}, superseded {result.superseded}, skipped {result.skipped}")
+    for decision in result.decisions:
+        print(f"{decision.info_id or '-'}\t{decision.action}\t{decision.category}/{decision.key}\t{decision.reason}")
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "commit", "KeywordTree.commit_session",
+        "archive a conversation (SESSION: a JSON file, or - for stdin) and turn it into memories, as one operation",
+        example=("./memory - --scope user:alice --session-id intro <<< "
+                 "'[{\"role\": \"user\", \"content\": \"Hi, my name is Alice. I love green tea.\"}]'"),
+        opens="create", call=_commit, show=_show_commit,
+        args=(arg("session", metavar="SESSION",
+                  help="a JSON list of {\"role\", \"content\"} messages, or {\"session_id\", \"messages\"}"),
+              arg("--scope", metavar="SCOPE", help="whose memories, e.g. user:alice (default: user:default)"),
+              arg("--session-id", metavar="ID", help="the session's id (default: the file's session_id)"),
+              arg("--dry-run", action="store_true", help="print the plan, write nothing"),
+              arg("--no-turns", action="store_true", help="do not keep the messages as turn infos")),
+    ),
+)

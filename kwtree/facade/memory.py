@@ -1,0 +1,353 @@
+"""KeywordTree's agent-memory methods: ``commit_session``.
+
+A base class of KeywordTree, kept here so each module stays readable in one sitting. It wires
+``kwtree.memory`` to the engine and the caches: it checks the arguments, extracts candidates,
+places new keywords with the descend loop, runs the dedup prefilter on the full-text and vector
+indexes (and the LLM's verdicts) outside the write lock, then hands the plan to the decider
+``kwtree.memory.commit.commit_changes``, which re-checks it against the fresh state and writes
+the whole session as ONE operation.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kwtree.agent.descend import DescentStatus
+from kwtree.engine.state import State
+from kwtree.errors import AgentError, InvalidInputError, KwtreeError
+from kwtree.facade.agent import AgentMethods
+from kwtree.memory import dedup
+from kwtree.memory.candidates import Candidate, ExtractContext, Message
+from kwtree.memory.commit import (
+    DEDUP_MODES,
+    CommitOptions,
+    CommitPlan,
+    CommitResult,
+    StalePlanError,
+    commit_changes,
+    find_branch,
+    find_holder,
+    find_session,
+)
+from kwtree.memory.extract import default_extractor
+from kwtree.memory.messages import clean_messages, digest, turn_text
+from kwtree.memory.policies import SESSIONS_BRANCH, Policy
+from kwtree.memory.when import parse_time
+from kwtree.models import Info, Keyword, Operation
+from kwtree.normalize import normalize_name
+from kwtree.retrieval.scopes import clean_scope, scope_keyword
+from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, shown
+from kwtree.writes import Stamp
+
+__all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
+
+#: The scope of ``commit_session(scope=None)``: one default user, as mem0's single-user calls.
+DEFAULT_SCOPE = "user:default"
+#: How many times a commit is prepared again when another writer committed the same session
+#: meanwhile (each time the plan is made against what that writer left).
+_ATTEMPTS = 3
+#: The prefilter asks each index for this many times ``prefilter_k`` hits before keeping those
+#: inside the scope's branch (the indexes rank the whole tree).
+_PREFILTER_OVERFETCH = 6
+
+
+class MemoryMethods(AgentMethods):
+    """Committing conversations as memories (see KeywordTree)."""
+
+    def commit_session(self, messages: Sequence[Message], *, session_id: str, scope: str | None = None,
+                       options: CommitOptions | None = None) -> CommitResult:
+        """Archive a session and turn it into memories, as ONE operation (kind
+        ``"commit_session"``) that ``undo(op_id)`` reverses.
+
+        The session becomes a keyword under the scope's ``sessions`` branch (the scope
+        keyword and its branches are created on first use), with a summary info and (with
+        ``options.keep_turns``) one info per message. The extractor's candidates are routed by
+        their category's policy (``kwtree.memory.policies``), deduplicated against the scope's
+        memories (create / skip / merge / supersede, each with its reason in
+        ``CommitResult.decisions`` and the operation's audit) and new keywords placed by the
+        agent inside the category's branch. Committing the same ``session_id`` again extracts
+        only the messages after those already committed; the earlier ones must be resent
+        unchanged (InvalidInputError otherwise, naming the first that differs). ``scope``
+        defaults to ``DEFAULT_SCOPE`` ("user:default"). With ``options.dry_run`` nothing is
+        written and the result is the plan. Durable on return (as every write); embeddings
+        follow through the outbox.
+
+        Raises InvalidInputError naming the field for bad messages, session_id, scope,
+        options or extractor output; AgentError when the agent or the LLM failed on a tree
+        opened with ``on_agent_failure="raise"`` (or the extractor raised); ReadOnlyError on
+        a tree that may not write (a dry run is allowed). A failed call writes nothing."""
+        opts = _clean_options(options)
+        if opts.dry_run:
+            self._check_open()
+        else:
+            self._check_writable()
+        sid = clean_label(session_id, "session_id")
+        self._limits.check_text("session_id", sid, "label_bytes")
+        if not normalize_name(sid):
+            raise InvalidInputError(f"session_id {shown(sid)} must hold a letter or a digit (it names the session's "
+                                    f"keyword)")
+        path = DEFAULT_SCOPE if scope is None else clean_scope(scope)
+        cleaned = clean_messages(messages)
+        if opts.dedup == "llm" and self._llm_client is None:
+            raise InvalidInputError("options.dedup='llm' needs a tree opened with an llm_client; "
+                                    "pass dedup='auto' or 'offline'")
+        session_time = parse_time(opts.session_time, "options.session_time")
+        if session_time is None:
+            session_time = next((parse_time(m.get("ts"), "ts") for m in cleaned if m.get("ts") is not None), None)
+        for attempt in range(_ATTEMPTS):
+            plan = self._prepare(cleaned, sid, path, session_time, opts)
+            if plan is None:
+                return _nothing_new(sid, path, len(cleaned), self._read(lambda s: _session_id_of(s, path, sid)),
+                                    opts.dry_run)
+            try:
+                return self._write_plan(plan, opts.dry_run)
+            except StalePlanError:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _write_plan(self, plan: CommitPlan, dry_run: bool) -> CommitResult:
+        """Decide the plan against the fresh state and commit it (a dry run: decide it on the
+        current state and return what it would write)."""
+        if dry_run:
+            stamp = Stamp("0" * 32, self._engine.state.last_timestamp, self._actor)
+            changes = self._read(lambda state: commit_changes(state, stamp, plan))
+            self._limits.check_changes(changes)
+            return _result(plan, None, changes, dry_run=True)
+        op = self._commit("commit_session", lambda state, stamp: commit_changes(state, stamp, plan),
+                          {"commit_session": plan.audit})
+        assert op is not None  # a commit with new messages always writes the session's metadata
+        return _result(plan, op, list(op.changes))
+
+    # --- preparing the plan outside the write lock ------------------------------------------------
+
+    def _prepare(self, messages: list[Message], session_id: str, scope: str, session_time: float | None,
+                 opts: CommitOptions) -> CommitPlan | None:
+        """The plan of the commit, or None when every message was committed before."""
+        seen = self._read(lambda state: _check_resent(state, scope, session_id, messages))
+        if seen == len(messages):
+            return None
+        if session_time is None and seen:  # the date an earlier commit of the session recorded
+            earlier = self._read(lambda state: _session(state, scope, session_id))
+            recorded = earlier.metadata.get("session_time") if earlier is not None else None
+            session_time = float(recorded) if isinstance(recorded, (int, float)) else None
+        extractor = opts.extractor if opts.extractor is not None else default_extractor(self._llm_client)
+        context = ExtractContext(session_id, seen, session_time)
+        try:
+            found = extractor(messages, context)
+        except KwtreeError:
+            raise
+        except Exception as exc:
+            raise AgentError(f"the extractor failed ({type(exc).__name__}: {exc}); nothing was written",
+                             "agent_failure", f"{type(exc).__name__}: {exc}") from exc
+        candidates = _clean_candidates(found, opts.policies, len(messages))
+        audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
+                                 "seen": len(messages), "candidates": len(candidates)}
+        plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
+                          opts.policies, opts.thresholds, {}, [], [], audit)
+        self._place_holders(plan)
+        plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
+        use_llm = opts.dedup == "llm" or (opts.dedup == "auto" and self._llm_client is not None)
+        plan.verdicts = self._llm_verdicts(plan) if use_llm else [None] * len(candidates)
+        audit["dedup"] = audit.get("dedup", "llm" if use_llm else "offline")
+        return plan
+
+    def _place_holders(self, plan: CommitPlan) -> None:
+        """Where each new holder keyword goes: the agent walks the category's branch (when it
+        exists and holds no keyword for the routing key)."""
+        for candidate in plan.candidates:
+            policy = plan.policies[candidate.category]
+            where = (candidate.category, candidate.key)
+            if policy.holder != "key" or where in plan.placements:
+                continue
+            branch_id = self._read(functools.partial(_existing_branch, scope=plan.scope, branch=policy.branch))
+            if branch_id is None or self._read(
+                    functools.partial(find_holder, branch_id=branch_id, key=candidate.key)) is not None:
+                plan.placements[where] = (None, None)
+                continue
+            descent = self._agent.descend(self._read, candidate.key, "suggest_parent", candidate.abstract,
+                                          under=branch_id)
+            self._refuse_fallback(descent, f"placing the {candidate.category} keyword {candidate.key!r}",
+                                  "retry, or commit with another extractor")
+            if descent.status is DescentStatus.MATCHED:
+                parent: str | None = descent.keyword_ids[0]
+            elif descent.status is DescentStatus.MISSING:
+                parent = descent.suggested_parent_id
+            else:
+                parent = None
+            plan.placements[where] = (parent, descent.audit())
+
+    def _neighbours(self, plan: CommitPlan, candidate: Candidate, k: int) -> list[dedup.Neighbour]:
+        """The prefilter: the memories inside the candidate's branch of the scope that BM25 and
+        the vectors rank nearest its text (at most ``k`` from each)."""
+        policy = plan.policies[candidate.category]
+        if policy.write == "accumulate":
+            return []
+        inside = self._read(lambda state: _branch_subtree(state, plan.scope, policy.branch))
+        if not inside:
+            return []
+        fetch = k * _PREFILTER_OVERFETCH
+        found: dict[str, None] = {}
+        for hits in (self._indexes.text_hits(candidate.content, "info", fetch),
+                     self._indexes.vector_hits(candidate.content, "info", fetch)):
+            kept = self._read(lambda state, hits=hits: _in_subtree(state, hits, inside, k))  # type: ignore[misc]
+            found.update(dict.fromkeys(kept))
+        return self._read(lambda state: [dedup.Neighbour(iid, state.infos[iid].content) for iid in found
+                                         if state.live_info(iid) is not None])
+
+    def _llm_verdicts(self, plan: CommitPlan) -> list[dedup.Judgement | None]:
+        """The LLM's verdicts on the candidates that have neighbours (one call per batch)."""
+        assert self._llm_client is not None
+        asked = [i for i, c in enumerate(plan.candidates)
+                 if plan.neighbours[i] and plan.policies[c.category].write in ("aggregate", "supersede")]
+        verdicts: list[dedup.Judgement | None] = [None] * len(plan.candidates)
+        if not asked:
+            return verdicts
+        items = [(plan.candidates[i].content, plan.neighbours[i]) for i in asked]
+        found, calls = dedup.llm_judgements(self._llm_client, items, [True] * len(asked))
+        plan.audit["dedup"] = {"judge": "llm", "calls": calls}
+        failed = [call["error"] for call in calls if "error" in call]
+        if failed and self._on_agent_failure == "raise":
+            raise AgentError(f"the LLM could not judge duplicates ({failed[0]}); nothing was written. Retry, pass "
+                             "CommitOptions(dedup='offline'), or open the tree with on_agent_failure=\"fallback\"",
+                             "agent_failure", failed[0])
+        for position, index in enumerate(asked):
+            verdicts[index] = found[position]
+        return verdicts
+
+
+# --- reading the state ------------------------------------------------------------------------
+
+
+def _existing_branch(state: State, scope: str, branch: str) -> str | None:
+    scope_kw = scope_keyword(state, scope)
+    found = find_branch(state, scope_kw.id, branch) if scope_kw is not None else None
+    return found.id if found is not None else None
+
+
+def _branch_subtree(state: State, scope: str, branch: str) -> set[str]:
+    branch_id = _existing_branch(state, scope, branch)
+    return set(state.subtree(branch_id)) if branch_id is not None else set()
+
+
+def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: set[str], k: int) -> list[str]:
+    kept: list[str] = []
+    for info_id, _ in hits:
+        if any(kid in inside for kid in state.keywords_by_info.get(info_id, ())):
+            kept.append(info_id)
+            if len(kept) == k:
+                break
+    return kept
+
+
+def _session(state: State, scope: str, session_id: str) -> Keyword | None:
+    sessions = _existing_branch(state, scope, SESSIONS_BRANCH)
+    return find_session(state, sessions, session_id) if sessions is not None else None
+
+
+def _session_id_of(state: State, scope: str, session_id: str) -> str | None:
+    found = _session(state, scope, session_id)
+    return found.id if found is not None else None
+
+
+def _check_resent(state: State, scope: str, session_id: str, messages: list[Message]) -> int:
+    """How many of ``messages`` an earlier commit of the session saw; InvalidInputError when
+    the caller resent fewer, or changed one (named when the turns were kept)."""
+    session = _session(state, scope, session_id)
+    if session is None:
+        return 0
+    seen = int(session.metadata.get("seen", 0))
+    if len(messages) < seen:
+        raise InvalidInputError(
+            f"messages holds {len(messages)} messages but {seen} of session {session_id!r} were committed before; "
+            f"resend the whole conversation (the earlier messages are context only)")
+    if digest(messages[:seen]) != session.metadata.get("digest"):
+        turns: dict[int, Info] = {}
+        for info_id in state.infos_by_keyword.get(session.id, {}):
+            info = state.infos[info_id]
+            if not info.deleted and type(info.metadata.get("turn")) is int:
+                turns[int(info.metadata["turn"])] = info
+        changed = next((i for i in range(seen) if i in turns
+                        and (turns[i].content != turn_text(messages[i])
+                             or turns[i].metadata.get("role") != messages[i]["role"])), None)
+        which = f"messages[{changed}] differs" if changed is not None else "they differ"
+        raise InvalidInputError(
+            f"the first {seen} messages of session {session_id!r} were committed before, and {which} from what was "
+            f"committed; resend them unchanged (they are context only), or commit the changed conversation under a "
+            f"new session_id")
+    return seen
+
+
+# --- checking the arguments and the extractor's output ------------------------------------------
+
+
+def _clean_options(options: object) -> CommitOptions:
+    if options is None:
+        return CommitOptions()
+    if not isinstance(options, CommitOptions):
+        raise InvalidInputError(f"options must be a kwtree.CommitOptions, got {shown(options)}")
+    clean_flag(options.keep_turns, "options.keep_turns")
+    clean_flag(options.dry_run, "options.dry_run")
+    if options.extractor is not None and not callable(options.extractor):
+        raise InvalidInputError("options.extractor must be a function (messages, context) -> list[Candidate]")
+    policies = options.policies
+    if not isinstance(policies, Mapping) or not policies or not all(
+            isinstance(name, str) and isinstance(policy, Policy) for name, policy in policies.items()):
+        raise InvalidInputError("options.policies must map each category name to a kwtree.Policy")
+    if not isinstance(options.thresholds, dedup.DedupThresholds):
+        raise InvalidInputError("options.thresholds must be a kwtree.DedupThresholds")
+    clean_choice(options.dedup, "options.dedup", DEDUP_MODES)
+    clean_int(options.prefilter_k, "options.prefilter_k", 1, 100)
+    return options
+
+
+def _clean_candidates(found: object, policies: Mapping[str, Policy], count: int) -> list[Candidate]:
+    if not isinstance(found, (list, tuple)):
+        raise InvalidInputError(f"the extractor must return a list of Candidate, got {shown(found)}")
+    for index, candidate in enumerate(found):
+        where = f"the extractor's candidates[{index}]"
+        if not isinstance(candidate, Candidate):
+            raise InvalidInputError(f"{where} must be a kwtree.Candidate, got {shown(candidate)}")
+        if candidate.category not in policies:
+            raise InvalidInputError(f"{where}.category {shown(candidate.category)} has no policy; the categories are "
+                                    f"{', '.join(policies)} (add a Policy to CommitOptions.policies for a new one)")
+        if not isinstance(candidate.key, str) or not normalize_name(candidate.key):
+            raise InvalidInputError(f"{where}.key must name a topic, entity or tool, got {shown(candidate.key)}")
+        if not isinstance(candidate.content, str) or not candidate.content.strip():
+            raise InvalidInputError(f"{where}.content must be non-empty text, got {shown(candidate.content)}")
+        if not isinstance(candidate.abstract, str):
+            raise InvalidInputError(f"{where}.abstract must be text, got {shown(candidate.abstract)}")
+        if type(candidate.confidence) not in (int, float) or not 0.0 <= candidate.confidence <= 1.0:
+            raise InvalidInputError(f"{where}.confidence must be a number in [0, 1], got {shown(candidate.confidence)}")
+        if not isinstance(candidate.sources, tuple) or not all(
+                type(i) is int and 0 <= i < count for i in candidate.sources):
+            raise InvalidInputError(f"{where}.sources must be a tuple of message indices below {count}, "
+                                    f"got {shown(candidate.sources)}")
+        happened = candidate.happened_at
+        if happened is not None and (type(happened) not in (int, float) or not math.isfinite(happened)):
+            raise InvalidInputError(f"{where}.happened_at must be epoch seconds or None, got {shown(happened)}")
+    return list(found)
+
+
+# --- the result -------------------------------------------------------------------------------
+
+
+def _result(plan: CommitPlan, op: Operation | None, changes: list[Any], dry_run: bool = False) -> CommitResult:
+    created = tuple(c.after.id for c in changes if c.before is None and type(c.after) in (Keyword, Info))
+    changed = tuple(c.after.id for c in changes if c.before is not None and type(c.after) in (Keyword, Info))
+    actions = [d.action for d in plan.decisions]
+    session_kw = plan.session_keyword_id
+    if dry_run and session_kw in created:
+        session_kw = None
+    return CommitResult(
+        plan.session_id, plan.scope, op.op_id if op is not None else None, session_kw, plan.first_new,
+        len(plan.messages), len(plan.candidates), actions.count("create"), actions.count("append"),
+        actions.count("merge"), actions.count("supersede"), actions.count("skip"), created, changed,
+        tuple(plan.decisions), dry_run)
+
+
+def _nothing_new(session_id: str, scope: str, seen: int, session_kw: str | None, dry_run: bool) -> CommitResult:
+    return CommitResult(session_id, scope, None, session_kw, seen, seen, 0, 0, 0, 0, 0, 0, (), (), (), dry_run)

@@ -1,0 +1,460 @@
+"""The decider that writes a whole session as ONE operation, and the shapes of its request
+and answer (``CommitOptions``, ``CommitResult``, ``CommitDecision``).
+
+``KeywordTree.commit_session`` (``kwtree/facade/memory.py``) prepares a :class:`CommitPlan`
+outside the write lock (extraction, placement by the descend loop, the dedup prefilter, the
+LLM's dedup verdicts); :func:`commit_changes` then decides, inside the lock and against the
+fresh state, every change: the scope keyword and its branches on first use, the session
+keyword, its summary info and its turns, and each candidate routed by its category's policy
+(``kwtree.memory.policies``). What was decided outside is checked again here (a parent or a
+target another writer deleted meanwhile falls back, and says so in the audit; a session another
+writer committed meanwhile raises :class:`StalePlanError`, and the facade prepares again). The
+steps run on a fork of the state and are folded to one row per entity, as a reorganisation
+plan is (``kwtree.writes.reorganize``), so ``undo`` reverses the whole commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwtree.engine.state import State
+from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError
+from kwtree.memory.candidates import HAPPENED_AT, Candidate, Extractor, Message
+from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
+from kwtree.memory.messages import digest, turn_text
+from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
+from kwtree.memory.summary import summarise, summary_text
+from kwtree.memory.when import parse_time
+from kwtree.models import ROOT_ID, Change, Info, Keyword
+from kwtree.normalize import normalize_name
+from kwtree.retrieval.scopes import SCOPE_KEY, segments
+from kwtree.writes import Stamp
+from kwtree.writes import infos as info_commands
+from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.reorganize import coalesce, put_changes
+from kwtree.writes.undo import check_consistent, in_apply_order
+
+__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "CommitDecision", "CommitOptions", "CommitPlan",
+           "CommitResult", "StalePlanError", "commit_changes", "find_branch", "find_holder", "find_session"]
+
+#: The metadata key marking a scope's branch keyword; its value is the branch's name.
+BRANCH_KEY = "branch"
+#: The ``kind`` in the metadata of a session's summary info.
+SUMMARY_KIND = "session_summary"
+#: ``CommitOptions.dedup``: the LLM when the tree has one ("auto"), always the thresholds, or the LLM.
+DEDUP_MODES = ("auto", "offline", "llm")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOptions:
+    """How ``commit_session`` works.
+
+    ``keep_turns`` stores each message as a turn info under the session keyword;
+    ``dry_run`` returns the plan and writes nothing; ``extractor`` finds the candidates (None:
+    ``kwtree.memory.extract.default_extractor`` with the tree's LLM client); ``policies`` maps
+    each category to its write policy; ``thresholds`` are the offline dedup cut-offs;
+    ``dedup`` is one of DEDUP_MODES; ``prefilter_k`` how many existing memories (BM25 and
+    vector hits each) a candidate is compared with; ``session_time`` when the session took
+    place (epoch seconds or ISO 8601; default: the first message's ``ts``)."""
+
+    keep_turns: bool = True
+    dry_run: bool = False
+    extractor: Extractor | None = None
+    policies: Mapping[str, Policy] = field(default_factory=lambda: POLICIES)
+    thresholds: DedupThresholds = field(default_factory=DedupThresholds)
+    dedup: str = "auto"
+    prefilter_k: int = 8
+    session_time: float | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitDecision:
+    """What became of one candidate (``index`` in the extractor's list): ``action`` is
+    ``create`` (a new memory), ``append`` (a new record of an append-only category), ``merge``
+    (added to an existing memory), ``supersede`` (replaced a contradicted fact, whose old
+    version stays in ``history()``) or ``skip`` (already held); ``info_id`` the memory written
+    or, for a skip, the one that already holds it; ``previous`` the superseded or merged
+    text; ``keyword_id`` the keyword holding it."""
+
+    index: int
+    category: str
+    key: str
+    action: str
+    reason: str
+    content: str
+    info_id: str | None
+    keyword_id: str | None
+    previous: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What ``commit_session`` did (or, with ``dry_run``, would do).
+
+    Counts of the candidates ``extracted`` and of the decisions; ``created_ids`` the keywords
+    and infos the commit created, ``changed_ids`` those it updated (on a dry run: the ids it
+    would use); ``session_keyword_id`` (None on a dry run that would create it); ``op_id`` the
+    operation (None on a dry run or when nothing was new); ``first_new`` the first message
+    not seen before this commit and ``seen`` how many are seen after it."""
+
+    session_id: str
+    scope: str
+    op_id: str | None
+    session_keyword_id: str | None
+    first_new: int
+    seen: int
+    extracted: int
+    created: int
+    appended: int
+    merged: int
+    superseded: int
+    skipped: int
+    created_ids: tuple[str, ...]
+    changed_ids: tuple[str, ...]
+    decisions: tuple[CommitDecision, ...]
+    dry_run: bool = False
+
+
+class StalePlanError(KwtreeError):
+    """Raised by the decider when another writer committed the same session while this commit
+    was being prepared: the plan no longer fits (the facade prepares it again)."""
+
+
+@dataclass(slots=True)
+class CommitPlan:
+    """What the facade prepared outside the write lock. ``placements`` maps (category, key)
+    to the parent the agent chose for a new holder keyword (None: the branch) and the walk's
+    audit; ``neighbours`` and ``verdicts`` are per candidate (a verdict only from the LLM)."""
+
+    scope: str
+    session_id: str
+    messages: Sequence[Message]
+    first_new: int
+    session_time: float | None
+    keep_turns: bool
+    candidates: Sequence[Candidate]
+    policies: Mapping[str, Policy]
+    thresholds: DedupThresholds
+    placements: dict[tuple[str, str], tuple[str | None, dict[str, Any] | None]]
+    neighbours: list[list[Neighbour]]
+    verdicts: list[Judgement | None]
+    audit: dict[str, Any] = field(default_factory=dict)
+    #: filled by commit_changes
+    decisions: list[CommitDecision] = field(default_factory=list)
+    session_keyword_id: str | None = None
+
+
+# --- finding the scope's parts (also used by the facade on a read) ------------------------------
+
+
+def _child(state: State, parent: str, key: str, value: str) -> Keyword | None:
+    for kid in state.children.get(parent, ()):
+        keyword = state.keywords[kid]
+        if keyword.metadata.get(key) == value:
+            return keyword
+    return None
+
+
+def find_branch(state: State, scope_id: str, branch: str) -> Keyword | None:
+    """The live branch keyword ``branch`` of the scope keyword ``scope_id``."""
+    return _child(state, scope_id, BRANCH_KEY, branch)
+
+
+def find_session(state: State, sessions_id: str, session_id: str) -> Keyword | None:
+    """The live session keyword of ``session_id`` under the sessions branch ``sessions_id``."""
+    return _child(state, sessions_id, "session_id", session_id)
+
+
+def find_holder(state: State, branch_id: str, key: str) -> Keyword | None:
+    """The live keyword inside the branch answering to the routing ``key`` (oldest first)."""
+    for kid in state.lookup_names(normalize_name(key)):
+        if kid != branch_id and state.is_descendant(kid, branch_id):
+            return state.keywords[kid]
+    return None
+
+
+# --- the decider --------------------------------------------------------------------------------
+
+
+class _Draft:
+    """The steps of one commit, tried on a fork of the state."""
+
+    def __init__(self, state: State, stamp: Stamp) -> None:
+        self.state = state.fork()
+        self.stamp = stamp
+        self.changes: list[Change] = []
+
+    def put(self, changes: list[Change]) -> list[Change]:
+        put_changes(self.state, changes)
+        self.changes.extend(changes)
+        return changes
+
+    def keyword(self, name: str, parent: str, metadata: Mapping[str, Any], what: str) -> Keyword:
+        try:
+            made = self.put(keyword_commands.create_keyword(self.state, self.stamp, name, parent, None, "", metadata))
+        except DuplicateKeywordError as exc:
+            raise InvalidInputError(
+                f"cannot create the {what} {name!r}: {exc}. A keyword of that name that kwtree did not create as "
+                f"the {what} is in the way; rename or move it") from None
+        return made[0].after  # type: ignore[return-value]
+
+    def info(self, content: str, keyword_id: str, metadata: Mapping[str, Any]) -> Info:
+        made = self.put(info_commands.create_info(self.state, self.stamp, content, "", [keyword_id], metadata))
+        return made[0].after  # type: ignore[return-value]
+
+    def update_info(self, info: Info, content: str, metadata: Mapping[str, Any]) -> Info:
+        patch = {"content": content, "metadata": metadata}
+        return self.put(info_commands.update_info(self.state, self.stamp, info.id, patch, None))[0].after  # type: ignore[return-value]
+
+    def update_keyword_metadata(self, keyword: Keyword, metadata: Mapping[str, Any]) -> Keyword:
+        current = self.state.keywords[keyword.id]
+        changes = keyword_commands.update_keyword(self.state, self.stamp, current.id, {"metadata": metadata},
+                                                  current.version)
+        return self.put(changes)[0].after  # type: ignore[return-value]
+
+    def infos_of(self, keyword_id: str) -> list[Info]:
+        infos = self.state.infos
+        return [infos[iid] for iid in self.state.infos_by_keyword.get(keyword_id, {}) if not infos[iid].deleted]
+
+
+def _scope(draft: _Draft, scope: str) -> Keyword:
+    parent = ROOT_ID
+    keyword: Keyword | None = None
+    for path in segments(scope):
+        keyword = _child(draft.state, parent, SCOPE_KEY, path)
+        if keyword is None:
+            keyword = draft.keyword(path.rsplit("/", 1)[-1], parent, {SCOPE_KEY: path}, "scope keyword")
+        parent = keyword.id
+    assert keyword is not None
+    return keyword
+
+
+def _branch(draft: _Draft, scope_kw: Keyword, branch: str) -> Keyword:
+    return find_branch(draft.state, scope_kw.id, branch) or draft.keyword(
+        branch, scope_kw.id, {BRANCH_KEY: branch}, f"branch of scope {scope_kw.name!r}")
+
+
+def _new_session(draft: _Draft, sessions: Keyword, session_id: str) -> Keyword:
+    """The session's keyword, named after its id; ids that differ only in case or punctuation
+    ("Trip 1", "trip-1") are different sessions with the same name key, so a later one is
+    named "<id> (2)", "<id> (3)" ... (the ``session_id`` metadata, not the name, finds it)."""
+    taken = {normalize_name(draft.state.keywords[kid].name) for kid in draft.state.children.get(sessions.id, ())}
+    name, number = session_id, 1
+    while normalize_name(name) in taken:
+        number += 1
+        name = f"{session_id} ({number})"
+    return draft.keyword(name, sessions.id, {"session_id": session_id}, "session keyword")
+
+
+def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]:
+    """Every change of the commit ``plan`` describes, decided against ``state``, one row per
+    entity, in an order ``apply`` takes; ``plan.decisions`` and ``plan.audit`` are filled in.
+    Raises StalePlanError when the session moved on since the plan was made, InvalidInputError
+    when a keyword of a scope's name that is not that scope is in the way."""
+    plan.decisions.clear()
+    draft = _Draft(state, stamp)
+    scope_kw = _scope(draft, plan.scope)
+    sessions = _branch(draft, scope_kw, SESSIONS_BRANCH)
+    session_kw = find_session(draft.state, sessions.id, plan.session_id)
+    seen = int(session_kw.metadata.get("seen", 0)) if session_kw is not None else 0
+    if seen != plan.first_new or (seen and session_kw is not None
+                                  and session_kw.metadata.get("digest") != digest(plan.messages[:seen])):
+        raise StalePlanError(f"session {plan.session_id!r} was committed by another writer while this commit was "
+                             f"prepared ({seen} messages seen, {plan.first_new} expected); commit it again")
+    session_time = plan.session_time
+    if session_time is None and session_kw is not None:
+        session_time = session_kw.metadata.get("session_time")
+    if session_kw is None:
+        session_kw = _new_session(draft, sessions, plan.session_id)
+    plan.session_keyword_id = session_kw.id
+    summary_info = next((info for info in draft.infos_of(session_kw.id)
+                         if info.metadata.get("kind") == SUMMARY_KIND), None)
+    if summary_info is None:  # first, so that it leads the session's infos
+        summary_info = draft.info(f"Session {plan.session_id}.", session_kw.id,
+                                  {"kind": SUMMARY_KIND, "session_id": plan.session_id})
+    turn_ids = _turns(draft, plan, session_kw, session_time)
+    for index, candidate in enumerate(plan.candidates):
+        _route(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
+    summary = summarise(plan.messages, plan.first_new, plan.candidates, summary_info.metadata)
+    draft.update_info(summary_info, summary_text(plan.session_id, summary),
+                      {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary})
+    metadata: dict[str, Any] = {**session_kw.metadata, "session_id": plan.session_id,
+                                "seen": len(plan.messages), "digest": digest(plan.messages)}
+    if session_time is not None:
+        metadata["session_time"] = session_time
+    draft.update_keyword_metadata(session_kw, metadata)
+    changes = coalesce(draft.changes)
+    check_consistent(state, changes, "commit_session")
+    plan.audit["decisions"] = [_decision_audit(d) for d in plan.decisions]
+    return in_apply_order(state, changes)
+
+
+def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: float | None) -> dict[int, str]:
+    """The turn infos of the session by message index: those of earlier commits, and (with
+    ``keep_turns``) the new messages', created in order."""
+    found = {int(info.metadata["turn"]): info.id for info in draft.infos_of(session_kw.id)
+             if type(info.metadata.get("turn")) is int}
+    if not plan.keep_turns:
+        return found
+    for index in range(plan.first_new, len(plan.messages)):
+        message = plan.messages[index]
+        text = turn_text(message)
+        if not text:
+            continue
+        when = parse_time(message.get("ts"), "ts")
+        when = when if when is not None else session_time if session_time is not None else draft.stamp.timestamp
+        metadata = {"role": message["role"], "turn": index, "session_id": plan.session_id, HAPPENED_AT: when}
+        found[index] = draft.info(text, session_kw.id, metadata).id
+    return found
+
+
+def _decide(plan: CommitPlan, index: int, candidate: Candidate, action: str, reason: str,
+            info_id: str | None, keyword_id: str | None, previous: str | None = None) -> None:
+    plan.decisions.append(CommitDecision(index, candidate.category, candidate.key, action, reason,
+                                         candidate.content, info_id, keyword_id, previous))
+
+
+def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, candidate: Candidate, policy: Policy) -> Keyword:
+    if policy.holder == "branch":
+        return branch
+    found = find_holder(draft.state, branch.id, candidate.key)
+    if found is not None:
+        return found
+    chosen, agent = plan.placements.get((candidate.category, candidate.key), (None, None))
+    parent = branch.id
+    entry: dict[str, Any] = {"category": candidate.category, "key": candidate.key}
+    if agent is not None:
+        entry["agent"] = agent
+    if chosen is not None:
+        if draft.state.live_keyword(chosen) is not None and draft.state.is_descendant(chosen, branch.id):
+            parent = chosen
+        else:  # deleted or moved out by another writer meanwhile
+            entry["parent_fallback"] = f"{chosen} is no longer inside the branch; placed under the branch"
+    plan.audit.setdefault("placements", []).append(entry)
+    metadata = {"category": candidate.category, "key": candidate.key}
+    return draft.keyword(candidate.key, parent, metadata, f"{candidate.category} keyword")
+
+
+def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int, str],
+                     session_time: float | None, stamp: Stamp) -> dict[str, Any]:
+    happened = candidate.happened_at if candidate.happened_at is not None else session_time
+    metadata: dict[str, Any] = {
+        "category": candidate.category, "key": candidate.key, "abstract": candidate.abstract,
+        "confidence": candidate.confidence, "sources": [turn_ids[i] for i in candidate.sources if i in turn_ids],
+        HAPPENED_AT: happened if happened is not None else stamp.timestamp, "session_id": plan.session_id,
+    }
+    attribute = (candidate.facts or {}).get("attribute")
+    if isinstance(attribute, str) and attribute:
+        metadata["attribute"] = attribute
+    return metadata
+
+
+def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candidate: Candidate,
+           turn_ids: dict[int, str], session_time: float | None) -> None:
+    policy = plan.policies[candidate.category]
+    branch = _branch(draft, scope_kw, policy.branch)
+    holder = _holder(draft, plan, branch, candidate, policy)
+    metadata = _memory_metadata(candidate, plan, turn_ids, session_time, draft.stamp)
+    if policy.write == "accumulate":
+        _accumulate(draft, plan, index, candidate, holder, metadata)
+        return
+    held = [info for info in draft.infos_of(holder.id) if "category" in info.metadata]
+    if policy.write == "supersede" and "attribute" in metadata:
+        same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]]
+        if same:
+            old = same[-1]
+            if normalize_name(old.content) == normalize_name(candidate.content):
+                _decide(plan, index, candidate, "skip", f"the same {metadata['attribute']} is held already",
+                        old.id, holder.id)
+                return
+            draft.update_info(old, candidate.content, metadata)
+            _decide(plan, index, candidate, "supersede",
+                    f"contradicts the held {metadata['attribute']}: the old version stays in history()",
+                    old.id, holder.id, previous=old.content)
+            return
+    verdict = _verdict(draft, plan, index, candidate, branch, held, may_merge=policy.write != "append")
+    if verdict.action == "skip":
+        _decide(plan, index, candidate, "skip", verdict.reason, verdict.target, holder.id)
+    elif verdict.action == "merge":
+        target = draft.state.infos[verdict.target]  # type: ignore[index]
+        sources = list(dict.fromkeys([*target.metadata.get("sources", ()), *metadata["sources"]]))
+        content = merged_text(target.content, candidate.content)
+        if content == target.content and sources == list(target.metadata.get("sources", ())):
+            _decide(plan, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
+            return
+        draft.update_info(target, content, {**target.metadata, "sources": sources})
+        _decide(plan, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
+    else:
+        info = draft.info(candidate.content, holder.id, metadata)
+        action = "append" if policy.write == "append" else "create"
+        _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
+
+
+def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, branch: Keyword,
+             held: list[Info], *, may_merge: bool) -> Judgement:
+    """The LLM's verdict when it still fits the fresh state, else the thresholds' over the
+    prefilter's neighbours that are still live and inside the branch, and what the holder holds."""
+    state = draft.state
+
+    def inside(info_id: str) -> bool:
+        info = state.live_info(info_id)
+        return info is not None and any(state.is_descendant(kid, branch.id)
+                                        for kid in state.keywords_by_info.get(info_id, ()))
+
+    verdict = plan.verdicts[index] if index < len(plan.verdicts) else None
+    if verdict is not None and (verdict.target is None or inside(verdict.target)):
+        return verdict
+    neighbours = {n.info_id: n for n in plan.neighbours[index] if inside(n.info_id)}
+    for info in held:
+        neighbours.setdefault(info.id, Neighbour(info.id, info.content))
+    fresh = [dataclasses.replace(n, content=state.infos[n.info_id].content) for n in neighbours.values()]
+    found = judge(candidate.content, fresh, plan.thresholds, may_merge=may_merge)
+    if verdict is not None:  # the LLM's target is gone
+        return dataclasses.replace(found, reason=f"the LLM's target {verdict.target} was deleted meanwhile; "
+                                                 f"{found.reason}")
+    return found
+
+
+def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, holder: Keyword,
+                metadata: dict[str, Any]) -> None:
+    """A skill: its statistics in the holder's metadata, its lesson merged into the guide."""
+    facts = candidate.facts or {}
+    current = draft.state.keywords[holder.id]
+    stats = dict(current.metadata)
+    stats["calls"] = int(stats.get("calls", 0)) + 1
+    outcome = facts.get("outcome")
+    if outcome == "success":
+        stats["successes"] = int(stats.get("successes", 0)) + 1
+    elif outcome == "failure":
+        stats["failures"] = int(stats.get("failures", 0)) + 1
+    duration = facts.get("duration")
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 <= duration < math.inf:
+        stats["duration_total"] = float(stats.get("duration_total", 0.0)) + float(duration)
+        stats["timed_calls"] = int(stats.get("timed_calls", 0)) + 1
+        stats["duration_mean"] = stats["duration_total"] / stats["timed_calls"]
+    draft.update_keyword_metadata(current, stats)
+    guide = next((info for info in draft.infos_of(holder.id) if info.metadata.get("guide")), None)
+    if guide is None:
+        info = draft.info(candidate.content, holder.id, {**metadata, "guide": True})
+        _decide(plan, index, candidate, "create", "the first lesson about this tool: a new guide", info.id, holder.id)
+        return
+    content = merged_text(guide.content, candidate.content)
+    if content == guide.content:
+        _decide(plan, index, candidate, "skip", "the guide holds this lesson already (statistics counted)",
+                guide.id, holder.id)
+        return
+    sources = list(dict.fromkeys([*guide.metadata.get("sources", ()), *metadata["sources"]]))
+    draft.update_info(guide, content, {**guide.metadata, "sources": sources})
+    _decide(plan, index, candidate, "merge", "a new lesson merged into the tool's guide", guide.id, holder.id,
+            previous=guide.content)
+
+
+def _decision_audit(decision: CommitDecision) -> dict[str, Any]:
+    return {"index": decision.index, "category": decision.category, "key": decision.key,
+            "action": decision.action, "reason": decision.reason, "info_id": decision.info_id,
+            "keyword_id": decision.keyword_id, "content": decision.content,
+            **({"previous": decision.previous} if decision.previous is not None else {})}

@@ -1,0 +1,59 @@
+"""Helpers of the commit-pipeline tests: extractors that return fixed candidates (so the tests
+hold whatever the default extractor finds), and reads of what a commit archived."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from kwtree import Candidate, CommitOptions, ExtractContext, Info, Keyword, KeywordTree
+
+__all__ = ["fixed", "memory", "options", "restorable", "scope_part", "session_turns"]
+
+
+def fixed(*candidates: Candidate, seen: list[ExtractContext] | None = None) -> Any:
+    """An extractor returning ``candidates`` (recording each context in ``seen``)."""
+
+    def extract(messages: Sequence[Any], context: ExtractContext) -> list[Candidate]:
+        if seen is not None:
+            seen.append(context)
+        return list(candidates)
+
+    return extract
+
+
+def options(*candidates: Candidate, **more: Any) -> CommitOptions:
+    return CommitOptions(extractor=fixed(*candidates), **more)
+
+
+def memory(category: str, key: str, content: str, *, source: int = 0, **facts: Any) -> Candidate:
+    return Candidate(category, key, content, content, 0.9, (source,), None, facts or None)
+
+
+def scope_part(tree: KeywordTree, scope: str, *names: str) -> Any:
+    """The keyword at scope › names..., found by name."""
+    node = next(k for k in tree.get_children("root") if k.metadata.get("scope") == scope)
+    for name in names:
+        node = next(k for k in tree.get_children(node.id) if k.name == name)
+    return node
+
+
+def session_turns(tree: KeywordTree, session_keyword_id: str) -> list[Any]:
+    return [i for i in tree.get_infos_of_keyword(session_keyword_id, size=10_000) if "turn" in i.metadata]
+
+
+_BOOKKEEPING = {"version", "op_id", "updated_at"}
+
+
+def restorable(reads: Any) -> Any:
+    """``public_reads`` without what an undo cannot give back: the versions, writers and update
+    times of the entities it restores, the newest op id and the count of operations."""
+    if isinstance(reads, (Keyword, Info)):
+        return {f.name: getattr(reads, f.name) for f in dataclasses.fields(reads) if f.name not in _BOOKKEEPING}
+    if isinstance(reads, dict):
+        return {key: restorable(value) for key, value in reads.items()
+                if key not in ("last_op_id", "operations")}
+    if isinstance(reads, (list, tuple)):
+        return [restorable(item) for item in reads]
+    return reads
