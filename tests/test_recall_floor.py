@@ -56,13 +56,28 @@ def test_a_name_the_memory_never_saw_outweighs_the_words_it_shares(studio: Keywo
     assert jonas < plain
 
 
-def test_min_score_zero_is_no_floor_and_one_keeps_only_full_cover(studio: KeywordTree) -> None:
-    everything = studio.recall("puzzle games in the spring from Lyon", min_score=0)
-    assert len(everything) == 2
-    full = studio.recall("puzzle games in the spring from Lyon", min_score=1)
-    assert all(hit.relevance == 1.0 for hit in full)
-    assert len(full) < len(everything) or all(hit.relevance == 1.0 for hit in everything)
-    assert all(0.0 <= hit.relevance <= 1.0 for hit in everything)
+def test_min_score_zero_is_no_floor(studio: KeywordTree) -> None:
+    assert studio.recall("capital France weather", min_score=0)
+    assert all(0.0 <= hit.relevance <= 1.0 for hit in studio.recall("puzzle games Lyon", min_score=0))
+
+
+def test_the_floor_decides_whether_there_is_an_answer_half_of_it_what_comes_with_it(tree: KeywordTree) -> None:
+    mem = tree
+    full = mem.create_info("Mara founded Pixel Forge in Lyon")
+    part = mem.create_info("The studio was founded in a hurry")
+    mem.create_info("Sourdough bread needs a lively starter")
+    query = "When did Mara found Pixel Forge in Lyon?"
+    scored = {hit.info.id: hit.relevance for hit in mem.recall(query, min_score=0, mode="bm25")}
+    assert scored[full.id] == 1.0 and 0 < scored[part.id] < 1.0
+    other = scored[part.id]
+    assert {hit.info.id for hit in mem.recall(query, min_score=2 * other, mode="bm25")} == {full.id, part.id}
+    assert [hit.info.id for hit in mem.recall(query, min_score=min(1.0, 2 * other + 0.01), mode="bm25")] == [full.id]
+    # Without the info that answers, what covers part of the query is no answer on its own.
+    mem.delete_info(full.id)
+    [alone] = [hit.relevance for hit in mem.recall(query, min_score=0, mode="bm25") if hit.info.id == part.id]
+    other = alone  # the weights changed with the corpus
+    assert [hit.info.id for hit in mem.recall(query, min_score=other, mode="bm25")] == [part.id]
+    assert mem.recall(query, min_score=other + 0.01, mode="bm25") == []
 
 
 def test_a_long_query_about_several_topics_still_recalls_each(studio: KeywordTree) -> None:

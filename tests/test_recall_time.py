@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -13,9 +13,9 @@ from kwtree.errors import InvalidInputError
 from kwtree.memory import candidates
 from kwtree.models import HAPPENED_AT, ROOT_ID
 
-MAY_1 = datetime(2023, 5, 1, 9, 0, tzinfo=timezone.utc).timestamp()
-MAY_8 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc).timestamp()
-JUNE_20 = datetime(2023, 6, 20, 18, 0, tzinfo=timezone.utc).timestamp()
+MAY_1 = datetime(2023, 5, 1, 9, 0, tzinfo=UTC).timestamp()
+MAY_8 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
+JUNE_20 = datetime(2023, 6, 20, 18, 0, tzinfo=UTC).timestamp()
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_since_and_until_filter_on_when_it_happened(diary) -> None:
     assert found(tree, since=MAY_8, until=MAY_8) == {"may8"}  # both bounds included
     assert found(tree, until=MAY_8 - 1) == {"may1"}
     assert found(tree, since="2023-05-02", until="2023-06-01") == {"may8"}
-    assert found(tree, since=date(2023, 6, 1), until=datetime(2023, 6, 30, tzinfo=timezone.utc)) == {"june20"}
+    assert found(tree, since=date(2023, 6, 1), until=datetime(2023, 6, 30, tzinfo=UTC)) == {"june20"}
     assert found(tree, until="2023-05-08") == {"may1", "may8"}  # a date alone is its whole day
     assert found(tree, since="2023-05-08T14:00:00+00:00", until="2023-12-31") == {"june20"}
     assert found(tree, since="2023-05-08T13:56:00") == {"june20", "may8", "undated", "bad date"}  # no zone: UTC
@@ -78,7 +78,7 @@ def test_a_bad_time_is_refused_naming_its_field(diary, field: str, bad: object) 
 
 def test_since_after_until_is_refused(diary) -> None:
     tree, _ = diary
-    with pytest.raises(InvalidInputError, match="since .* is after until"):
+    with pytest.raises(InvalidInputError, match=r"since .* is after until"):
         tree.recall("hiking", since="2023-06-01", until="2023-05-01")
 
 

@@ -21,8 +21,9 @@ Functions here take the State (the caller holds its lock) and the raw hits of th
   only those keywords: an info is a candidate only through a live link into them, its
   keyword score, its thread and the keywords its hit shows come from them alone, and a
   keyword outside is never named or matched.
-- **The floor.** Each hit gets its ``relevance`` (``kwtree.retrieval.relevance``); hits
-  below ``min_score`` are dropped before the best ``k`` are taken.
+- **The floor.** Each hit gets its ``relevance`` (``kwtree.retrieval.relevance``). Nothing is
+  returned unless some candidate reaches ``min_score``; then the best ``k`` of those reaching
+  ``HIT_SHARE * min_score`` are.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval.lookup import names_in_text
-from kwtree.retrieval.relevance import QueryTerms, relevance
+from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
 from kwtree.retrieval.timeline import Window, in_window
 
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
@@ -229,8 +230,9 @@ def fuse(
     min_score: float = 0.0,
     vector_relevance: Callable[[float], float] | None = None,
 ) -> list[Hit]:
-    """The best ``k`` live infos whose relevance to ``query`` is at least ``min_score``, with
-    their score parts and the keywords (inside ``scope``) that link them."""
+    """The best ``k`` live infos whose relevance to ``query`` is at least ``HIT_SHARE *
+    min_score`` — none unless one of the candidates reaches ``min_score`` — with their score
+    parts and the keywords (inside ``scope``) that link them."""
     subtree = set(state.subtree(under)) if under is not None else None
     if scope is not None:
         subtree = scope if subtree is None else subtree & scope
@@ -273,8 +275,9 @@ def fuse(
                        info_score, keyword_score))
     ranked.sort()
     hits: list[Hit] = []
+    relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
     for negative, _, _, iid, info_score, keyword_score in ranked:
-        if len(hits) == k:
+        if len(hits) == k and relevant:
             break
         linked = _visible(state, iid, scope)
         judged = 1.0
@@ -283,7 +286,8 @@ def fuse(
             judged = relevance(state, query, iid, linked, near)
             if vector_relevance is not None and iid in vector_rank:
                 judged = max(judged, vector_relevance(vector_rank[iid][1]))
-            if judged < min_score:
+            relevant = relevant or judged >= min_score
+            if judged < min_score * HIT_SHARE or len(hits) == k:
                 continue
         hit = Hit(
             state.infos[iid], -negative, info_score, keyword_score,
@@ -296,4 +300,4 @@ def fuse(
             path = [state.keywords[node] for node in state.ancestry(kid)]
             hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(iid, kid)].relation, path))
         hits.append(hit)
-    return hits
+    return hits if relevant else []

@@ -11,6 +11,9 @@ the share of the query's weight that the info's evidence covers.
   memory has never seen weighs the most, a term in most infos little. The prior keeps a
   small memory's counts from ruling: in ten infos a word found in five says little about
   whether it is informative (without the prior it would weigh almost nothing).
+- A name in the query (a capitalised word after its first word: "Caroline", "France")
+  weighs ``NAME_WEIGHT`` times more: a question is about whom or what it names, and a memory
+  that never mentions the name has nothing on it, however many other words it shares.
 - An info's evidence is the terms of its own text, of the names and aliases of the keywords
   it is linked to (inside the read's scopes) and of their ancestors, and of its thread
   neighbours (the infos linked just before and after it, as recall's threads read them).
@@ -23,8 +26,12 @@ the share of the query's weight that the info's evidence covers.
   info that covers as much weight as the query's few most specific terms is relevant. A
   query with no term (only stop words) cannot be judged and every info gets 1.0.
 
-``MIN_SCORE`` is the default floor, calibrated on LoCoMo by ``bench/floor.py`` (see
-docs/retrieval.md for how, and for what the floor gets wrong).
+Recall returns nothing unless some candidate's relevance reaches the floor (``min_score``,
+default ``MIN_SCORE``): the floor decides whether the memory has anything on the query. When
+one does, the hits reaching ``HIT_SHARE`` of the floor come back: whether a hit belongs to
+the answer is a lower bar than whether there is an answer. ``MIN_SCORE`` is calibrated on
+LoCoMo by ``bench/floor.py`` (see docs/retrieval.md for how, and for what the floor gets
+wrong).
 """
 
 from __future__ import annotations
@@ -39,17 +46,21 @@ from kwtree.engine.state import State
 from kwtree.models import ROOT_ID
 from kwtree.normalize import terms
 
-__all__ = ["MIN_SCORE", "QueryTerms", "query_terms", "relevance", "vector_scale"]
+__all__ = ["HIT_SHARE", "MIN_SCORE", "QueryTerms", "query_terms", "relevance", "vector_scale"]
 
 #: The default floor on ``Hit.relevance``: an info must cover at least this share of the
 #: query's weight. Calibrated with bench/floor.py (docs/retrieval.md).
-MIN_SCORE = 0.4
+MIN_SCORE = 0.35
+#: Once a candidate reaches the floor (the memory has something on the query), the hits
+#: reaching this share of it are returned with it: partial cover, not evidence alone, is
+#: context for the answer (the reply after the turn that repeats the question's words).
+HIT_SHARE = 0.5
 #: Documents added to the corpus size when weighing terms (see the module's docstring).
 PRIOR_DOCUMENTS = 100
 #: An info covering the weight of the query's this many heaviest terms is fully relevant.
 SATURATION_TERMS = 3
 #: A name in the query (a capitalised word after its first word) weighs this many times more.
-NAME_WEIGHT = 3.0
+NAME_WEIGHT = 5.0
 _NAME = re.compile(r"(?<=[\w,;:'\"] )([A-Z][\w'-]*)")
 #: Cosine similarities (below which a text is unrelated, from which it is fully relevant) of
 #: the embedders whose scale was measured, by model-name prefix. The default hash embedder
