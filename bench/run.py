@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compaction
 import core
 import export
+import floor
 import locomo
 import peers
 import placement
@@ -117,6 +118,10 @@ def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
     return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
 
 
+def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 2 if quick else "all", "sweep": floor.SWEEP}, floor.run(quick, work)
+
+
 def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
@@ -148,6 +153,7 @@ SUITES = {
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
+    "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
