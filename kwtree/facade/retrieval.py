@@ -71,9 +71,10 @@ class RetrievalMethods(TreeCore):
         keyword's subtree, ``relation`` those linked by that relation type. ``scope`` (a scope
         path such as "user:alice", or a list of them; None: every memory) keeps infos with a
         live link into the scopes' subtrees, and a hit lists only its keywords inside them; a
-        scope that does not exist yet holds nothing. ``min_score`` is a floor on each hit's
-        ``relevance`` (the share of the query's rare terms the info and its keywords cover;
-        0 turns the floor off; see docs/retrieval.md). ``since`` and ``until`` (epoch seconds,
+        scope that does not exist yet holds nothing. ``min_score`` is the relevance floor
+        (``Hit.relevance``: the share of the query's rare terms and names the info, its
+        keywords and its thread neighbours cover): nothing is returned unless some candidate
+        reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md). ``since`` and ``until`` (epoch seconds,
         a datetime or an ISO 8601 date or time; a date alone is its whole day; no zone: UTC)
         keep infos that happened then: their ``happened_at`` metadata, else their
         ``created_at``. Text is searchable as soon as the write returns; vectors once the
