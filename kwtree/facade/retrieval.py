@@ -74,11 +74,12 @@ class RetrievalMethods(TreeCore):
         scope that does not exist yet holds nothing. ``min_score`` is the relevance floor
         (``Hit.relevance``: the share of the query's rare terms and names the info, its
         keywords and its thread neighbours cover): nothing is returned unless some candidate
-        reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md). ``since`` and ``until`` (epoch seconds,
-        a datetime or an ISO 8601 date or time; a date alone is its whole day; no zone: UTC)
-        keep infos that happened then: their ``happened_at`` metadata, else their
-        ``created_at``. Text is searchable as soon as the write returns; vectors once the
-        outbox is drained (``wait_indexed``), and until then recall uses what is embedded.
+        reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md).
+        ``since`` and ``until`` (epoch seconds, a datetime or an ISO 8601 date or time; a date
+        alone is its whole day; no zone: UTC) keep infos that happened then: their
+        ``happened_at`` metadata, else their ``created_at``. Text is searchable as soon as the
+        write returns; vectors once the outbox is drained (``wait_indexed``), and until then
+        recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
         """
         self._check_open()
