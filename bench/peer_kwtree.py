@@ -111,7 +111,8 @@ class Store:
     as bench/retrieval.py measures it); "recall" is ``tree.recall(qtext, k=10,
     mode="vector")`` end to end, whose query vector is the one the driver passes with ``qtext``.
     ``fts`` has only "or": ``recall(mode="bm25")`` ranks by any of the query's terms, and
-    kwtree has no mode that requires them all.
+    kwtree has no mode that requires them all. Both pass ``min_score=0``: the peers rank and
+    have no relevance floor, so neither is compared with one (bench/floor.py measures it).
     """
 
     vmodes: ClassVar[list[str]] = ["store", "recall"]
@@ -165,7 +166,7 @@ class Store:
             if qtext is None:
                 raise ValueError("vquery(mode='recall') needs the query text")
             self._embedder.remember_query(qtext, np.asarray(q, dtype=np.float32))
-            infos = [hit.info for hit in self.tree.recall(qtext, k=K, mode="vector")]
+            infos = [hit.info for hit in self.tree.recall(qtext, k=K, mode="vector", min_score=0)]
         else:
             raise ValueError(f"unknown vquery mode {mode!r}; use one of {self.vmodes}")
         return [info.metadata["doc"] for info in infos]
@@ -173,7 +174,7 @@ class Store:
     def fts(self, qtext: str, mode: str = "or") -> list[int]:
         if mode != "or":
             raise ValueError("kwtree's full-text recall has no AND mode; only 'or'")
-        return [hit.info.metadata["doc"] for hit in self.tree.recall(qtext, k=K, mode="bm25")]
+        return [hit.info.metadata["doc"] for hit in self.tree.recall(qtext, k=K, mode="bm25", min_score=0)]
 
     def count(self) -> int:
         return int(self.tree.tree_metrics()["infos"])

@@ -105,7 +105,7 @@ def measure(docs: list[str], queries: list[tuple[str, str]], work: Path | None =
             started = time.perf_counter()
             tree.recall("warm up", mode="bm25")  # the first search indexes the log's infos
             result["fulltext_build_s"] = time.perf_counter() - started
-            samples["bm25"] = [_ms(lambda q=q: tree.recall(q, k=10, mode="bm25")) for q in texts]
+            samples["bm25"] = [_ms(lambda q=q: tree.recall(q, k=10, mode="bm25", min_score=0)) for q in texts]
 
             started = time.perf_counter()
             tree.wait_indexed()  # worker=False: embeds the outbox inline
@@ -113,7 +113,7 @@ def measure(docs: list[str], queries: list[tuple[str, str]], work: Path | None =
             vector = vector_figures(tree, texts[:n_vector], texts[n_vector : n_vector + WARM_UP])
             samples.update(vector.pop("samples"))
             result.update(vector)
-            samples["hybrid"] = [_ms(lambda q=q: tree.recall(q, k=10)) for q in texts[:n_vector]]
+            samples["hybrid"] = [_ms(lambda q=q: tree.recall(q, k=10, min_score=0)) for q in texts[:n_vector]]
             # The naive hybrid: the FTS5 query and the brute-force scan, each at its own pass's speed.
             samples["fts5_brute"] = [fts + brute for fts, brute in zip(samples["fts5"], samples["brute"], strict=False)]
         finally:
@@ -156,8 +156,8 @@ def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str]) -> 
         exact.append({ids[row] for row in top})
     hits = sum(len(truth & {entity_id for entity_id, _ in got}) / 10 for truth, got in zip(exact, found, strict=True))
     for query in warmup:
-        tree.recall(query, k=10, mode="vector")
-    end_to_end = [_ms(lambda q=q: tree.recall(q, k=10, mode="vector")) for q in queries]
+        tree.recall(query, k=10, mode="vector", min_score=0)
+    end_to_end = [_ms(lambda q=q: tree.recall(q, k=10, mode="vector", min_score=0)) for q in queries]
     return {
         "recall_at_10": hits / len(vectors),
         "hnsw_build_s": hnsw_build_s,

@@ -28,6 +28,7 @@ import compaction
 import core
 import export
 import extract
+import floor
 import locomo
 import memory_commit
 import peers
@@ -123,6 +124,10 @@ def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
 
 
+def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 2 if quick else "all", "sweep": floor.SWEEP}, floor.run(quick, work)
+
+
 def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
@@ -160,6 +165,7 @@ SUITES = {
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
+    "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),

@@ -18,6 +18,7 @@ __all__ = [
     "DIRECTIONS",
     "DURABILITY_MODES",
     "EMPTY_METADATA",
+    "HAPPENED_AT",
     "INFO_POLICIES",
     "ROOT_ID",
     "AgentOutcome",
@@ -36,6 +37,11 @@ __all__ = [
     "entity_key",
 ]
 
+#: The info metadata key holding when the fact happened (epoch seconds, UTC), besides
+#: ``created_at`` (when it was recorded). ``recall(since=, until=)`` filters on it; it lives
+#: here, on the ground floor, so that the memory pipeline that writes it and retrieval that
+#: reads it share one name.
+HAPPENED_AT = "happened_at"
 ROOT_ID = "root"
 #: The shared metadata of every entity that has none (one object, not one per entity).
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
@@ -260,7 +266,11 @@ class Hit:
     its neighbours in its thread (the infos linked just before and after it to its most
     specific keyword); ``keyword_score`` the tree's part (the best score among the keywords
     it is linked to that the query names or matches); and
-    ``score = a * info_score + (1 - a) * keyword_score``.
+    ``score = a * info_score + (1 - a) * keyword_score``. ``score`` ranks: it says how an
+    info compares with the others, not whether it is relevant at all. ``relevance`` (in
+    [0, 1]) does: the share of the query's terms, weighted by how rare they are, that the
+    info, the keywords it is linked to and its thread neighbours contain (1.0 when the query
+    has no term to judge by); ``recall(min_score=)`` is a floor on it (docs/retrieval.md).
     """
 
     info: Info
@@ -273,3 +283,4 @@ class Hit:
     vector_rank: int | None = None
     thread: float = 0.0
     keywords: list[LinkedKeyword] = field(default_factory=list)
+    relevance: float = 1.0

@@ -211,6 +211,12 @@ def plausible(world: World) -> dict[str, st.SearchStrategy[Any]]:
                       "llm_error": HOSTILE},
         ),
         "path": _output_path(world),
+        "scope": st.one_of(st.none(), st.sampled_from(["user:alice", "user:nobody/run:1", "User:x", "user:", "", "a"]),
+                           st.lists(st.sampled_from(["user:alice", "agent:coder", "bad"]), max_size=3)),
+        "min_score": st.one_of(st.floats(), st.sampled_from([0, 0.35, 1, "0.5", True])),
+        "since": st.one_of(st.none(), st.floats(), st.datetimes(),
+                           st.sampled_from(["2024-05-01", "2024-05-01T10:00:00+02:00", "yesterday", "2024-13-01"])),
+        "until": st.one_of(st.none(), st.floats(), st.datetimes(), st.sampled_from(["2024-05-01", "soon"])),
     }
 
 

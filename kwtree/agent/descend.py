@@ -128,13 +128,15 @@ class DescendLoop:
 
     # --- relevance ---------------------------------------------------------------------------
 
-    def relevance(self, read: Reader, query: str, description: str = "") -> Relevance:
-        """The lexical relevance of every keyword to the query, on the current state."""
+    def relevance(self, read: Reader, query: str, description: str = "",
+                  within: set[str] | None = None) -> Relevance:
+        """The lexical relevance of every keyword (of ``within``, when given) to the query,
+        on the current state."""
 
         def score(state: State) -> Relevance:
             with self._index_lock:
                 self._index.sync(state)
-                return self._index.score(state, query, description)
+                return self._index.score(state, query, description, within=within)
 
         return read(score)
 
@@ -150,16 +152,24 @@ class DescendLoop:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def descend(self, read: Reader, query: str, intent: str, description: str = "", under: str = ROOT_ID) -> Descent:
+    def descend(self, read: Reader, query: str, intent: str, description: str = "",
+                within: Sequence[str] | None = None) -> Descent:
         """Walk the tree for ``query`` (a name or a text) with ``intent`` "search" or
-        "suggest_parent", from the keyword ``under`` (the root by default: the walk then
-        stays inside its subtree, and a miss on the first round suggests ``under``). Never
-        raises for what the navigator does: failures are fallbacks."""
+        "suggest_parent". With ``within`` (ids of live keywords: a read's scopes), the walk
+        starts at their children and is shown, and scores, nothing outside their subtrees;
+        it may end missing at a keyword outside them (the root, for scopes that share no
+        ancestor below it), which the caller clips. Never raises for what the navigator
+        does: failures are fallbacks."""
         assert intent in INTENTS
-        relevance = self.relevance(read, query, description)
+        inside = None if within is None else read(lambda state: {kid for top in within for kid in state.subtree(top)})
+        relevance = self.relevance(read, query, description, inside)
         descent = Descent(intent, query, DescentStatus.MISSING, navigator=self.navigator.name)
-        starts = read(lambda state: self._entry_points(state, under))
-        current = under
+        if within is None:
+            starts = read(lambda state: self._entry_points(state))
+            current = ROOT_ID
+        else:
+            starts = read(lambda state: self._entry_points(state, within, inside))
+            current = read(functools.partial(_common_ancestor, ids=list(within)))
         try:
             for round_number in range(1, self.max_rounds + 1):
                 candidates, path = read(functools.partial(self._view, starts=starts, relevance=relevance,
@@ -235,11 +245,13 @@ class DescendLoop:
     def forget(self, ids: Iterable[str]) -> None:
         self.mru.evict(ids)
 
-    def _entry_points(self, state: State, under: str = ROOT_ID) -> list[str]:
-        recent = [kid for kid in self.mru.snapshot() if state.live_keyword(kid) is not None
-                  and (under == ROOT_ID or (kid != under and state.is_descendant(kid, under)))]
+    def _entry_points(self, state: State, within: Sequence[str] = (ROOT_ID,),
+                      inside: set[str] | None = None) -> list[str]:
+        """Recent matches (inside ``inside``, when given), then the children of ``within``."""
+        recent = [kid for kid in self.mru.snapshot()
+                  if state.live_keyword(kid) is not None and (inside is None or kid in inside)]
         recent = recent[: self.max_candidates // 2]
-        return list(dict.fromkeys([*recent, *state.children.get(under, ())]))
+        return list(dict.fromkeys([*recent, *(child for top in within for child in state.children.get(top, ()))]))
 
     def _view(self, state: State, starts: list[str], relevance: Relevance,
               current: str) -> tuple[list[Candidate], list[str]]:

@@ -171,10 +171,12 @@ class KeywordTextIndex:
     def __len__(self) -> int:
         return len(self._profiles)
 
-    def score(self, state: State, query: str, description: str = "", exclude: str | None = None) -> Relevance:
+    def score(self, state: State, query: str, description: str = "", exclude: str | None = None,
+              within: set[str] | None = None) -> Relevance:
         """Score every keyword that shares a term with ``query`` (a name or a text) and its
         optional ``description``, except ``exclude`` and its subtree (a keyword being
-        re-placed). Call after ``sync(state)``, under the same lock."""
+        re-placed), and only those in ``within`` when given (a scoped search). Call after
+        ``sync(state)``, under the same lock."""
         query_name = terms(query)
         query_desc = terms(description)
         query_all = set(query_name) | set(query_desc)
@@ -198,6 +200,8 @@ class KeywordTextIndex:
                 touched.update(holders)
         if exclude is not None:
             touched.difference_update(state.subtree(exclude))
+        if within is not None:
+            touched.intersection_update(within)
         relevance = Relevance()
         if not touched:
             return relevance

@@ -686,6 +686,19 @@ class Indexes:
             hits = self._fulltext.search(query, kind, k)
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
+    @property
+    def model(self) -> str:
+        """The embedder's model name (the vectors this coordinator searches)."""
+        return self._model
+
+    def document_frequencies(self, words: list[str], kind: str) -> tuple[int, list[int]]:
+        """How many documents of ``kind`` the full-text index holds, and how many of them
+        hold each of ``words`` (terms as ``normalize.terms`` gives them), every committed
+        write included: the weights of recall's relevance floor."""
+        self._sync_fulltext()
+        index = self._fulltext
+        return index.count(kind), [index.matching(kind, [word]) for word in words]
+
     def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
         """Entities of ``kind`` whose current text's vector is nearest the query's."""
         self._recover_vanished_vectors()

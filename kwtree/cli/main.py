@@ -219,6 +219,30 @@ INFO_ID = arg("info_id", metavar="INFO_ID", help="an info id")
 KEYWORD_ID = arg("keyword_id", metavar="KEYWORD_ID", help="a keyword id")
 RELATIONS = [member.value for member in RelationType]
 RELATION = arg("--relation", choices=RELATIONS, help="only links of this relation type")
+SCOPE = arg("--scope", action="append", metavar="SCOPE",
+            help="only memories inside this scope, e.g. user:alice (repeatable: any of them)")
+MIN_SCORE = arg("--min-score", type=float, metavar="X",
+                help="relevance floor, 0 (none) to 1 (default: recall's calibrated floor, docs/retrieval.md)")
+
+
+def _reads(a: argparse.Namespace) -> dict[str, Any]:
+    """The scope, floor and time window of a recall or context command."""
+    given = {} if a.min_score is None else {"min_score": a.min_score}
+    return {"scope": a.scope, "since": a.since, "until": a.until, **given}
+
+
+def _moment(text: str) -> float | str:
+    """Epoch seconds, or an ISO 8601 date or time the library reads."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+TIME_WINDOW = (arg("--since", type=_moment, metavar="WHEN", help="only memories that happened then or later "
+                   "(epoch seconds or ISO 8601, e.g. 2024-05-01)"),
+               arg("--until", type=_moment, metavar="WHEN", help="only memories that happened then or earlier "
+                   "(a date alone: its whole day)"))
 ALIASES = arg("--alias", dest="aliases", action="append", metavar="ALIAS", help="an alias (repeatable)")
 DESCRIPTION = arg("--description", metavar="TEXT", help="what the keyword is about")
 FROM = arg("from_id", metavar="FROM", help="the keyword the relation starts at")
@@ -303,30 +327,32 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "recall", "KeywordTree.recall",
         "the infos most relevant to QUERY (full text and vectors fused, lifted by the keywords it names)",
-        example="./memory \"how are invoices retried\" --k 5", opens="read",
-        call=lambda t, a: t.recall(a.query, a.k, under=a.under, relation=a.relation, mode=a.mode),
+        example="./memory \"how are invoices retried\" --k 5 --scope user:alice --since 2024-05-01", opens="read",
+        call=lambda t, a: t.recall(a.query, a.k, under=a.under, relation=a.relation, mode=a.mode, **_reads(a)),
         args=(arg("query", metavar="QUERY"),
               arg("--k", type=int, default=10, metavar="N", help="how many (default: 10)"),
               arg("--under", metavar="ID", help="only infos linked to this keyword's subtree"), RELATION,
-              arg("--mode", choices=["hybrid", "bm25", "vector"], default="hybrid", help="default: hybrid")),
+              arg("--mode", choices=["hybrid", "bm25", "vector"], default="hybrid", help="default: hybrid"),
+              SCOPE, MIN_SCORE, *TIME_WINDOW),
         show=lambda r, t, a: show_hits(r),
     ),
     Command(
         "context", "KeywordTree.context",
         "prompt-ready text for QUERY: recalled infos under their keyword paths, within --max-tokens",
-        example="./memory \"billing retries\" --max-tokens 300", opens="read",
-        call=lambda t, a: t.context(a.query, a.max_tokens),
+        example="./memory \"billing retries\" --max-tokens 300 --scope user:alice", opens="read",
+        call=lambda t, a: t.context(a.query, a.max_tokens, **_reads(a)),
         args=(arg("query", metavar="QUERY"),
-              arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)")),
+              arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)"),
+              SCOPE, MIN_SCORE, *TIME_WINDOW),
         show=lambda r, t, a: print(r),
     ),
     Command(
         "search", "KeywordTree.search",
         "find the keyword QUERY names: exact name or alias first, then the agent walks the tree",
         example="./memory \"python packaging tool\"", opens="read",
-        call=lambda t, a: t.search(a.query, llm_expand_query=not a.exact),
+        call=lambda t, a: t.search(a.query, llm_expand_query=not a.exact, scope=a.scope),
         args=(arg("query", metavar="QUERY"),
-              arg("--exact", action="store_true", help="exact lookup only: no agent, no LLM call")),
+              arg("--exact", action="store_true", help="exact lookup only: no agent, no LLM call"), SCOPE),
         show=lambda r, t, a: show_search(r),
     ),
     # --- agent memory (kwtree/cli/memory.py) -----------------------------------------------
@@ -436,10 +462,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     # --- operations ------------------------------------------------------------------------
     Command(
-        "history", "KeywordTree.history", "list operations, oldest first: all, or those that wrote --entity",
-        example='./memory --entity "$PY" --limit 5', opens="read", call=lambda t, a: t.history(a.entity, a.limit),
+        "history", "KeywordTree.history",
+        "list operations, oldest first: all, or those that wrote --entity (or inside --scope)",
+        example='./memory --entity "$PY" --limit 5', opens="read",
+        call=lambda t, a: t.history(a.entity, a.limit, scope=a.scope),
         args=(arg("--entity", metavar="ID", help="a keyword or info id, or a link or relation key"),
-              arg("--limit", type=int, metavar="N", help="only the newest N")),
+              arg("--limit", type=int, metavar="N", help="only the newest N"), SCOPE),
     ),
     Command(
         "undo", "KeywordTree.undo", "restore what an operation wrote to its state before, as a new operation",

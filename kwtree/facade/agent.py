@@ -9,13 +9,14 @@ path, and the descend loop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kwtree.agent import reorganize as planner
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import Descent, DescentStatus
 from kwtree.engine.engine import Decide
+from kwtree.engine.state import State
 from kwtree.errors import AgentError, DuplicateKeywordError
 from kwtree.facade.core import TreeCore
 from kwtree.models import (
@@ -28,6 +29,7 @@ from kwtree.models import (
 )
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import lookup as results
+from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
 from kwtree.validate import clean_flag, clean_json, clean_text
 from kwtree.writes import Stamp, require_keyword
 from kwtree.writes import reorganize as reorganize_commands
@@ -39,6 +41,30 @@ MAX_AGENT_LINKS = 5
 #: What a tree does when the agent fails (``KeywordTree(on_agent_failure=...)``): use the
 #: fallback and say so on the result, or raise AgentError and write nothing.
 ON_AGENT_FAILURE = ("fallback", "raise")
+
+
+def _scope_ids(state: State, scopes: tuple[str, ...]) -> tuple[list[str], set[str]]:
+    """The ids of the scopes' keywords that exist, and of every keyword inside them."""
+    holders = [keyword.id for keyword in (scope_keyword(state, one) for one in scopes) if keyword is not None]
+    return holders, scope_subtree(state, scopes)
+
+
+def _inside(result: SearchResult, holders: list[str], inside: set[str]) -> SearchResult:
+    """``result`` of a walk inside scopes, without anything outside them (a keyword deleted
+    or moved out meanwhile): what the walk matched outside is dropped, a suggested parent
+    outside becomes the first scope's keyword."""
+    if result.node is not None and result.node.id not in inside:
+        return SearchResult(SearchStatus.NOT_FOUND, suggested_parent_id=holders[0],
+                            suggested_name=result.node.name, reason="moved_out", rounds=result.rounds,
+                            trace=result.trace)
+    result.candidates = [keyword for keyword in result.candidates if keyword.id in inside]
+    if result.status is SearchStatus.AMBIGUOUS and not result.candidates:
+        return SearchResult(SearchStatus.NOT_FOUND, suggested_parent_id=holders[0],
+                            suggested_name=result.suggested_name, reason="moved_out", rounds=result.rounds,
+                            trace=result.trace)
+    if result.suggested_parent_id is not None and result.suggested_parent_id not in inside:
+        result.suggested_parent_id = holders[0]
+    return result
 
 
 _PLACED = {
@@ -54,7 +80,8 @@ class AgentMethods(TreeCore):
     _llm_client: LLMClient | None
     _on_agent_failure: str
 
-    def search(self, query: str, llm_expand_query: bool = True) -> SearchResult:
+    def search(self, query: str, llm_expand_query: bool = True, *,
+               scope: str | Sequence[str] | None = None) -> SearchResult:
         """Find the keyword ``query`` names.
 
         An exact hit on a name or alias (after normalisation) is MATCHED (with its path and
@@ -62,13 +89,28 @@ class AgentMethods(TreeCore):
         ``llm_expand_query=False``, NOT_FOUND with reason ``exact_miss_llm_disabled`` and no
         agent call; else the agent walks the tree (the LLM client, or the offline navigator),
         and a miss comes with a suggested parent and name.
+
+        ``scope`` (a scope path such as "user:alice", or a list of them; None: the whole tree)
+        finds only keywords inside the scopes' subtrees: exact hits outside are ignored, the
+        walk is shown nothing outside, and a miss suggests a parent inside (the first scope's
+        keyword when the walk ends above them). A scope that does not exist yet holds nothing:
+        NOT_FOUND with reason ``no_scope`` and no suggested parent, without an agent call.
         """
         self._check_open()
         text = clean_text(query, "query", allow_empty=False)
         self._limits.check_text("query", text, "query_bytes")
         expand = clean_flag(llm_expand_query, "llm_expand_query")
+        scopes = clean_scopes(scope)
+        holders: list[str] | None = None
+        inside: set[str] | None = None
+        if scopes is not None:
+            holders, inside = self._read(lambda state: _scope_ids(state, scopes))
+            if not holders:
+                return SearchResult(SearchStatus.NOT_FOUND, reason="no_scope")
         key = normalize_name(text)
         hits = self._read(lambda state: state.lookup_names(key)) if key else []
+        if inside is not None:
+            hits = [kid for kid in hits if kid in inside]
         if len(hits) == 1:
             result = self._read(lambda state: results.matched(state, hits[0]))
             self._agent.remember([keyword.id for keyword in result.path])
@@ -76,11 +118,15 @@ class AgentMethods(TreeCore):
         if hits:
             return self._read(lambda state: results.ambiguous(state, hits, "several keywords have this name"))
         if not expand:
-            return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled")
-        descent = self._agent.descend(self._read, text, "search")
+            return SearchResult(SearchStatus.NOT_FOUND, reason="exact_miss_llm_disabled",
+                                suggested_parent_id=None if holders is None else holders[0])
+        descent = self._agent.descend(self._read, text, "search", within=holders)
         self._refuse_fallback(descent, f"searching for {text!r}",
                               "search with llm_expand_query=False for an exact lookup")
-        return self._read(lambda state: results.from_descent(state, descent))
+        result = self._read(lambda state: results.from_descent(state, descent))
+        if holders is not None:
+            result = _inside(result, holders, inside or set())
+        return result
 
     def agent_stats(self) -> dict[str, Any]:
         """What the agent did since this tree was opened: walks (``descents``), navigator

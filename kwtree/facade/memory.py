@@ -169,7 +169,7 @@ class MemoryMethods(AgentMethods):
                 plan.placements[where] = (None, None)
                 continue
             descent = self._agent.descend(self._read, candidate.key, "suggest_parent", candidate.abstract,
-                                          under=branch_id)
+                                          within=[branch_id])
             self._refuse_fallback(descent, f"placing the {candidate.category} keyword {candidate.key!r}",
                                   "retry, or commit with another extractor")
             if descent.status is DescentStatus.MATCHED:

@@ -7,19 +7,27 @@ the caches (``kwtree/caches/coordinator.py``).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from datetime import date, datetime
 from typing import Any
 
 from kwtree.engine.state import State
+from kwtree.errors import InvalidInputError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Hit, RelationType
 from kwtree.retrieval import recall as fusion
+from kwtree.retrieval import relevance
 from kwtree.retrieval.context import render_context
+from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
+from kwtree.retrieval.timeline import clean_window
 from kwtree.validate import (
     clean_choice,
     clean_int,
     clean_relation_type,
     clean_seconds,
     clean_text,
+    shown,
 )
 from kwtree.writes import require_keyword
 
@@ -27,6 +35,14 @@ __all__ = ["RetrievalMethods"]
 
 #: Each retriever returns this many candidates per result asked for (at least 50).
 OVERFETCH = 5
+
+
+def clean_fraction(value: object, field: str) -> float:
+    """``value`` as a number in [0, 1]; InvalidInputError naming ``field`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= 1:
+        raise InvalidInputError(f"{field} must be a number from 0 (no floor) to 1, got {shown(value)}")
+    return float(value)
 
 
 class RetrievalMethods(TreeCore):
@@ -42,15 +58,29 @@ class RetrievalMethods(TreeCore):
         under: str | None = None,
         relation: RelationType | str | None = None,
         mode: str = "hybrid",
+        scope: str | Sequence[str] | None = None,
+        min_score: float = relevance.MIN_SCORE,
+        since: float | datetime | date | str | None = None,
+        until: float | datetime | date | str | None = None,
     ) -> list[Hit]:
-        """The ``k`` infos most relevant to ``query``, best first.
+        """The ``k`` infos most relevant to ``query``, best first; none when nothing is.
 
         ``mode`` "bm25" ranks by full text, "vector" by embedding similarity, "hybrid" (the
         default) fuses both; in every mode infos linked to keywords the query names or
         matches are lifted (see ``kwtree/retrieval/recall.py``). ``under`` keeps infos linked to that
-        keyword's subtree, ``relation`` those linked by that relation type. Text is
-        searchable as soon as the write returns; vectors once the outbox is drained
-        (``wait_indexed``), and until then recall uses what is embedded.
+        keyword's subtree, ``relation`` those linked by that relation type. ``scope`` (a scope
+        path such as "user:alice", or a list of them; None: every memory) keeps infos with a
+        live link into the scopes' subtrees, and a hit lists only its keywords inside them; a
+        scope that does not exist yet holds nothing. ``min_score`` is the relevance floor
+        (``Hit.relevance``: the share of the query's rare terms and names the info, its
+        keywords and its thread neighbours cover): nothing is returned unless some candidate
+        reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md).
+        ``since`` and ``until`` (epoch seconds, a datetime or an ISO 8601 date or time; a date
+        alone is its whole day; no zone: UTC) keep infos that happened then: their
+        ``happened_at`` metadata, else their ``created_at``. Text is searchable as soon as the
+        write returns; vectors once the outbox is drained (``wait_indexed``), and until then
+        recall uses what is embedded.
+        InvalidInputError naming the argument for bad input.
         """
         self._check_open()
         text = clean_text(query, "query", allow_empty=False)
@@ -58,8 +88,13 @@ class RetrievalMethods(TreeCore):
         clean_int(k, "k", 1, 1000)
         clean_choice(mode, "mode", fusion.MODES)
         kind = None if relation is None else clean_relation_type(relation)
+        scopes = clean_scopes(scope)
+        floor = clean_fraction(min_score, "min_score")
+        window = clean_window(since, until)
         if under is not None:
             under = self._read(lambda state: require_keyword(state, under, "under").id)
+        if scopes is not None and not self._read(lambda state: any(scope_keyword(state, one) for one in scopes)):
+            return []  # no scope exists yet: nothing to search
         fetch = max(50, OVERFETCH * k)
         indexes = self._indexes
         text_hits = indexes.text_hits(text, "info", fetch) if mode != "vector" else []
@@ -70,19 +105,36 @@ class RetrievalMethods(TreeCore):
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
         vector_hits = indexes.vector_hits(text, "info", fetch) if mode != "bm25" else []
         keyword_hits = indexes.text_hits(text, "keyword", 10)
+        weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info"))
 
         def rank(state: State) -> list[Hit]:
+            inside = None if scopes is None else scope_subtree(state, scopes)
             scores = fusion.keyword_scores(state, text, keyword_hits)
-            return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind)
+            return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind,
+                               scope=inside, window=window, query=weighed, min_score=floor,
+                               vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
 
         return self._read(rank)
 
-    def context(self, query: str, max_tokens: int = 1500) -> str:
+    def context(
+        self,
+        query: str,
+        max_tokens: int = 1500,
+        *,
+        scope: str | Sequence[str] | None = None,
+        min_score: float = relevance.MIN_SCORE,
+        since: float | datetime | date | str | None = None,
+        until: float | datetime | date | str | None = None,
+    ) -> str:
         """Prompt-ready text for ``query``: the recalled infos under ``## keyword path``
-        headings, most relevant first, each once, within ``max_tokens`` (estimated as
-        ``kwtree.retrieval.context.estimate_tokens`` documents). Empty when nothing is relevant."""
+        headings, most relevant first, each once, a memory that has a ``happened_at`` led by
+        its date, within ``max_tokens`` (estimated as
+        ``kwtree.retrieval.context.estimate_tokens`` documents). ``scope``, ``min_score``,
+        ``since`` and ``until`` as for ``recall``. Empty when nothing is relevant (no info
+        reaches the floor)."""
         clean_int(max_tokens, "max_tokens", 1, 1_000_000)
-        return render_context(self.recall(query, k=50), max_tokens)
+        return render_context(self.recall(query, k=50, scope=scope, min_score=min_score, since=since, until=until),
+                              max_tokens)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
         """Block until every queued embedding is done; True if that happened within

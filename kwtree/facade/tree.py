@@ -24,6 +24,7 @@ from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, HashEmbedder
 from kwtree.engine.engine import Engine
 from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
+from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
@@ -45,6 +46,7 @@ from kwtree.models import (
     RelationType,
 )
 from kwtree.retrieval.recall import RecallWeights
+from kwtree.retrieval.scopes import clean_scopes, operations_inside
 from kwtree.stores.directory import open_error
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import is_file_mode
@@ -584,16 +586,29 @@ class KeywordTree(MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMeth
 
     # --- history, undo and metrics -----------------------------------------------------------
 
-    def history(self, entity_id: str | None = None, limit: int | None = None) -> list[Operation]:
+    def history(self, entity_id: str | None = None, limit: int | None = None, *,
+                scope: str | Sequence[str] | None = None) -> list[Operation]:
         """Operations this tree reflects, oldest first: all of them, or those that wrote
         ``entity_id`` (a keyword or info id, or a link/relation key) or a link or relation
-        that ends at it; only the newest ``limit`` when given. Read from disk."""
+        that ends at it; only the newest ``limit`` when given. Read from disk.
+
+        ``scope`` (a scope path such as "user:alice", or a list of them) keeps only the
+        operations that wrote something inside the scopes, each with only its changes
+        inside, judged against the tree as it was just before and just after the operation
+        (``kwtree.retrieval.scopes.operations_inside`` says what that means for moves,
+        merges and undo); this replays the whole history."""
         self._check_open()
         if entity_id is not None:
             clean_id(entity_id, "entity_id")
         if limit is not None:
             clean_int(limit, "limit", 1)
-        return self._engine.history(entity_id, limit)
+        scopes = clean_scopes(scope)
+        if scopes is None:
+            return self._engine.history(entity_id, limit)
+        ops = operations_inside(self._engine.history(None, None), scopes)
+        if entity_id is not None:
+            ops = [op for op in ops if touches(op, entity_id)]
+        return ops[-limit:] if limit is not None else ops
 
     def undo(self, op_id: str, force: bool = False) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new

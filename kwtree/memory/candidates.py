@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kwtree.models import HAPPENED_AT  # defined on the ground floor, where retrieval reads it too
+
 __all__ = ["CATEGORIES", "HAPPENED_AT", "Candidate", "ExtractContext", "Extractor", "Message"]
 
 #: The categories of memories, in the order a context block shows them.
 CATEGORIES = ("profile", "preferences", "entities", "patterns", "events", "cases", "skills")
-#: The info metadata key holding when the fact happened (epoch seconds, UTC), besides
-#: ``created_at`` (when it was recorded). ``recall(since=, until=)`` filters on it.
-HAPPENED_AT = "happened_at"
 
 Message = Mapping[str, Any]
 

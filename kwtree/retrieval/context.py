@@ -3,7 +3,8 @@
 Token counts are an estimate, documented so callers can reason about it: each CJK character
 counts as one token (tokenizers give Chinese and Japanese about one to two characters per
 token, so one per character errs on the safe side), and every other run of text counts one
-token per four characters, rounded up, with at least one token per word.
+token per four characters, rounded up, with at least one token per word. A memory that has
+a ``happened_at`` (``kwtree.retrieval.timeline``) is shown after its date, ``[YYYY-MM-DD]`` (UTC).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 
 from kwtree.models import Hit, RelationType
 from kwtree.normalize import CJK_CHARS
+from kwtree.retrieval.timeline import happened_day
 
 __all__ = ["UNFILED", "estimate_tokens", "render_context"]
 
@@ -37,8 +39,10 @@ def _heading(hit: Hit) -> str:
 
 
 def _line(hit: Hit) -> str:
+    """``- [YYYY-MM-DD] text (source)``: the date when the memory has a ``happened_at``."""
     text = " ".join(hit.info.content.split())
-    return f"- {text}" + (f" ({hit.info.source})" if hit.info.source else "")
+    day = happened_day(hit.info)
+    return "- " + (f"[{day}] " if day else "") + text + (f" ({hit.info.source})" if hit.info.source else "")
 
 
 def render_context(hits: list[Hit], max_tokens: int) -> str:

@@ -15,14 +15,22 @@ Functions here take the State (the caller holds its lock) and the raw hits of th
   one holding the fewest infos, at most ``THREAD_LIMIT``), and its score gains
   ``thread * (score(previous) + score(next))`` from its neighbours there.
 - **Filters.** ``under`` keeps infos linked (live) to a keyword of that subtree; ``relation``
-  keeps infos with a link of that type (to that subtree, with ``under``).
+  keeps infos with a link of that type (to that subtree, with ``under``); ``window`` keeps
+  infos that happened then (``kwtree.retrieval.timeline``).
+- **Scopes.** With ``scope`` (the ids of the keywords inside the read's scopes), recall sees
+  only those keywords: an info is a candidate only through a live link into them, its
+  keyword score, its thread and the keywords its hit shows come from them alone, and a
+  keyword outside is never named or matched.
+- **The floor.** Each hit gets its ``relevance`` (``kwtree.retrieval.relevance``). Nothing is
+  returned unless some candidate reaches ``min_score``; then the best ``k`` of those reaching
+  ``HIT_SHARE * min_score`` are.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kwtree.engine.state import State
@@ -30,6 +38,8 @@ from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval.lookup import names_in_text
+from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
+from kwtree.retrieval.timeline import Window, in_window
 
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
 
@@ -158,13 +168,19 @@ def _tree_scores(
     return result
 
 
-def _neighbours(state: State, info_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+def _visible(state: State, info_id: str, scope: set[str] | None) -> list[str]:
+    """The live keywords ``info_id`` is linked to that the read may see."""
+    return [kid for kid in state.keywords_by_info.get(info_id, ())
+            if (scope is None or kid in scope) and state.live_keyword(kid) is not None]
+
+
+def _neighbours(state: State, info_ids: Iterable[str], scope: set[str] | None) -> dict[str, tuple[str, ...]]:
     """Each info's neighbours in its thread: the infos linked just before and just after it
-    to its most specific live keyword (none when that keyword holds over ``THREAD_LIMIT``)."""
+    to its most specific live keyword in ``scope`` (none when that keyword holds over
+    ``THREAD_LIMIT``)."""
     members: dict[str, list[str]] = {}
     for iid in info_ids:
-        sizes = [(len(state.infos_by_keyword.get(kid, ())), kid)
-                 for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        sizes = [(len(state.infos_by_keyword.get(kid, ())), kid) for kid in _visible(state, iid, scope)]
         if sizes:
             size, kid = min(sizes, key=lambda pair: pair[0])
             if 1 < size <= THREAD_LIMIT:
@@ -179,7 +195,13 @@ def _neighbours(state: State, info_ids: Iterable[str]) -> dict[str, tuple[str, .
     return found
 
 
-def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None) -> bool:
+def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None,
+             window: Window | None) -> bool:
+    """True if ``info_id`` is live, happened within ``window`` and has a live link (of type
+    ``relation``) into ``subtree``, for each filter given."""
+    info = state.live_info(info_id)
+    if info is None or (window is not None and not in_window(info, window)):
+        return False
     if subtree is None and relation is None:
         return True
     for kid in state.keywords_by_info.get(info_id, ()):
@@ -201,9 +223,20 @@ def fuse(
     weights: RecallWeights,
     under: str | None = None,
     relation: RelationType | None = None,
+    *,
+    scope: set[str] | None = None,
+    window: Window | None = None,
+    query: QueryTerms | None = None,
+    min_score: float = 0.0,
+    vector_relevance: Callable[[float], float] | None = None,
 ) -> list[Hit]:
-    """The best ``k`` live infos, with their score parts and linked keywords."""
+    """The best ``k`` live infos whose relevance to ``query`` is at least ``HIT_SHARE *
+    min_score`` — none unless one of the candidates reaches ``min_score`` — with their score
+    parts and the keywords (inside ``scope``) that link them."""
     subtree = set(state.subtree(under)) if under is not None else None
+    if scope is not None:
+        subtree = scope if subtree is None else subtree & scope
+        scores = {kid: value for kid, value in scores.items() if kid in scope}
     text_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(text_hits, 1)}
     vector_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(vector_hits, 1)}
     top = weights.bm25 / (RRF_K + 1) * bool(text_hits) + weights.vector / (RRF_K + 1) * bool(vector_hits)
@@ -212,7 +245,7 @@ def fuse(
         candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
     own: dict[str, float] = {}
     for iid in candidates:
-        if state.live_info(iid) is None or not _allowed(state, iid, subtree, relation):
+        if not _allowed(state, iid, subtree, relation, window):
             continue
         fused = 0.0
         if iid in text_rank:
@@ -221,12 +254,11 @@ def fuse(
             fused += weights.vector / (RRF_K + vector_rank[iid][0])
         own[iid] = fused / top if top else 0.0
     if weights.thread > 0:
-        neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0])
+        neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0], scope)
         joining = {n for near in neighbours.values() for n in near if n not in own}
-        joining = {iid for iid in joining
-                   if state.live_info(iid) is not None and _allowed(state, iid, subtree, relation)}
+        joining = {iid for iid in joining if _allowed(state, iid, subtree, relation, window)}
         own.update(dict.fromkeys(joining, 0.0))
-        neighbours.update(_neighbours(state, joining))
+        neighbours.update(_neighbours(state, joining, scope))
         threads = {iid: weights.thread * sum(own.get(n, 0.0) for n in neighbours.get(iid, ())) for iid in own}
     else:
         threads = dict.fromkeys(own, 0.0)
@@ -236,25 +268,36 @@ def fuse(
     ranked = []  # sort keys first: a Hit is built only for the k that are returned
     unranked = (1 << 30, None)
     for iid, info_score in scored:
-        linked = [kid for kid in state.keywords_by_info.get(iid, ()) if state.live_keyword(kid) is not None]
+        linked = _visible(state, iid, scope)
         keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
         score = weights.a * info_score + (1 - weights.a) * keyword_score
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], iid,
                        info_score, keyword_score))
     ranked.sort()
-    hits = [
-        Hit(
+    hits: list[Hit] = []
+    relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
+    for negative, _, _, iid, info_score, keyword_score in ranked:
+        if len(hits) == k and relevant:
+            break
+        linked = _visible(state, iid, scope)
+        judged = 1.0
+        if query is not None:
+            near = _neighbours(state, [iid], scope).get(iid, ()) if weights.thread > 0 else ()
+            judged = relevance(state, query, iid, linked, near)
+            if vector_relevance is not None and iid in vector_rank:
+                judged = max(judged, vector_relevance(vector_rank[iid][1]))
+            relevant = relevant or judged >= min_score
+            if judged < min_score * HIT_SHARE or len(hits) == k:
+                continue
+        hit = Hit(
             state.infos[iid], -negative, info_score, keyword_score,
             bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
-            thread=threads[iid],
+            thread=threads[iid], relevance=judged,
         )
-        for negative, _, _, iid, info_score, keyword_score in ranked[:k]
-    ]
-    for hit in hits:
-        for kid in state.keywords_by_info.get(hit.info.id, ()):
-            if state.live_keyword(kid) is not None:
-                path = [state.keywords[node] for node in state.ancestry(kid)]
-                hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(hit.info.id, kid)].relation, path))
-    return hits
+        for kid in linked:
+            path = [state.keywords[node] for node in state.ancestry(kid)]
+            hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(iid, kid)].relation, path))
+        hits.append(hit)
+    return hits if relevant else []

@@ -11,6 +11,14 @@ name, makes a keyword a scope: a keyword a user names ``user:alice`` is just a k
 
 A read with ``scope=`` sees the live subtrees of the scopes it names (and of the scopes nested
 in them) and nothing else; a scope that does not exist yet holds nothing.
+
+History (``operations_inside``) judges each operation against the tree as it was around it:
+a change is inside when the entity it wrote was inside the scopes just before the operation
+or just after it — a keyword by its place in the tree, a link by its keyword, an info by
+its live links, a relation when both its ends are. So a keyword moved out of a scope shows
+its move in both scopes' histories (and nothing after), a merge across scopes shows each
+scope its own side (the source's tombstone and unlinks in one, the new links in the other),
+and an undo is an operation like any other, judged by what it rewrote.
 """
 
 from __future__ import annotations
@@ -18,13 +26,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from kwtree.engine.state import State
+from kwtree.engine.state import State, apply
 from kwtree.errors import InvalidInputError
-from kwtree.models import ROOT_ID, Keyword
+from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
 from kwtree.validate import shown
 
-__all__ = ["SCOPE_KEY", "clean_scope", "clean_scopes", "scope_keyword", "scope_subtree", "segments"]
+__all__ = [
+    "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_subtree", "segments",
+]
 
 #: The metadata key that marks a keyword as a scope; its value is the scope's whole path.
 SCOPE_KEY = "scope"
@@ -43,7 +53,8 @@ def clean_scope(scope: object, field: str = "scope") -> str:
     if len(parts) > MAX_DEPTH:
         raise InvalidInputError(f"{field} {shown(scope)} nests {len(parts)} scopes; at most {MAX_DEPTH}")
     for part in parts:
-        if not _SEGMENT.fullmatch(part) or part != part.strip() or not part.split(":", 1)[1].strip():
+        name = part.split(":", 1)[-1]
+        if not _SEGMENT.fullmatch(part) or not name.strip() or name != name.strip():
             raise InvalidInputError(
                 f"{field} {shown(scope)}: each part must be kind:name, the kind a lowercase word "
                 f"(a-z, 0-9, _ or -) and the name non-empty text without '/' or control characters "
@@ -101,3 +112,46 @@ def scope_subtree(state: State, scopes: Iterable[str]) -> set[str]:
         if keyword is not None and keyword.id not in inside:
             inside.update(state.subtree(keyword.id))
     return inside
+
+
+def _linked_inside(state: State, info_id: str, inside: set[str]) -> bool:
+    return any(kid in inside for kid in state.keywords_by_info.get(info_id, ()))
+
+
+def _change_inside(change: Change, linked_before: set[str], after: State, was: set[str], now: set[str]) -> bool:
+    entity = change.after
+    kind = type(entity)
+    if kind is Keyword:
+        return entity.id in was or entity.id in now  # type: ignore[union-attr]
+    if kind is Link:
+        return entity.keyword_id in was or entity.keyword_id in now  # type: ignore[union-attr]
+    if kind is Info:
+        iid = entity.id  # type: ignore[union-attr]
+        return iid in linked_before or _linked_inside(after, iid, now)
+    if kind is Relation:
+        ends = (entity.from_id, entity.to_id)  # type: ignore[union-attr]
+        return all(end in was or end in now for end in ends)
+    return False
+
+
+def operations_inside(operations: Iterable[Operation], scopes: tuple[str, ...]) -> list[Operation]:
+    """Of ``operations`` (a whole history, oldest first, as ``read_history`` returns it), those
+    that wrote something inside ``scopes`` (see the module's docstring), each with only its
+    changes inside; its audit is kept only when every change is inside (an audit may
+    describe the rest). The history is replayed into a scratch State (the one reducer) to
+    know where each entity was: this reads the whole log."""
+    state = State()
+    inside = scope_subtree(state, scopes)
+    kept: list[Operation] = []
+    for op in operations:
+        was = inside
+        linked_before = {change.after.id for change in op.changes
+                         if isinstance(change.after, Info) and _linked_inside(state, change.after.id, was)}
+        apply(state, op)
+        if any(type(change.after) is Keyword for change in op.changes):
+            inside = scope_subtree(state, scopes)
+        changes = tuple(change for change in op.changes if _change_inside(change, linked_before, state, was, inside))
+        if changes:
+            audit = op.audit if len(changes) == len(op.changes) else None
+            kept.append(Operation(op.op_id, op.kind, op.actor, op.timestamp, changes, audit))
+    return kept
