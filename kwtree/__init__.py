@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.anthropic_client import AnthropicLLMClient
     from kwtree.agent.clients import LLMClient, StubLLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
+    from kwtree.facade.abstracts import KeywordAbstract
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
@@ -91,6 +92,7 @@ _LAZY_NAMES = {
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
     "HashEmbedder": "kwtree.caches.embed",
+    "KeywordAbstract": "kwtree.facade.abstracts",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",
@@ -135,6 +137,7 @@ __all__ = [
     "Info",
     "InvalidInputError",
     "Keyword",
+    "KeywordAbstract",
     "KeywordTree",
     "KwtreeError",
     "LLMClient",

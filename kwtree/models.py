@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias, final
 
 __all__ = [
+    "ABSTRACT_KEY",
     "DIRECTIONS",
     "DURABILITY_MODES",
     "EMPTY_METADATA",
@@ -42,6 +43,10 @@ __all__ = [
 #: here, on the ground floor, so that the memory pipeline that writes it and retrieval that
 #: reads it share one name.
 HAPPENED_AT = "happened_at"
+#: The keyword metadata key reserved for the keyword's abstract and overview (written by
+#: ``KeywordTree.abstracts``, read by recall's signposts: ``kwtree.writes.abstracts``). Here,
+#: on the ground floor, for the same reason as HAPPENED_AT.
+ABSTRACT_KEY = "kwtree:abstract"
 ROOT_ID = "root"
 #: The shared metadata of every entity that has none (one object, not one per entity).
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
@@ -266,7 +271,10 @@ class Hit:
     its neighbours in its thread (the infos linked just before and after it to its most
     specific keyword); ``keyword_score`` the tree's part (the best score among the keywords
     it is linked to that the query names or matches); and
-    ``score = a * info_score + (1 - a) * keyword_score``. ``score`` ranks: it says how an
+    ``score = a * info_score + (1 - a) * keyword_score``. ``signpost`` is the score of the
+    keyword abstract that matched the query above the info (0.0: none); when it is higher than
+    the info's own score, ``score = alpha * that + (1 - alpha) * signpost`` (alpha is
+    ``RecallWeights.signpost_alpha``). ``score`` ranks: it says how an
     info compares with the others, not whether it is relevant at all. ``relevance`` (in
     [0, 1]) does: the share of the query's terms, weighted by how rare they are, that the
     info, the keywords it is linked to and its thread neighbours contain (1.0 when the query
@@ -284,3 +292,4 @@ class Hit:
     thread: float = 0.0
     keywords: list[LinkedKeyword] = field(default_factory=list)
     relevance: float = 1.0
+    signpost: float = 0.0

@@ -44,6 +44,7 @@ PUBLIC = [
     "Info",
     "InvalidInputError",
     "Keyword",
+    "KeywordAbstract",
     "KeywordTree",
     "KwtreeError",
     "LLMClient",

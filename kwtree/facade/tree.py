@@ -27,6 +27,7 @@ from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.facade.abstracts import AbstractMethods
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.memory import MemoryMethods
@@ -84,7 +85,7 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree(MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods):
+class KeywordTree(AbstractMethods, MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).

@@ -37,6 +37,7 @@ from kwtree.validate import (
     clean_text,
 )
 from kwtree.writes import Stamp, new_ids, require_keyword
+from kwtree.writes.abstracts import check_user_metadata
 from kwtree.writes.infos import retire_link, retire_relation
 
 __all__ = [
@@ -100,7 +101,7 @@ def create_keyword(
     name, key = clean_name_key(name)
     cleaned_aliases = clean_aliases(aliases, key)
     description = clean_text(description, "description", allow_empty=True)
-    cleaned_metadata = clean_metadata(metadata)
+    cleaned_metadata = check_user_metadata(clean_metadata(metadata))
     parent = require_keyword(state, ROOT_ID if parent_id is None else parent_id, "parent_id")
     _check_unique_sibling(state, parent, key)
     (kid,) = new_ids(1)
@@ -126,7 +127,8 @@ def update_keyword(state: State, stamp: Stamp, keyword_id: object, patch: object
         if "description" in patch
         else keyword.description
     )
-    metadata = clean_metadata(patch["metadata"]) if "metadata" in patch else keyword.metadata
+    metadata = check_user_metadata(clean_metadata(patch["metadata"]), keyword) if "metadata" in patch \
+        else keyword.metadata
     if expected != keyword.version:
         raise VersionConflictError(keyword.id, expected, keyword.version)
     new = _revise(keyword, stamp, name=name, aliases=aliases, description=description, metadata=metadata)
@@ -355,7 +357,7 @@ def _batch_keyword(
         () if aliases is None else clean_aliases(aliases, key),
         parent.id,
         clean_text(description, "description", allow_empty=True),
-        EMPTY_METADATA if metadata is None else clean_metadata(metadata),
+        EMPTY_METADATA if metadata is None else check_user_metadata(clean_metadata(metadata)),
         1,
         ts,
         ts,
