@@ -37,6 +37,7 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
 from kwtree.normalize import terms
+from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
 from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
 from kwtree.retrieval.timeline import Window, in_window
@@ -75,14 +76,16 @@ class RecallWeights:
     vector: float = 0.5
     thread: float = 0.3
     feedback: float = 0.0
+    signpost_alpha: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("a", "bm25", "vector", "thread", "feedback"):
+        for name in ("a", "bm25", "vector", "thread", "feedback", "signpost_alpha"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {value!r}")
-        if self.a > 1:
-            raise InvalidInputError(f"RecallWeights.a must be in [0, 1], got {self.a!r}")
+        for name in ("a", "signpost_alpha"):
+            if getattr(self, name) > 1:
+                raise InvalidInputError(f"RecallWeights.{name} must be in [0, 1], got {getattr(self, name)!r}")
 
 
 def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) -> list[str]:
@@ -243,6 +246,10 @@ def fuse(
     candidates = dict.fromkeys([*text_rank, *vector_rank])
     for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
         candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
+    # Signposts (kwtree/retrieval/signposts.py): keywords whose abstract matches lead to their infos.
+    posts = signposts.signpost_scores(state, query, scope) if weights.signpost_alpha < 1 else {}
+    candidates.update(dict.fromkeys(signposts.expansion(state, posts)))
+    post_memo: dict[str, float] = {}
     own: dict[str, float] = {}
     for iid in candidates:
         if not _allowed(state, iid, subtree, relation, window):
@@ -271,19 +278,21 @@ def fuse(
         linked = _visible(state, iid, scope)
         keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
         score = weights.a * info_score + (1 - weights.a) * keyword_score
+        score, parent = signposts.lift(score, [_effective(state, posts, post_memo, kid) for kid in linked],
+                                       weights.signpost_alpha) if posts else (score, 0.0)
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], iid,
-                       info_score, keyword_score))
+                       info_score, keyword_score, parent))
     ranked.sort()
     hits: list[Hit] = []
     relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
-    for negative, _, _, iid, info_score, keyword_score in ranked:
+    for negative, _, _, iid, info_score, keyword_score, parent in ranked:
         if len(hits) == k and relevant:
             break
         linked = _visible(state, iid, scope)
         judged = 1.0
         if query is not None:
             near = _neighbours(state, [iid], scope).get(iid, ()) if weights.thread > 0 else ()
-            judged = relevance(state, query, iid, linked, near)
+            judged = max(relevance(state, query, iid, linked, near), parent)  # parent: its signpost
             if vector_relevance is not None and iid in vector_rank:
                 judged = max(judged, vector_relevance(vector_rank[iid][1]))
             relevant = relevant or judged >= min_score
@@ -294,7 +303,7 @@ def fuse(
             bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
-            thread=threads[iid], relevance=judged,
+            thread=threads[iid], relevance=judged, signpost=parent,
         )
         for kid in linked:
             path = [state.keywords[node] for node in state.ancestry(kid)]

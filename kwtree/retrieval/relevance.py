@@ -46,7 +46,7 @@ from kwtree.engine.state import State
 from kwtree.models import ROOT_ID
 from kwtree.normalize import terms
 
-__all__ = ["HIT_SHARE", "MIN_SCORE", "QueryTerms", "query_terms", "relevance", "vector_scale"]
+__all__ = ["HIT_SHARE", "MIN_SCORE", "QueryTerms", "coverage", "query_terms", "relevance", "terms_of", "vector_scale"]
 
 #: The default floor on ``Hit.relevance``: an info must cover at least this share of the
 #: query's weight. Calibrated with bench/floor.py (docs/retrieval.md).
@@ -106,8 +106,22 @@ def query_terms(query: str, frequency: Callable[[list[str]], tuple[int, list[int
 
 
 @lru_cache(maxsize=_CACHED_TEXTS)
-def _terms_of(text: str) -> frozenset[str]:
-    return frozenset(terms(text, cjk_singles=True))  # as the full-text index reads documents
+def terms_of(text: str) -> frozenset[str]:
+    """The distinct terms of ``text`` as the full-text index reads documents (kept for the
+    ``_CACHED_TEXTS`` texts used last)."""
+    return frozenset(terms(text, cjk_singles=True))
+
+
+def coverage(query: QueryTerms, texts: Iterable[str]) -> float:
+    """The share of ``query``'s weight that ``texts`` cover together, as ``relevance`` counts
+    it (at most 1; 0.0 for a query with no term). Each text's terms are computed once and
+    kept, so judging a stored text again costs a lookup per query term."""
+    total = query.total
+    if total <= 0:
+        return 0.0
+    found = [terms_of(text) for text in texts]
+    covered = sum(weight for word, weight in query.weights.items() if any(word in bag for bag in found))
+    return min(1.0, covered / total)
 
 
 def relevance(state: State, query: QueryTerms, info_id: str, keyword_ids: Iterable[str],
@@ -122,7 +136,7 @@ def relevance(state: State, query: QueryTerms, info_id: str, keyword_ids: Iterab
 
     def cover(texts: Iterable[str]) -> bool:
         for text in texts:
-            found = _terms_of(text)
+            found = terms_of(text)
             for word in [word for word in missing if word in found]:
                 del missing[word]
             if not missing:
