@@ -162,8 +162,9 @@ class TurnVectorCache:
 
 
 def run(embedder_spec: str = "hash", quick: bool = False, work: Path | None = None,
-        weights: RecallWeights | None = None, conversations: int | None = None) -> dict:
-    """R@k and latencies over the first ``conversations`` (default: 2 when ``quick``, else all)."""
+        weights: RecallWeights | None = None, conversations: int | None = None, abstracts: bool = False) -> dict:
+    """R@k and latencies over the first ``conversations`` (default: 2 when ``quick``, else all);
+    with ``abstracts``, the keyword abstracts are built before the questions (bench/abstracts.py)."""
     if not DATA.exists():
         return {"skipped": f"{DATA} not found (LoCoMo lives in ../shared/data/)"}
     samples = json.loads(DATA.read_text())[: conversations or (2 if quick else None)]
@@ -180,6 +181,9 @@ def run(embedder_spec: str = "hash", quick: bool = False, work: Path | None = No
         loaded = [(sample, *load(tree, sample)) for sample in samples]
         tree.wait_indexed()
         build_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        built = len(tree.abstracts()) if abstracts else 0
+        abstract_seconds = time.perf_counter() - started
         asked: list[tuple[str, str]] = []
         for sample, conv_id, dia_of, known in loaded:
             for qa in sample["qa"]:
@@ -213,6 +217,7 @@ def run(embedder_spec: str = "hash", quick: bool = False, work: Path | None = No
         "questions": len(asked),
         "turns": sum(len(dia_of) for _, _, dia_of, _ in loaded),
         "build_seconds": build_seconds,  # turns embedded then, unless cached by an earlier run
+        "abstracts": {"keywords": built, "seconds": abstract_seconds},
         "turn_vectors_cached": isinstance(embedder, TurnVectorCache) and not embedder._new,
         "recall": {mode: {f"R@{k}": 100 * statistics.mean(values) for k, values in by_k.items()}
                    for mode, by_k in recalls.items()},

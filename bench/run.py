@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import abstracts
 import compaction
 import core
 import export
@@ -153,6 +154,10 @@ def _run_extract(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"rounds": rounds}, extract.run(rounds, work)
 
 
+def _run_abstracts(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"seed": abstracts.SEED}, abstracts.run(quick, work)
+
+
 def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
@@ -166,6 +171,7 @@ SUITES = {
     "locomo": (_run_locomo, locomo.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
     "floor": (_run_floor, floor.markdown),
+    "abstracts": (_run_abstracts, abstracts.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),

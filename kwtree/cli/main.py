@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
-from kwtree.cli import memory
+from kwtree.cli import abstracts, memory
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -357,6 +357,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     # --- agent memory (kwtree/cli/memory.py) -----------------------------------------------
     *memory.COMMANDS,
+    *abstracts.COMMANDS,
     # --- keyword writes --------------------------------------------------------------------
     Command(
         "add", "KeywordTree.create_keyword",
