@@ -251,3 +251,13 @@ def test_cli_abstracts(tmp_path: Path, capsys) -> None:
     assert main(["abstracts", str(data_dir), "--scope", "user:nobody"]) == 0
     assert "nothing to summarise" in capsys.readouterr().out
     assert main(["abstracts", str(data_dir), "--scope", "bad"]) == 1
+
+
+def test_export_and_import_keep_the_abstracts(tree: KeywordTree, tmp_path: Path) -> None:
+    keyword = garden(tree)
+    (item,) = tree.abstracts()
+    tree.export(tmp_path / "dump.json")
+    with KeywordTree.import_json(tmp_path / "dump.json", tmp_path / "copy") as copy:
+        (listed,) = copy.abstracts()
+        assert listed.keyword_id == keyword.id and listed.abstract == item.abstract
+        assert not listed.built and not listed.stale

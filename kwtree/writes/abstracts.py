@@ -70,15 +70,16 @@ def holds_memories(state: State, keyword_id: str) -> bool:
 
 def subtree_digest(state: State, keyword_id: str) -> str:
     """A digest of which memories the subtree of ``keyword_id`` holds and which version of
-    each: the sorted ``(info id, op id)`` pairs of the live infos linked to its live keywords.
-    An info added, edited, unlinked, deleted or moved in or out (with its keyword) changes it;
-    writing an abstract (a keyword row) does not. It hashes ids, never texts: O(infos)."""
+    each: the sorted ``(info id, version, time of its last write)`` of the live infos linked to
+    its live keywords. An info added, edited, unlinked, deleted or moved in or out (with its
+    keyword) changes it; writing an abstract (a keyword row) does not, nor does an export and
+    import (which keep versions and times, not op ids). It hashes ids, never texts: O(infos)."""
     found: set[str] = set()
     for kid in state.subtree(keyword_id):
         for iid in state.infos_by_keyword.get(kid, ()):
             info = state.live_info(iid)
             if info is not None:
-                found.add(f"{iid}:{info.op_id}")
+                found.add(f"{iid}:{info.version}:{info.updated_at!r}")
     return hashlib.blake2b("\n".join(sorted(found)).encode(), digest_size=12).hexdigest()
 
 
