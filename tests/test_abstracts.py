@@ -184,6 +184,9 @@ def test_recall_finds_infos_through_the_abstract_with_alpha_propagation(tree_dir
             assert hit.score == pytest.approx(max(child, 0.6 * child + 0.4 * hit.signpost))
             assert hit.relevance >= hit.signpost
             assert [k.keyword.id for k in hit.keywords] == [keyword.id]
+        late = tree.create_info("Alice repotted the chillies.", keyword_ids=[keyword.id])
+        stale = tree.recall("horticulture allotment")  # the abstract is stale now, and still a signpost
+        assert late.id in {hit.info.id for hit in stale} and len(stale) == 4
     with KeywordTree(tree_dir, durability="none", recall_weights=RecallWeights(signpost_alpha=1.0)) as tree:
         assert tree.recall("horticulture allotment") == []  # alpha 1: signposts off
 

@@ -138,7 +138,7 @@ def test_public_api_is_pinned():
         "Embedder", "HashEmbedder", "Hit", "LinkedKeyword", "LLMClient", "RecallWeights", "StubLLMClient",
         # issue 15: what commit_session takes or returns, and what an extractor is made of
         "Candidate", "CommitDecision", "CommitOptions", "CommitResult", "DedupThresholds", "ExtractContext",
-        "Extractor", "Policy",
+        "Extractor", "Policy", "KeywordAbstract",  # and what abstracts() returns
     ])
 
 
