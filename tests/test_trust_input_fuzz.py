@@ -343,6 +343,7 @@ FUZZED: dict[str, Any] = {
         "wait_indexed",
     )},
     "update_keyword": {"patch": lambda world: _patch(world, ("name", "aliases", "description", "metadata"))},
+    "abstracts": {"rebuild": lambda world: st.one_of(st.booleans(), HOSTILE)},
     "update_info": {"patch": lambda world: _patch(world, ("content", "source", "metadata"))},
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
