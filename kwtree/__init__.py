@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.limits import Limits
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
+    from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
@@ -79,6 +80,9 @@ _LAZY_NAMES = {
     "CompactionReport": "kwtree.ops.compaction",
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
+    "ForgetReport": "kwtree.ops.forget",
+    "KeptInfo": "kwtree.ops.forget",
+    "UnreachableCopy": "kwtree.ops.forget",
     "HashEmbedder": "kwtree.caches.embed",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
@@ -108,6 +112,7 @@ __all__ = [
     "DuplicateKeywordError",
     "Embedder",
     "Finding",
+    "ForgetReport",
     "FormatError",
     "GitError",
     "HasChildrenError",
@@ -115,6 +120,7 @@ __all__ = [
     "Hit",
     "Info",
     "InvalidInputError",
+    "KeptInfo",
     "Keyword",
     "KeywordTree",
     "KwtreeError",
@@ -141,6 +147,7 @@ __all__ = [
     "StorageError",
     "StubLLMClient",
     "UndoConflictError",
+    "UnreachableCopy",
     "VersionConflictError",
     "normalize_name",
     "repair_directory",

@@ -52,6 +52,7 @@ from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
+from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vectors import META_FILE, VectorStore
 
 __all__ = ["Indexes", "entity_text"]
@@ -383,6 +384,30 @@ class Indexes:
         if store is not None:
             store.discard()  # its rows in memory may be gone from disk: never save them
         return self.repair()
+
+    def erase(self, entity_ids: set[str]) -> tuple[int, int]:
+        """Purge what the caches hold of these (forgotten) entities: the full-text index's
+        files are removed (tantivy keeps a deleted document's terms until a merge it cannot
+        be asked for; the next search rebuilds the index from the state), their vector rows
+        are erased in every model's store (``kwtree.stores.vector_erase``) and their outbox
+        items dropped. Under the tree's write locks. Returns (vector rows erased, outbox
+        items dropped). Raises ReadOnlyError in a tree that does not write."""
+        if self._write_locks is None or not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write cannot erase its caches")
+        self.reset_fulltext()
+        with self._vectors_open_lock:
+            store, self._vector_store = self._vector_store, None
+        if store is not None:
+            store.discard()  # its graph in memory holds the vectors: never save it
+        erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
+        dropped = self._outbox.discard(entity_ids)
+
+        def forget_digests(state: State) -> None:
+            for key in [key for key in self._digests if key[1] in entity_ids]:
+                del self._digests[key]
+
+        self._read(forget_digests)
+        return erased, dropped
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
+from kwtree.cli import forget
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -578,6 +579,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
               arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
     ),
+    *forget.COMMANDS,
 )
 
 
