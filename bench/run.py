@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compaction
 import core
 import export
+import forget
 import locomo
 import peers
 import placement
@@ -122,6 +123,11 @@ def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
 
 
+def _run_forget(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    rows = 20_000 if quick else 100_000  # --quick: a 20,000-row log; bench/forget.py alone: 100,000
+    return {"rows": rows}, forget.run(rows, work)
+
+
 def _run_snapshot(quick: bool, work: Path | None) -> tuple[dict, dict]:
     megabytes, runs = (20, 3) if quick else (100, 3)
     return {"mb": megabytes, "runs": runs}, snapshot.run(megabytes, runs, work=work)
@@ -149,6 +155,7 @@ SUITES = {
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
     "compaction": (_run_compaction, compaction.markdown),
+    "forget": (_run_forget, forget.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
     "peers": (_run_peers, peers.markdown),

@@ -138,10 +138,10 @@ def _erased(raws: list[RawOperation]) -> dict[str, str]:
 
 def _forgetter(row: dict[str, Any], erased: dict[str, str]) -> str | None:
     """The forget operation that erases this row's content, None when it keeps it."""
-    kind = row["entity"]
-    if kind in ("info", "keyword"):
-        return erased.get(row["id"])
-    if kind == "relation":
+    entity_id = row.get("id")  # (once per row of the log: one lookup for infos and keywords)
+    if entity_id is not None:
+        return erased.get(entity_id)
+    if row["entity"] == "relation":
         return erased.get(row["from_id"]) or erased.get(row["to_id"])
     return None
 
@@ -196,33 +196,34 @@ def _scrub_audit(audit: dict[str, Any], forgetter: str | None, needles: list[str
 def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure) -> list[RawOperation]:
     """The operations with every row of an erased entity (and every audit) scrubbed; counts
     what changed in ``erasure`` and collects the erased texts into ``erasure.needles``."""
-    for raw in raws:
-        for row in raw.rows:
-            if _forgetter(row, erased) is not None:
+    found: dict[int, dict[int, str]] = {}  # operation index -> {row index: its forgetter}
+    for at, raw in enumerate(raws):
+        for index, row in enumerate(raw.rows):
+            forgetter = _forgetter(row, erased)
+            if forgetter is not None:
+                found.setdefault(at, {})[index] = forgetter
                 erasure.needles.update(_texts(row))
                 if "before" in row:
                     erasure.needles.update(_texts(row["before"]))
     needles = sorted(erasure.needles)
     scrubbed = []
-    for raw in raws:
-        rows, touched = [], None
-        for row in raw.rows:
-            forgetter = _forgetter(row, erased)
-            if forgetter is not None:
-                touched = touched or forgetter
-                new = _scrub_row(row, forgetter)
-                if new != row:
+    for at, raw in enumerate(raws):
+        rows, forgetters = raw.rows, found.get(at)
+        if forgetters:
+            rows = list(rows)
+            for index, forgetter in forgetters.items():
+                new = _scrub_row(rows[index], forgetter)
+                if new != rows[index]:
                     erasure.rows += 1
-                row = new
-            rows.append(row)
+                rows[index] = new
         end = rows[-1]["end"]
         audit = end.get("audit")
         if type(audit) is dict:
-            clean = _scrub_audit(audit, touched, needles)
+            clean = _scrub_audit(audit, next(iter(forgetters.values())) if forgetters else None, needles)
             if clean != audit:
                 erasure.audits += 1
-                rows[-1] = {**rows[-1], "end": {**end, "audit": clean}}
-        scrubbed.append(RawOperation(raw.op_id, rows, raw.path, raw.first_line))
+                rows = [*rows[:-1], {**rows[-1], "end": {**end, "audit": clean}}]
+        scrubbed.append(raw if rows is raw.rows else RawOperation(raw.op_id, rows, raw.path, raw.first_line))
     return scrubbed
 
 
