@@ -285,7 +285,6 @@ def test_git_history_holding_the_log_is_named_with_how_to_purge_it(tree_dir: Pat
 ])
 def test_bad_input_is_refused_and_writes_nothing(tree_dir: Path, args: dict[str, Any]) -> None:
     tree, _ = secret_tree(tree_dir)
-    tree.forget  # noqa: B018 -- (the tree is open)
     before = dir_bytes(tree_dir / "log")
     with pytest.raises((InvalidInputError, NotFoundError)) as raised:
         tree.forget(**args)
@@ -371,3 +370,25 @@ def test_kwtree_forget_prints_the_report(tree_dir: Path, capsys: pytest.CaptureF
     assert main(["forget", str(tree_dir), "--scope", "user:carol"]) == 1
     assert "user:carol" in capsys.readouterr().err
     assert log_bytes(tree_dir) == before
+
+
+def test_the_embedding_worker_thread_never_stores_a_vector_of_forgotten_text(tree_dir: Path) -> None:
+    tree = KeywordTree(tree_dir, durability="none", embedder=HashEmbedder(64))  # the worker thread runs
+    infos = tree.batch_create_infos([{"content": f"{SECRET} number {n}"} for n in range(200)])
+    report = tree.forget(infos[0].id)  # while the worker embeds the batch
+    tree.batch_create_infos([{"content": f"later memory {n}"} for n in range(50)])
+    assert tree.wait_indexed(timeout=60)
+    tree.close()
+    store = next((tree_dir / "cache" / "vectors").iterdir())
+    keys = [orjson.loads(line) for line in (store / "keys.jsonl").read_bytes().splitlines()]
+    assert [digest for entity_id, digest in keys if entity_id == infos[0].id] in ([], ["0" * len(keys[0][1])])
+    assert len(keys) >= 249 and report.infos == (infos[0].id,)  # every other text is embedded
+
+
+def test_the_python_example_of_the_docs_runs_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "agent-memory.md").read_text()
+    section = text.split("## Forget\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "agent-memory.md", "exec"), {})  # the docs' own example
+    assert "4242" in code and holders(tmp_path / "memory", "4242") == []

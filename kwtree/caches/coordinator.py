@@ -138,6 +138,7 @@ class Indexes:
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
+        self._embedding = threading.Lock()  # held from reading texts to storing their vectors
         # One lock per store: opening a large vector store must not hold up a text search.
         self._fulltext_open_lock = threading.Lock()
         self._vectors_open_lock = threading.Lock()
@@ -287,6 +288,10 @@ class Indexes:
         the batch, each text is tried alone, so one bad text fails only itself. A vector store
         that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
         text's fault: that error is raised, for the worker to try the batch again later."""
+        with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
+            return self._embed(items)
+
+    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         self._recover_vanished_vectors()
         texts, keys = [], []
         for kind, entity_id, digest in items:
@@ -395,11 +400,13 @@ class Indexes:
         if self._write_locks is None or not self._write_vectors:
             raise ReadOnlyError("a tree that may not write cannot erase its caches")
         self.reset_fulltext()
-        with self._vectors_open_lock:
+        with self._embedding, self._vectors_open_lock:
             store, self._vector_store = self._vector_store, None
-        if store is not None:
-            store.discard()  # its graph in memory holds the vectors: never save it
-        erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
+            if store is not None:
+                store.discard()  # its graph in memory holds the vectors: never save it
+            # (Under the lock: an embedding that read a forgotten text before the forget
+            # operation must not append its vector after the rows were erased.)
+            erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
         dropped = self._outbox.discard(entity_ids)
 
         def forget_digests(state: State) -> None:
