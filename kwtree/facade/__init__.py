@@ -1,5 +1,5 @@
 """The facade: ``KeywordTree``, the public object, and its facets (the agent's writes, recall
-and search, the whole-directory operations), all built on ``core.TreeCore``. They reach the
+and search, the whole-directory operations, forget), all built on ``core.TreeCore``. They reach the
 directory, the log, the locks and the State only through the public methods of the
 ``kwtree.engine.engine.Engine`` the tree holds, and load the optional whole-directory
 operations (``kwtree.ops``, the snapshot archive code) on first use. It may import every
