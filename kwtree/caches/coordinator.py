@@ -288,11 +288,11 @@ class Indexes:
         the batch, each text is tried alone, so one bad text fails only itself. A vector store
         that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
         text's fault: that error is raised, for the worker to try the batch again later."""
+        self._recover_vanished_vectors()  # (may embed everything again itself: not under the lock)
         with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
             return self._embed(items)
 
     def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
-        self._recover_vanished_vectors()
         texts, keys = [], []
         for kind, entity_id, digest in items:
             text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
