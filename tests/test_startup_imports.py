@@ -45,7 +45,8 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
         f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{option!r}]) == 0")
     kwtree_modules = {m for m in loaded if m.startswith("kwtree")}
     assert kwtree_modules <= {"kwtree", "kwtree.errors", "kwtree.models", "kwtree.normalize", "kwtree.cli",
-                              "kwtree.cli.main", "kwtree.cli.output", "kwtree.cli.table"}
+                              "kwtree.cli.main", "kwtree.cli.output", "kwtree.cli.table",
+                              "kwtree.cli.forget"}  # (an area's command rows: the table and errors only)
     assert _top_level(loaded).isdisjoint(HEAVY)
 
 

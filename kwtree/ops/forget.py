@@ -42,6 +42,8 @@ __all__ = ["ForgetReport", "KeptInfo", "LogErasure", "UnreachableCopy", "erase_l
 #: Audit strings are emptied when they hold an erased text at least this long (or equal one):
 #: shorter texts ("tea", "ok") occur inside unrelated words.
 _MIN_NEEDLE = 4
+#: Metadata strings at least this long count as an erased text (for audits and quarantine).
+_MIN_METADATA_NEEDLE = 16
 _TEXT_FIELDS = ("content", "source", "name", "description", "reason")
 
 
@@ -147,6 +149,9 @@ def _forgetter(row: dict[str, Any], erased: dict[str, str]) -> str | None:
 
 
 def _texts(fields: dict[str, Any]) -> Iterator[str]:
+    """The texts of one row: its text fields, aliases, and the long strings of its metadata
+    (an abstract, a quote; short ones such as a role or a category are labels, which would
+    empty every audit string that contains them)."""
     for name in _TEXT_FIELDS:
         value = fields.get(name)
         if type(value) is str and value:
@@ -154,6 +159,18 @@ def _texts(fields: dict[str, Any]) -> Iterator[str]:
     aliases = fields.get("aliases")
     if type(aliases) is list:
         yield from (alias for alias in aliases if type(alias) is str and alias)
+    yield from _long_strings(fields.get("metadata"))
+
+
+def _long_strings(value: Any) -> Iterator[str]:
+    if type(value) is str and len(value) >= _MIN_METADATA_NEEDLE:
+        yield value
+    elif type(value) is dict:
+        for item in value.values():
+            yield from _long_strings(item)
+    elif type(value) is list:
+        for item in value:
+            yield from _long_strings(item)
 
 
 def _tombstoned(fields: dict[str, Any], kind: str, op_id: str, forgetter: str, *, row: bool) -> dict[str, Any]:
