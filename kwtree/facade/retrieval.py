@@ -16,11 +16,11 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Hit, RelationType
+from kwtree.retrieval import dated, relevance
 from kwtree.retrieval import recall as fusion
-from kwtree.retrieval import relevance
 from kwtree.retrieval.context import render_context
 from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
-from kwtree.retrieval.timeline import clean_window
+from kwtree.retrieval.timeline import Window, clean_window
 from kwtree.validate import (
     clean_choice,
     clean_int,
@@ -107,12 +107,19 @@ class RetrievalMethods(TreeCore):
         keyword_hits = indexes.text_hits(text, "keyword", 10)
         weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info"))
 
+        named = dated.named_window(text) if window is None else None
+
         def rank(state: State) -> list[Hit]:
             inside = None if scopes is None else scope_subtree(state, scopes)
             scores = fusion.keyword_scores(state, text, keyword_hits)
-            return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind,
-                               scope=inside, window=window, query=weighed, min_score=floor,
-                               vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
+
+            def fuse(within: Window | None) -> list[Hit]:
+                return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind,
+                                   scope=inside, window=within, query=weighed, min_score=floor,
+                                   vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
+
+            found = fuse(window)
+            return found if named is None else dated.lift(found, fuse(named), k)
 
         return self._read(rank)
 
