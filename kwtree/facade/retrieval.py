@@ -77,7 +77,9 @@ class RetrievalMethods(TreeCore):
         reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md).
         ``since`` and ``until`` (epoch seconds, a datetime or an ISO 8601 date or time; a date
         alone is its whole day; no zone: UTC) keep infos that happened then: their
-        ``happened_at`` metadata, else their ``created_at``. Text is searchable as soon as the
+        ``happened_at`` metadata, else their ``created_at``; without them, a query naming a date
+        with its year ("on 1 May, 2022", "in July 2022") lifts the infos that happened then
+        (``kwtree.retrieval.dated``). Text is searchable as soon as the
         write returns; vectors once the outbox is drained (``wait_indexed``), and until then
         recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
