@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from kwtree import CommitOptions, KeywordTree
+from kwtree.errors import NotFoundError
 from kwtree.memory.candidates import ExtractContext
 from kwtree.memory.extract import extract_offline
+from kwtree.models import Hit
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SESSION = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
@@ -67,14 +69,19 @@ def _bench() -> object:
 def test_a_memory_hit_stands_for_its_source_turns_and_a_summary_for_none(tmp_path: Path) -> None:
     bench = _bench()
     with KeywordTree(tmp_path / "t", durability="none") as tree:
-        tree.commit_session([{"role": "Ann", "content": "Ann: I went to a pottery class yesterday."},
-                             {"role": "Bob", "content": "Bob: Nice pottery!"}], session_id="c-s1", scope="user:c")
+        result = tree.commit_session([{"role": "Ann", "content": "Ann: I went to a pottery class yesterday."},
+                                      {"role": "Bob", "content": "Bob: Nice pottery!"}], session_id="c-s1",
+                                     scope="user:c", options=CommitOptions(session_time=SESSION))
         dia = {("c-s1", 0): "D1:1", ("c-s1", 1): "D1:2"}
         turns = bench.Turns(tree, dia)  # type: ignore[attr-defined]
         kinds: dict[str, set[tuple[str, ...]]] = {}
-        for hit in tree.recall("pottery class session", k=50, scope="user:c", min_score=0):
-            metadata = hit.info.metadata
-            kind = "turn" if "turn" in metadata else "memory" if "sources" in metadata else "summary"
+        for entity_id in result.created_ids:
+            try:
+                info = tree.get_info(entity_id)
+            except NotFoundError:
+                continue  # a keyword
+            hit = Hit(info, 1.0, 1.0, 0.0)
+            kind = "turn" if "turn" in info.metadata else "memory" if "sources" in info.metadata else "summary"
             kinds.setdefault(kind, set()).add(turns.of_hit(hit))
             if kind == "memory":
                 assert turns.of_hit(hit, memories=False) == ()

@@ -16,7 +16,7 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Hit, RelationType
-from kwtree.retrieval import dated, relevance
+from kwtree.retrieval import dated, relevance, sources
 from kwtree.retrieval import recall as fusion
 from kwtree.retrieval.context import render_context
 from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
@@ -115,13 +115,17 @@ class RetrievalMethods(TreeCore):
             inside = None if scopes is None else scope_subtree(state, scopes)
             scores = fusion.keyword_scores(state, text, keyword_hits)
 
+            wide = k * sources.OVERFETCH  # collapsing a memory and its source turns frees places
+
             def fuse(within: Window | None) -> list[Hit]:
-                return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind,
+                return fusion.fuse(state, text_hits, vector_hits, scores, wide, self._weights, under, kind,
                                    scope=inside, window=within, query=weighed, min_score=floor,
                                    vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
 
             found = fuse(window)
-            return found if named is None else dated.lift(found, fuse(named), k)
+            if named is not None:
+                found = dated.lift(found, fuse(named), wide)
+            return sources.collapse(found, k)
 
         return self._read(rank)
 
