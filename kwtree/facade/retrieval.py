@@ -79,7 +79,9 @@ class RetrievalMethods(TreeCore):
         alone is its whole day; no zone: UTC) keep infos that happened then: their
         ``happened_at`` metadata, else their ``created_at``; without them, a query naming a date
         with its year ("on 1 May, 2022", "in July 2022") lifts the infos that happened then
-        (``kwtree.retrieval.dated``). Text is searchable as soon as the
+        (``kwtree.retrieval.dated``). A hit whose evidence is already returned above it (a
+        turn a better memory came from, a memory whose ``sources`` are all there) is left
+        out (``kwtree.retrieval.sources``). Text is searchable as soon as the
         write returns; vectors once the outbox is drained (``wait_indexed``), and until then
         recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
@@ -115,17 +117,21 @@ class RetrievalMethods(TreeCore):
             inside = None if scopes is None else scope_subtree(state, scopes)
             scores = fusion.keyword_scores(state, text, keyword_hits)
 
-            wide = k * sources.OVERFETCH  # collapsing a memory and its source turns frees places
+            def ranked(width: int) -> list[Hit]:
+                def fuse(within: Window | None) -> list[Hit]:
+                    return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
+                                       scope=inside, window=within, query=weighed, min_score=floor,
+                                       vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector"
+                                       else None)
 
-            def fuse(within: Window | None) -> list[Hit]:
-                return fusion.fuse(state, text_hits, vector_hits, scores, wide, self._weights, under, kind,
-                                   scope=inside, window=within, query=weighed, min_score=floor,
-                                   vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
+                found = fuse(window)
+                return found if named is None else dated.lift(found, fuse(named), width)
 
-            found = fuse(window)
-            if named is not None:
-                found = dated.lift(found, fuse(named), wide)
-            return sources.collapse(found, k)
+            found = ranked(k)
+            kept = sources.collapse(found, k)
+            if len(kept) < len(found):  # a memory and its source turn shared the top k: rank wider to fill it
+                kept = sources.collapse(ranked(k * sources.OVERFETCH), k)
+            return kept
 
         return self._read(rank)
 
