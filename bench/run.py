@@ -31,6 +31,7 @@ import extract
 import floor
 import forget
 import locomo
+import locomo_memory
 import memory_commit
 import peers
 import placement
@@ -121,6 +122,10 @@ def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
     return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
 
 
+def _run_locomo_memory(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 2 if quick else "all", "min_score": 0}, locomo_memory.run(quick, work)
+
+
 def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
 
@@ -170,6 +175,7 @@ SUITES = {
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
+    "locomo_memory": (_run_locomo_memory, locomo_memory.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
     "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
