@@ -56,6 +56,7 @@ PUBLIC = [
     "Link",
     "LinkedKeyword",
     "LockTimeoutError",
+    "Memory",
     "MergeConflictError",
     "NotFoundError",
     "Operation",
