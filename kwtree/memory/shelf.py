@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kwtree.engine.state import State
+from kwtree.errors import InvalidInputError
 from kwtree.memory.commit import BRANCH_KEY, SUMMARY_KIND
 from kwtree.memory.policies import SESSIONS_BRANCH
 from kwtree.models import Info
-from kwtree.errors import InvalidInputError
 from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, scope_keyword, scope_subtree
 
 __all__ = ["branch_infos", "latest_summary", "memory_keywords", "scope_memories", "scope_of"]
