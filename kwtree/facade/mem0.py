@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
 from kwtree.facade.tree import KeywordTree
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
 from kwtree.memory.commit import CommitOptions, CommitResult
@@ -291,15 +291,23 @@ class Memory:
     # --- what mem0 lacks --------------------------------------------------------------------
 
     def undo(self, op_id: str | Sequence[str]) -> list[Operation]:
-        """Undo an operation, or several (newest first: pass ``add``'s ``op_ids``); returns the
-        undo operations written. See ``KeywordTree.undo`` (UndoConflictError when a later
-        operation wrote the same memories)."""
+        """Undo an operation, or several (``add``'s ``op_ids``: undone newest first, each over
+        the undo of the one after it); returns the undo operations written. See
+        ``KeywordTree.undo``: UndoConflictError when an operation outside the list wrote the
+        same memories later."""
         ids = [op_id] if isinstance(op_id, str) else list(op_id)
         if not ids:
             raise InvalidInputError("op_id must be an operation id or a non-empty list of them")
-        done = []
+        done: list[Operation] = []
         for one in reversed(ids):
-            undone = self.tree.undo(one)
+            try:
+                undone = self.tree.undo(one)
+            except UndoConflictError as exc:
+                # The undo of a later op of the list rewrote the same memories: that is the
+                # order asked for, not a conflict with someone else's write.
+                if not set(exc.conflicts.values()) <= {op.op_id for op in done}:
+                    raise
+                undone = self.tree.undo(one, force=True)
             if undone is not None:
                 done.append(undone)
         return done
