@@ -31,6 +31,7 @@ import extract
 import floor
 import locomo
 import memory_commit
+import memory_hooks
 import peers
 import placement
 import reads
@@ -124,6 +125,10 @@ def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
 
 
+def _run_memory_hooks(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 1 if quick else 3}, memory_hooks.run(quick, work)
+
+
 def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else "all", "sweep": floor.SWEEP}, floor.run(quick, work)
 
@@ -165,6 +170,7 @@ SUITES = {
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
+    "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
     "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
