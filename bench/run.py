@@ -29,6 +29,7 @@ import core
 import export
 import extract
 import floor
+import forget
 import locomo
 import memory_commit
 import memory_hooks
@@ -138,6 +139,11 @@ def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
 
 
+def _run_forget(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    rows = 20_000 if quick else 100_000  # --quick: a 20,000-row log; bench/forget.py alone: 100,000
+    return {"rows": rows}, forget.run(rows, work)
+
+
 def _run_snapshot(quick: bool, work: Path | None) -> tuple[dict, dict]:
     megabytes, runs = (20, 3) if quick else (100, 3)
     return {"mb": megabytes, "runs": runs}, snapshot.run(megabytes, runs, work=work)
@@ -173,6 +179,7 @@ SUITES = {
     "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
     "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
+    "forget": (_run_forget, forget.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
     "extract": (_run_extract, extract.markdown),

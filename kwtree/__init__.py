@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.policies import Policy
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
+    from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
@@ -91,6 +92,9 @@ _LAZY_NAMES = {
     "Extractor": "kwtree.memory.candidates",
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
+    "ForgetReport": "kwtree.ops.forget",
+    "KeptInfo": "kwtree.ops.forget",
+    "UnreachableCopy": "kwtree.ops.forget",
     "HashEmbedder": "kwtree.caches.embed",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
@@ -129,6 +133,7 @@ __all__ = [
     "ExtractContext",
     "Extractor",
     "Finding",
+    "ForgetReport",
     "FormatError",
     "GitError",
     "HasChildrenError",
@@ -136,6 +141,7 @@ __all__ = [
     "Hit",
     "Info",
     "InvalidInputError",
+    "KeptInfo",
     "Keyword",
     "KeywordTree",
     "KwtreeError",
@@ -164,6 +170,7 @@ __all__ = [
     "StorageError",
     "StubLLMClient",
     "UndoConflictError",
+    "UnreachableCopy",
     "VersionConflictError",
     "normalize_name",
     "repair_directory",

@@ -347,6 +347,8 @@ FUZZED: dict[str, Any] = {
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
     "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
+    "forget": {"scope": lambda world: st.one_of(st.none(), st.sampled_from(["user:alice", "user:nobody", "alice", ""]),
+                                                TEXT)},
     "restore": {"snapshot": _snapshot_files},
     "import_json": {"path": _export_files, "data_dir": lambda world: constructor_strategies(world)["data_dir"],
                     "options": None},  # options: drawn from the constructor's strategies

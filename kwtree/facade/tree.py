@@ -28,6 +28,7 @@ from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
+from kwtree.facade.forget import ForgetMethods
 from kwtree.facade.hooks import HookMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.memory import MemoryMethods
@@ -66,6 +67,7 @@ from kwtree.validate import (
 from kwtree.writes import Stamp, require_info, require_keyword
 from kwtree.writes import infos as info_commands
 from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.forget import refuse_forgotten
 from kwtree.writes.reorganize import coalesce, put_changes
 from kwtree.writes.undo import in_apply_order
 from kwtree.writes.undo import undo as undo_changes
@@ -87,7 +89,7 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree(HookMethods, MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods):
+class KeywordTree(HookMethods, MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods, ForgetMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).
@@ -635,7 +637,9 @@ class KeywordTree(HookMethods, MemoryMethods, AgentMethods, RetrievalMethods, Ma
     def undo(self, op_id: str, force: bool = False) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new
         operation (None if everything already is). Raises UndoConflictError when a later
-        operation wrote one of those entities, unless ``force=True``."""
+        operation wrote one of those entities, unless ``force=True``. An operation that wrote
+        an entity ``forget`` erased (the forget operation itself included) cannot be undone:
+        InvalidInputError, even with ``force``."""
         if not is_op_id(op_id):
             raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
         if type(force) is not bool:
@@ -649,6 +653,7 @@ class KeywordTree(HookMethods, MemoryMethods, AgentMethods, RetrievalMethods, Ma
                                     "(compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
+            refuse_forgotten(state, target)
             return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
 
         return self._commit("undo", decide, audit={"undo_of": op_id})
