@@ -236,6 +236,9 @@ def test_delete_all_erases_the_scope_and_leaves_no_byte_of_it(tmp_path: Path) ->
         assert mem.delete_all(user_id="alice") == {"message": "Memories deleted successfully!"}
         assert mem.get_all(user_id="alice")["results"] == []
         assert [i["memory"] for i in mem.get_all(user_id="bob")["results"]] == ["I love green tea."]
+        frozen = log_bytes(mem.tree.data_dir)
+        assert mem.delete_all(user_id="nobody") == {"message": "Memories deleted successfully!"}
+        assert log_bytes(mem.tree.data_dir) == frozen
     assert _bytes_under(tmp_path / "memory", b"zanzibarian") == []
 
 

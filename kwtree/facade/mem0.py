@@ -256,10 +256,13 @@ class Memory:
                    run_id: str | None = None) -> dict[str, str]:
         """Erase the whole scope the ids name (its memories, archived sessions and nested
         scopes) with ``KeywordTree.forget(scope=...)``: the text is gone from the log, the
-        indexes and later snapshots, not only hidden. ``{"message": "Memories deleted
-        successfully!"}``."""
+        indexes and later snapshots, not only hidden (a scope never written to: nothing to
+        do). ``{"message": "Memories deleted successfully!"}``."""
         scope = scope_path(user_id, agent_id, run_id)
-        self.tree.forget(scope=scope)
+        try:
+            self.tree.forget(scope=scope)
+        except NotFoundError:
+            pass  # a scope never written to: nothing to erase, as mem0 deletes nothing then
         return {"message": "Memories deleted successfully!"}
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
