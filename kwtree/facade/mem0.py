@@ -21,6 +21,7 @@ tree is one attribute away: ``Memory.tree``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -259,10 +260,8 @@ class Memory:
         indexes and later snapshots, not only hidden (a scope never written to: nothing to
         do). ``{"message": "Memories deleted successfully!"}``."""
         scope = scope_path(user_id, agent_id, run_id)
-        try:
+        with contextlib.suppress(NotFoundError):  # a scope never written to: nothing to erase
             self.tree.forget(scope=scope)
-        except NotFoundError:
-            pass  # a scope never written to: nothing to erase, as mem0 deletes nothing then
         return {"message": "Memories deleted successfully!"}
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
