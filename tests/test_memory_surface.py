@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import log_bytes
 
-from kwtree import InvalidInputError, KeywordTree, Memory, NotFoundError, ReadOnlyError
+from kwtree import InvalidInputError, KeywordTree, LimitExceededError, Limits, Memory, NotFoundError, ReadOnlyError
 
 CHAT = [{"role": "user", "content": "Hi, my name is Alice and I live in Paris. I love green tea."},
         {"role": "assistant", "content": "Nice to meet you! Shall I note the marmalade order?"}]
@@ -213,6 +213,14 @@ def test_bad_input_names_the_field_and_writes_nothing(mem: Memory, call, named: 
         call(mem)
     assert named in str(caught.value)
     assert log_bytes(mem.tree.data_dir) == frozen
+
+
+def test_metadata_over_the_limit_takes_the_whole_add_back(tmp_path: Path) -> None:
+    with Memory(tmp_path / "memory", durability="none", limits=Limits(metadata_bytes=1024)) as mem:
+        with pytest.raises(LimitExceededError, match="metadata"):
+            mem.add("I love green tea.", user_id="alice", metadata={"note": "x" * 900})
+        assert mem.get_all(user_id="alice")["results"] == []
+        assert mem.tree.history()[-1].kind == "undo"
 
 
 def test_missing_memories_raise_not_found_and_write_nothing(mem: Memory) -> None:

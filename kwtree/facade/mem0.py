@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
+from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, UndoConflictError
 from kwtree.facade.tree import KeywordTree
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
 from kwtree.memory.commit import CommitOptions, CommitResult
@@ -152,7 +152,9 @@ class Memory:
         plus a digest of the messages: adding the same messages again writes nothing. Each
         add is its own session (mem0 callers send only the new messages); for one growing
         conversation use ``KeywordTree.after_turn``. ``metadata`` goes on every memory the
-        add wrote (shown in ``metadata``, matched by ``filters``), in a second operation.
+        add wrote (shown in ``metadata``, matched by ``filters``), in a second operation (if
+        that one fails, e.g. over ``Limits.metadata_bytes``, the commit is undone and the
+        error raised: the live memories are as before).
         ``op_ids`` are the operations written, oldest first: ``undo(result["op_ids"])``."""
         scope = scope_path(user_id, agent_id, run_id)
         if isinstance(messages, str):
@@ -174,7 +176,12 @@ class Memory:
             patches = {iid: {"metadata": {**(info := self.tree.get_info(iid)).metadata,
                                           USER_METADATA: {**info.metadata.get(USER_METADATA, {}), **extra}}}
                        for iid in written}
-            self.tree.batch_update_infos(patches)
+            try:
+                self.tree.batch_update_infos(patches)
+            except KwtreeError:  # e.g. over Limits.metadata_bytes: take the commit back too
+                if result.op_id is not None:
+                    self.tree.undo(result.op_id)
+                raise
             op_ids.append(self.tree.last_op_id)  # type: ignore[arg-type]
         return {"results": self._events(result), "op_ids": op_ids}
 
