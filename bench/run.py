@@ -33,6 +33,7 @@ import forget
 import locomo
 import locomo_memory
 import memory_commit
+import memory_hooks
 import peers
 import placement
 import reads
@@ -130,6 +131,10 @@ def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
 
 
+def _run_memory_hooks(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 1 if quick else 3}, memory_hooks.run(quick, work)
+
+
 def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else "all", "sweep": floor.SWEEP}, floor.run(quick, work)
 
@@ -177,6 +182,7 @@ SUITES = {
     "locomo": (_run_locomo, locomo.markdown),
     "locomo_memory": (_run_locomo_memory, locomo_memory.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
+    "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
     "floor": (_run_floor, floor.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "forget": (_run_forget, forget.markdown),

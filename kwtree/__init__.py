@@ -4,8 +4,8 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 
 ``import kwtree`` loads only the errors, the entities and name normalisation.
-Everything else named in ``__all__`` (``KeywordTree`` itself, the whole-directory
-operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
+Everything else named in ``__all__`` (``KeywordTree`` itself, the mem0-shaped ``Memory``,
+the whole-directory operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
 first use (PEP 562), so ``kwtree --help`` and a script that never opens a tree do not pay for
 numpy, tantivy, hnswlib or the anthropic SDK. ``from kwtree import X`` works for every name.
 """
@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.anthropic_client import AnthropicLLMClient
     from kwtree.agent.clients import LLMClient, StubLLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
+    from kwtree.facade.mem0 import Memory
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
@@ -98,6 +99,7 @@ _LAZY_NAMES = {
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",
+    "Memory": "kwtree.facade.mem0",
     "Policy": "kwtree.memory.policies",
     "RecallWeights": "kwtree.retrieval.recall",
     "Report": "kwtree.ops.verify",
@@ -153,6 +155,7 @@ __all__ = [
     "Link",
     "LinkedKeyword",
     "LockTimeoutError",
+    "Memory",
     "MergeConflictError",
     "NotFoundError",
     "Operation",

@@ -377,3 +377,13 @@ def test_the_docs_examples_print_what_the_docs_say(capsys: pytest.CaptureFixture
         exec(compile(block, "agent-memory.md", "exec"), {})
         printed = capsys.readouterr().out.splitlines()
         assert printed == expected and expected
+
+
+def test_a_question_is_no_event() -> None:
+    """A question asks about a time; it tells nothing that happened."""
+    messages = [{"role": "user", "content": "What should I drink tonight? Did you go to Paris yesterday?"}]
+    found = extract_offline(messages, ExtractContext("s", 0, 1_700_000_000.0))
+    assert [c for c in found if c.category == "events"] == []
+    told = extract_offline([{"role": "user", "content": "I went to Paris yesterday."}],
+                           ExtractContext("s", 0, 1_700_000_000.0))
+    assert [c.category for c in told].count("events") == 1

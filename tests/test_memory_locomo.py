@@ -26,7 +26,7 @@ def events(text: str, role: str = "user") -> list[str]:
 
 
 def test_an_event_stated_with_a_bare_verb_is_keyed_by_its_sentence_not_the_verb() -> None:
-    keys = events("Guess what I did this week?")
+    keys = events("Guess what I did this week!")
     assert keys and all(len(key.split()) >= 2 for key in keys), keys
     assert "did" not in keys
 

@@ -58,6 +58,7 @@ PUBLIC = [
     "Link",
     "LinkedKeyword",
     "LockTimeoutError",
+    "Memory",
     "MergeConflictError",
     "NotFoundError",
     "Operation",

@@ -357,6 +357,13 @@ FUZZED: dict[str, Any] = {
                        "scope": lambda world: st.one_of(st.none(), st.sampled_from(
                            ["user:alice", "user:alice/run:1", "agent:x", "bad", "user:", "Alpha"]), TEXT),
                        "options": _commit_options},
+    # issue 15: the lifecycle hooks and the reads under kwtree.Memory
+    **{name: {} for name in ("assemble", "bootstrap", "memories", "memory_scope")},
+    **{name: {"messages": _messages, "session_id": lambda world: st.one_of(st.sampled_from(["s1", "Alpha"]), WORDS)}
+       for name in ("after_turn", "end_session")},
+    "batch_update_infos": {"patches": lambda world: st.one_of(HOSTILE, st.dictionaries(
+        st.one_of(st.sampled_from([*world.infos, world.gone_info, UNKNOWN_ID]), TEXT, st.integers()),
+        _patch(world, ("content", "source", "metadata")), max_size=3))},
 }
 
 PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))

@@ -316,7 +316,8 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
         if rest:
             pace = habit["how"] or habit["when"]
             yield make("patterns", rest, _third_person(sentence, speaker), "pattern", {"frequency": pace.lower()})
-    elif when is not None or _is_past_action(sentence):
+    elif (when is not None or _is_past_action(sentence)) and not sentence.rstrip().endswith("?"):
+        # (a question asks about a time: it tells no event)
         told = _third_person(sentence, speaker)
         if when is not None:
             told = f"{told[:-1]} ({_date(when)}){told[-1]}"
