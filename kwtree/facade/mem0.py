@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, UndoConflictError
+from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
 from kwtree.facade.tree import KeywordTree
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
-from kwtree.memory.commit import CommitOptions, CommitResult
+from kwtree.memory.commit import USER_METADATA, CommitOptions, CommitResult
 from kwtree.memory.filters import check_filters, matches
 from kwtree.memory.messages import clean_messages, digest, turn_text
 from kwtree.memory.policies import POLICIES, Policy
@@ -49,8 +49,6 @@ __all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory"]
 
 #: The scope kind of each id, in the order a scope path holds them.
 ID_KINDS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
-#: The info metadata key holding the metadata the caller passed to ``add``.
-USER_METADATA = "user_metadata"
 #: The category (and branch) of the memories ``add(infer=False)`` stores: held by the branch,
 #: appended, never merged.
 VERBATIM = "memories"
@@ -152,10 +150,9 @@ class Memory:
         plus a digest of the messages: adding the same messages again writes nothing. Each
         add is its own session (mem0 callers send only the new messages); for one growing
         conversation use ``KeywordTree.after_turn``. ``metadata`` goes on every memory the
-        add wrote (shown in ``metadata``, matched by ``filters``), in a second operation (if
-        that one fails, e.g. over ``Limits.metadata_bytes``, the commit is undone and the
-        error raised: the live memories are as before).
-        ``op_ids`` are the operations written, oldest first: ``undo(result["op_ids"])``."""
+        add wrote (shown in ``metadata``, matched by ``filters``), in the same operation.
+        ``op_ids`` are the operations written (one, or none when nothing was new):
+        ``undo(result["op_ids"])``."""
         scope = scope_path(user_id, agent_id, run_id)
         if isinstance(messages, str):
             messages = [{"role": "user", "content": clean_text(messages, "messages", allow_empty=False)}]
@@ -164,25 +161,12 @@ class Memory:
         cleaned = clean_messages(messages)
         extra = dict(clean_metadata(metadata)) if metadata is not None else None
         if not clean_flag(infer, "infer"):
-            options = CommitOptions(keep_turns=False, extractor=_verbatim, policies=_VERBATIM_POLICIES)
+            options = CommitOptions(keep_turns=False, extractor=_verbatim, policies=_VERBATIM_POLICIES, metadata=extra)
         else:
-            options = CommitOptions()
+            options = CommitOptions(metadata=extra)
         session_id = f"{'add' if infer else 'verbatim'}-{digest(cleaned)[:16]}"
         result = self.tree.commit_session(cleaned, session_id=session_id, scope=scope, options=options)
         op_ids = [result.op_id] if result.op_id is not None else []
-        written = list(dict.fromkeys(d.info_id for d in result.decisions
-                                     if d.info_id is not None and d.action != "skip"))
-        if extra and written:
-            patches = {iid: {"metadata": {**(info := self.tree.get_info(iid)).metadata,
-                                          USER_METADATA: {**info.metadata.get(USER_METADATA, {}), **extra}}}
-                       for iid in written}
-            try:
-                self.tree.batch_update_infos(patches)
-            except KwtreeError:  # e.g. over Limits.metadata_bytes: take the commit back too
-                if result.op_id is not None:
-                    self.tree.undo(result.op_id)
-                raise
-            op_ids.append(self.tree.last_op_id)  # type: ignore[arg-type]
         return {"results": self._events(result), "op_ids": op_ids}
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
