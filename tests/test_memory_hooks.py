@@ -5,7 +5,6 @@ new; ``memories`` leaves the archived sessions out."""
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from helpers import log_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memory_helpers import fixed, memory, options
+from memory_helpers import doc_examples, fixed, memory, options, prints_its_comments
 
 from kwtree import CommitOptions, ExtractContext, InvalidInputError, KeywordTree
 from kwtree.facade.hooks import HEADINGS
@@ -152,13 +151,7 @@ def test_the_docs_examples_print_what_the_docs_say(capsys: pytest.CaptureFixture
     """docs/agent-memory.md (## From mem0, ## Lifecycle hooks): each python block, run in a new
     directory, prints its trailing ``# `` comment lines."""
     monkeypatch.chdir(tmp_path)
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "agent-memory.md").read_text()
-    sections = re.split(r"^## ", doc, flags=re.M)
-    blocks = [block for section in sections if section.startswith(("From mem0", "Lifecycle hooks"))
-              for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+    blocks = doc_examples("From mem0", "Lifecycle hooks")
     assert len(blocks) == 2
     for block in blocks:
-        expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
-        exec(compile(block, "agent-memory.md", "exec"), {})
-        printed = capsys.readouterr().out.splitlines()
-        assert printed == expected and expected
+        assert prints_its_comments(block, lambda: capsys.readouterr().out)
