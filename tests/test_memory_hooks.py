@@ -121,10 +121,13 @@ def test_memories_leave_the_archived_sessions_out(tree: KeywordTree) -> None:
     contents = [info.content for info in tree.memories("user:alice")]
     assert sorted(contents) == ["Alice lives in Paris.", "Alice loves green tea.",
                                 "Alice ordered jasmine tea for Friday."]
-    turn = tree.recall("Shall I order the jasmine tea", scope="user:alice", min_score=0)
-    assert any(hit.info.metadata.get("role") == "assistant" for hit in turn)
+    (session,) = tree.find_keywords("s1")
+    turns = [info for info in tree.get_infos_of_keyword(session.id) if "role" in info.metadata]
+    assert [turn.metadata["role"] for turn in turns] == ["user", "assistant"]
     assert tree.memory_scope(tree.memories("user:alice")[0].id) == "user:alice"
-    assert all(tree.memory_scope(hit.info.id) is None for hit in turn if "role" in hit.info.metadata)
+    assert all(tree.memory_scope(turn.id) is None for turn in turns)
+    recalled = tree.recall("Shall I order the jasmine tea", scope="user:alice", min_score=0)
+    assert recalled[0].info.content == "Alice ordered jasmine tea for Friday."  # in its source turn's place
     assert tree.memories(["user:nobody"]) == []
 
 

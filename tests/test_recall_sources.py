@@ -46,10 +46,10 @@ def test_collapse_keeps_what_adds_evidence_and_stops_at_k(tmp_path: Path) -> Non
         hits = {info.id: Hit(tree.get_info(info.id), 1.0, 1.0, 0.0) for info in (t1, t2, both, only_first, empty)}
         order = [hits[i] for i in (t1.id, only_first.id, both.id, t2.id, empty.id)]
         kept = [hit.info.id for hit in collapse(order, 10)]
-        # only_first adds nothing after t1; both adds t2, so t2 itself then adds nothing;
-        # a memory with no sources stands for itself
-        assert kept == [t1.id, both.id, empty.id]
-        assert [hit.info.id for hit in collapse(order, 2)] == [t1.id, both.id]
+        # the best memory drawn from t1 (only_first) takes t1's place; both adds t2, so t2
+        # itself then adds nothing; a memory with no sources stands for itself
+        assert kept == [only_first.id, both.id, empty.id]
+        assert [hit.info.id for hit in collapse(order, 2)] == [only_first.id, both.id]
         reordered = [hits[i] for i in (both.id, t1.id, t2.id, only_first.id)]
         assert [hit.info.id for hit in collapse(reordered, 10)] == [both.id]
 
