@@ -15,7 +15,7 @@ many distinct turns the top 10 hits stand for (10 when they are all turns): a me
 that stands for several turns has a larger share of the evidence to cover, and the reader
 should see it. A third row reads the same ranking counting turn hits only (a memory counts
 as nothing): how much of the evidence comes through the turns themselves (recall leaves out
-a turn a better memory came from, so this row is low by design).
+a turn for the memory drawn from it, so this row is low by design).
 
 **Raw turns (baseline, same run).** The same conversations stored as bench/locomo.py stores
 them (``locomo.load``: one info per turn, speaker and date in the text), asked as
@@ -214,7 +214,7 @@ def markdown(result: dict[str, Any]) -> str:
     kinds = result["top10_kinds"]
     lines += ["", f"The top 10 hits stood for {result['turns_at_10']:.1f} distinct turns on average "
               f"({kinds['turns']} turn hits, {kinds['memories']} memory hits, {kinds['summaries']} summary hits "
-              "in all questions' top 10). Recall leaves out a turn that a better-ranked memory came from, so the "
+              "in all questions' top 10). Recall gives a turn's place to the memory drawn from it, so the "
               "third row counts only the evidence that came through turns. The paper's row is over all 10 "
               "conversations (dialog turns; multi-hop printed as 247.4 in its figure)."]
     return "\n".join(lines)
