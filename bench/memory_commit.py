@@ -41,8 +41,10 @@ def session_time(text: str) -> float | None:
         return None
 
 
-def sessions(sample: dict) -> list[tuple[str, float | None, list[dict[str, Any]]]]:
-    """(session id, date, messages) of one conversation, in order; speaker A is the "user"."""
+def sessions(sample: dict, named: bool = False) -> list[tuple[str, float | None, list[dict[str, Any]]]]:
+    """(session id, date, messages) of one conversation, in order; speaker A is the "user" and
+    speaker B the "assistant", or with ``named`` each message's role is its speaker's name (two
+    people talking: the extractor reads each one's facts as that person's)."""
     conversation = sample["conversation"]
     found = []
     number = 1
@@ -51,6 +53,8 @@ def sessions(sample: dict) -> list[tuple[str, float | None, list[dict[str, Any]]
         for turn in conversation[f"session_{number}"]:
             text = turn["text"] + (f" [image: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
             role = "user" if turn["speaker"] == conversation["speaker_a"] else "assistant"
+            if named:
+                role = turn["speaker"]
             messages.append({"role": role, "content": f"{turn['speaker']}: {text}"})
         found.append((f"{sample['sample_id']}-s{number}",
                       session_time(conversation.get(f"session_{number}_date_time", "")), messages))

@@ -30,8 +30,11 @@ import core
 import export
 import extract
 import floor
+import forget
 import locomo
+import locomo_memory
 import memory_commit
+import memory_hooks
 import peers
 import placement
 import reads
@@ -121,8 +124,16 @@ def _run_locomo(quick: bool, work: Path | None) -> tuple[dict, list]:
     return {"embedders": specs}, [locomo.run(spec, quick, work) for spec in specs]
 
 
+def _run_locomo_memory(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 2 if quick else "all", "min_score": 0}, locomo_memory.run(quick, work)
+
+
 def _run_memory_commit(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else 5}, memory_commit.run(quick, work)
+
+
+def _run_memory_hooks(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 1 if quick else 3}, memory_hooks.run(quick, work)
 
 
 def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
@@ -132,6 +143,11 @@ def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
 def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
+
+
+def _run_forget(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    rows = 20_000 if quick else 100_000  # --quick: a 20,000-row log; bench/forget.py alone: 100,000
+    return {"rows": rows}, forget.run(rows, work)
 
 
 def _run_snapshot(quick: bool, work: Path | None) -> tuple[dict, dict]:
@@ -169,10 +185,13 @@ SUITES = {
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),
     "locomo": (_run_locomo, locomo.markdown),
+    "locomo_memory": (_run_locomo_memory, locomo_memory.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
+    "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
     "floor": (_run_floor, floor.markdown),
     "abstracts": (_run_abstracts, abstracts.markdown),
     "compaction": (_run_compaction, compaction.markdown),
+    "forget": (_run_forget, forget.markdown),
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
     "extract": (_run_extract, extract.markdown),

@@ -4,8 +4,8 @@ A keyword tree (keywords with aliases, descriptions and typed relations) with te
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 
 ``import kwtree`` loads only the errors, the entities and name normalisation.
-Everything else named in ``__all__`` (``KeywordTree`` itself, the whole-directory
-operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
+Everything else named in ``__all__`` (``KeywordTree`` itself, the mem0-shaped ``Memory``,
+the whole-directory operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
 first use (PEP 562), so ``kwtree --help`` and a script that never opens a tree do not pay for
 numpy, tantivy, hnswlib or the anthropic SDK. ``from kwtree import X`` works for every name.
 """
@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.clients import LLMClient, StubLLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
     from kwtree.facade.abstracts import KeywordAbstract
+    from kwtree.facade.mem0 import Memory
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.policies import Policy
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
+    from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
@@ -91,11 +93,15 @@ _LAZY_NAMES = {
     "Extractor": "kwtree.memory.candidates",
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
+    "ForgetReport": "kwtree.ops.forget",
+    "KeptInfo": "kwtree.ops.forget",
+    "UnreachableCopy": "kwtree.ops.forget",
     "HashEmbedder": "kwtree.caches.embed",
     "KeywordAbstract": "kwtree.facade.abstracts",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",
+    "Memory": "kwtree.facade.mem0",
     "Policy": "kwtree.memory.policies",
     "RecallWeights": "kwtree.retrieval.recall",
     "Report": "kwtree.ops.verify",
@@ -129,6 +135,7 @@ __all__ = [
     "ExtractContext",
     "Extractor",
     "Finding",
+    "ForgetReport",
     "FormatError",
     "GitError",
     "HasChildrenError",
@@ -136,6 +143,7 @@ __all__ = [
     "Hit",
     "Info",
     "InvalidInputError",
+    "KeptInfo",
     "Keyword",
     "KeywordAbstract",
     "KeywordTree",
@@ -150,6 +158,7 @@ __all__ = [
     "Link",
     "LinkedKeyword",
     "LockTimeoutError",
+    "Memory",
     "MergeConflictError",
     "NotFoundError",
     "Operation",
@@ -164,6 +173,7 @@ __all__ = [
     "StorageError",
     "StubLLMClient",
     "UndoConflictError",
+    "UnreachableCopy",
     "VersionConflictError",
     "normalize_name",
     "repair_directory",

@@ -4,12 +4,15 @@ hold whatever the default extractor finds), and reads of what a commit archived.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kwtree import Candidate, CommitOptions, ExtractContext, Info, Keyword, KeywordTree
 
-__all__ = ["fixed", "memory", "options", "restorable", "scope_part", "session_turns"]
+__all__ = ["doc_examples", "fixed", "memory", "options", "prints_its_comments", "restorable", "scope_part",
+           "session_turns"]
 
 
 def fixed(*candidates: Candidate, seen: list[ExtractContext] | None = None) -> Any:
@@ -57,3 +60,19 @@ def restorable(reads: Any) -> Any:
     if isinstance(reads, (list, tuple)):
         return [restorable(item) for item in reads]
     return reads
+
+
+def doc_examples(*sections: str) -> list[str]:
+    """The python blocks of docs/agent-memory.md's ``## `` sections whose titles start so."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "agent-memory.md").read_text()
+    return [block for section in re.split(r"^## ", doc, flags=re.M) if section.startswith(sections)
+            for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+
+
+def prints_its_comments(block: str, printed: Any) -> bool:
+    """Run a docs block; True when what it printed (``printed()`` gives it) is its trailing
+    ``# `` comment lines, and it has some."""
+    expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
+    exec(compile(block, "agent-memory.md", "exec"), {})
+    return bool(expected) and printed().splitlines() == expected
+

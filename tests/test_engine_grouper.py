@@ -37,6 +37,14 @@ def _segment(directory: Path) -> Path:
     return segment
 
 
+def _write_steps(directory: Path, steps: list[Any]) -> None:
+    """A tree in ``directory`` written by the random ``steps``."""
+    with KeywordTree(directory, durability="none", worker=False) as tree:
+        keyword_ids, info_ids = [ROOT_ID], []
+        for step in steps:
+            apply_step(tree, step, keyword_ids, info_ids)
+
+
 def _two_keyword_batch_then_one(directory: Path) -> tuple[str, str]:
     """A tree whose log holds a two-row operation, then a one-row one; returns their keywords."""
     with KeywordTree(directory, durability="none", worker=False) as tree:
@@ -91,10 +99,7 @@ def test_every_reader_sees_the_same_operations(steps: list[Any], cut: int) -> No
     the testing helper's own reading give the same whole operations."""
     with tempfile.TemporaryDirectory(prefix="kwtree-grouper-") as tmp:
         directory = Path(tmp) / "tree"
-        with KeywordTree(directory, durability="none", worker=False) as tree:
-            keyword_ids, info_ids = [ROOT_ID], []
-            for step in steps:
-                apply_step(tree, step, keyword_ids, info_ids)
+        _write_steps(directory, steps)
         expected = [op.op_id for op in log_operations(directory)]
         segment = _segment(directory)
         data = segment.read_bytes().rstrip(b"\0")
@@ -141,10 +146,7 @@ def test_verify_reads_the_operations_replay_reads_up_to_the_first_damage(
     raises, every line is accounted for once, and what follows the damage is read on."""
     with tempfile.TemporaryDirectory(prefix="kwtree-grouper-") as tmp:
         directory = Path(tmp) / "tree"
-        with KeywordTree(directory, durability="none", worker=False) as tree:
-            keyword_ids, info_ids = [ROOT_ID], []
-            for step in steps:
-                apply_step(tree, step, keyword_ids, info_ids)
+        _write_steps(directory, steps)
         intact = _segment(directory).read_bytes().rstrip(b"\0")
     lines = whole_lines(intact)
     scanned = list(scan_operations(lines, "log", 1, checksums=True))

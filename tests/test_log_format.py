@@ -138,7 +138,12 @@ def test_public_api_is_pinned():
         "Embedder", "HashEmbedder", "Hit", "LinkedKeyword", "LLMClient", "RecallWeights", "StubLLMClient",
         # issue 15: what commit_session takes or returns, and what an extractor is made of
         "Candidate", "CommitDecision", "CommitOptions", "CommitResult", "DedupThresholds", "ExtractContext",
-        "Extractor", "Policy", "KeywordAbstract",  # and what abstracts() returns
+        "Extractor", "Policy",
+        # issue 15: what forget returns
+        "ForgetReport", "KeptInfo", "UnreachableCopy",
+        # issue 15: the mem0-shaped surface
+        "Memory",
+        "KeywordAbstract",  # and what abstracts() returns
     ])
 
 

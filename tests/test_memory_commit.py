@@ -325,3 +325,22 @@ def test_property_commit_twice_writes_nothing_and_undo_restores(tmp_path_factory
             assert restorable(snapshot(tree, kids, iids)) == restorable(before)
         else:
             assert result.op_id is None
+
+
+def test_the_callers_metadata_goes_on_every_memory_in_the_same_operation(tmp_path: Path) -> None:
+    """CommitOptions.metadata: on each memory written (under user_metadata), the session's
+    turns untouched, one operation."""
+    with KeywordTree(tmp_path / "tree", durability="none", worker=False) as tree:
+        before = len(tree.history())
+        result = tree.commit_session([{"role": "user", "content": "I love green tea. I live in Leeds."}],
+                                     session_id="s", scope="user:alice",
+                                     options=CommitOptions(metadata={"source": "chat"}))
+        assert len(tree.history()) == before + 1
+        written = [d.info_id for d in result.decisions if d.action != "skip" and d.info_id]
+        assert written
+        assert all(tree.get_info(iid).metadata["user_metadata"] == {"source": "chat"} for iid in written)
+        turns = [info for info in tree.get_infos_of_keyword(result.session_keyword_id) if "turn" in info.metadata]
+        assert turns and all("user_metadata" not in info.metadata for info in turns)
+        with pytest.raises(InvalidInputError, match="metadata"):
+            tree.commit_session([{"role": "user", "content": "I love tea."}], session_id="t", scope="user:alice",
+                                options=CommitOptions(metadata={"bad": object()}))

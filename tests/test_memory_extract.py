@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_helpers import doc_examples, prints_its_comments
 
 from kwtree.agent.clients import StubLLMClient
 from kwtree.errors import InvalidInputError
@@ -365,15 +366,17 @@ def test_the_extraction_bench_runs_and_reports_every_category() -> None:
 def test_the_docs_examples_print_what_the_docs_say(capsys: pytest.CaptureFixture[str]) -> None:
     """docs/agent-memory.md (## Extraction, ## Time): each python block, run, prints its
     trailing ``# `` comment lines."""
-    import re
-
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "agent-memory.md").read_text()
-    sections = re.split(r"^## ", doc, flags=re.M)
-    blocks = [block for section in sections if section.startswith(("Extraction", "Time"))
-              for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+    blocks = doc_examples("Extraction", "Time")
     assert len(blocks) == 2
     for block in blocks:
-        expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
-        exec(compile(block, "agent-memory.md", "exec"), {})
-        printed = capsys.readouterr().out.splitlines()
-        assert printed == expected and expected
+        assert prints_its_comments(block, lambda: capsys.readouterr().out)
+
+
+def test_a_question_is_no_event() -> None:
+    """A question asks about a time; it tells nothing that happened."""
+    messages = [{"role": "user", "content": "What should I drink tonight? Did you go to Paris yesterday?"}]
+    found = extract_offline(messages, ExtractContext("s", 0, 1_700_000_000.0))
+    assert [c for c in found if c.category == "events"] == []
+    told = extract_offline([{"role": "user", "content": "I went to Paris yesterday."}],
+                           ExtractContext("s", 0, 1_700_000_000.0))
+    assert [c.category for c in told].count("events") == 1

@@ -46,7 +46,7 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
     kwtree_modules = {m for m in loaded if m.startswith("kwtree")}
     assert kwtree_modules <= {"kwtree", "kwtree.errors", "kwtree.models", "kwtree.normalize", "kwtree.cli",
                               "kwtree.cli.main", "kwtree.cli.output", "kwtree.cli.table",
-                              "kwtree.cli.memory",  # the table's rows of the agent-memory commands
+                              "kwtree.cli.memory", "kwtree.cli.forget",  # the table's rows of the agent-memory commands
                               "kwtree.cli.abstracts"}  # and of the keyword-abstracts command
     assert _top_level(loaded).isdisjoint(HEAVY)
 

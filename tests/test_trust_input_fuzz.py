@@ -348,6 +348,8 @@ FUZZED: dict[str, Any] = {
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
     "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
+    "forget": {"scope": lambda world: st.one_of(st.none(), st.sampled_from(["user:alice", "user:nobody", "alice", ""]),
+                                                TEXT)},
     "restore": {"snapshot": _snapshot_files},
     "import_json": {"path": _export_files, "data_dir": lambda world: constructor_strategies(world)["data_dir"],
                     "options": None},  # options: drawn from the constructor's strategies
@@ -356,6 +358,13 @@ FUZZED: dict[str, Any] = {
                        "scope": lambda world: st.one_of(st.none(), st.sampled_from(
                            ["user:alice", "user:alice/run:1", "agent:x", "bad", "user:", "Alpha"]), TEXT),
                        "options": _commit_options},
+    # issue 15: the lifecycle hooks and the reads under kwtree.Memory
+    **{name: {} for name in ("assemble", "bootstrap", "memories", "memory_scope")},
+    **{name: {"messages": _messages, "session_id": lambda world: st.one_of(st.sampled_from(["s1", "Alpha"]), WORDS)}
+       for name in ("after_turn", "end_session")},
+    "batch_update_infos": {"patches": lambda world: st.one_of(HOSTILE, st.dictionaries(
+        st.one_of(st.sampled_from([*world.infos, world.gone_info, UNKNOWN_ID]), TEXT, st.integers()),
+        _patch(world, ("content", "source", "metadata")), max_size=3))},
 }
 
 PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))

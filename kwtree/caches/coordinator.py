@@ -46,15 +46,17 @@ from kwtree.caches.outbox import (
     record_results,
     run_worker,
 )
+from kwtree.caches.texts import EntityKey, entity_text, search_text, written_after
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
+from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vectors import META_FILE, VectorStore
 
-__all__ = ["Indexes", "entity_text"]
+__all__ = ["Indexes"]
 
 log = logging.getLogger("kwtree.cache")
 #: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
@@ -68,31 +70,9 @@ def _index_failure(exc: BaseException) -> bool:
 
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
-EntityKey = tuple[str, str]  # (kind, id)
 #: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
 _DIGEST_CACHE_LIMIT = 200_000
 _REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair scan
-
-
-def entity_text(state: State, kind: str, entity_id: str) -> str | None:
-    """The text that is embedded for a live entity (None if it is not live): an info's
-    content; a keyword's name, aliases and description."""
-    if kind == "info":
-        info = state.live_info(entity_id)
-        return info.content if info is not None else None
-    keyword = state.live_keyword(entity_id)
-    if keyword is None or keyword.id == ROOT_ID:
-        return None
-    return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
-
-
-def search_text(state: State, kind: str, entity_id: str) -> str | None:
-    """What the full-text index holds for an entity: for a keyword, its text and path."""
-    text = entity_text(state, kind, entity_id)
-    if text is None or kind == "info":
-        return text
-    path = [state.keywords[node].name for node in state.ancestry(entity_id)[1:-1]]
-    return " ".join([text, *path])
 
 
 def _slug(model: str) -> str:
@@ -137,6 +117,7 @@ class Indexes:
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
+        self._embedding = threading.Lock()  # held from reading texts to storing their vectors
         # One lock per store: opening a large vector store must not hold up a text search.
         self._fulltext_open_lock = threading.Lock()
         self._vectors_open_lock = threading.Lock()
@@ -286,7 +267,11 @@ class Indexes:
         the batch, each text is tried alone, so one bad text fails only itself. A vector store
         that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
         text's fault: that error is raised, for the worker to try the batch again later."""
-        self._recover_vanished_vectors()
+        self._recover_vanished_vectors()  # (may embed everything again itself: not under the lock)
+        with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
+            return self._embed(items)
+
+    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
         texts, keys = [], []
         for kind, entity_id, digest in items:
             text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
@@ -383,6 +368,32 @@ class Indexes:
         if store is not None:
             store.discard()  # its rows in memory may be gone from disk: never save them
         return self.repair()
+
+    def erase(self, entity_ids: set[str]) -> tuple[int, int]:
+        """Purge what the caches hold of these (forgotten) entities: the full-text index's
+        files are removed (tantivy keeps a deleted document's terms until a merge it cannot
+        be asked for; the next search rebuilds the index from the state), their vector rows
+        are erased in every model's store (``kwtree.stores.vector_erase``) and their outbox
+        items dropped. Under the tree's write locks. Returns (vector rows erased, outbox
+        items dropped). Raises ReadOnlyError in a tree that does not write."""
+        if self._write_locks is None or not self._write_vectors:
+            raise ReadOnlyError("a tree that may not write cannot erase its caches")
+        self.reset_fulltext()
+        with self._embedding, self._vectors_open_lock:
+            store, self._vector_store = self._vector_store, None
+            if store is not None:
+                store.discard()  # its graph in memory holds the vectors: never save it
+            # (Under the lock: an embedding that read a forgotten text before the forget
+            # operation must not append its vector after the rows were erased.)
+            erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
+        dropped = self._outbox.discard(entity_ids)
+
+        def forget_digests(state: State) -> None:
+            for key in [key for key in self._digests if key[1] in entity_ids]:
+                del self._digests[key]
+
+        self._read(forget_digests)
+        return erased, dropped
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.
@@ -646,7 +657,7 @@ class Indexes:
                 if self._expected_ops == state.op_count and index.watermark is not None:
                     changed = set(self._pending)
                 else:
-                    changed = _written_after(state, index.watermark)
+                    changed = written_after(state, index.watermark)
                 self._pending.clear()
                 self._expected_ops = state.op_count
             return state.last_op_id, {key: search_text(state, *key) for key in changed}
@@ -752,18 +763,3 @@ class Indexes:
                     store.close()
         if self._private_cleanup is not None:
             self._private_cleanup()
-
-
-def _written_after(state: State, watermark: str | None) -> set[EntityKey]:
-    """Every entity written after ``watermark`` (all of them when None), and the subtree of
-    every keyword among them (a rename or move changes its descendants' paths)."""
-    changed: set[EntityKey] = set()
-    for info in state.infos.values():
-        if watermark is None or info.op_id > watermark:
-            changed.add(("info", info.id))
-    for keyword in state.keywords.values():
-        if keyword.id != ROOT_ID and (watermark is None or keyword.op_id > watermark):
-            changed.add(("keyword", keyword.id))
-            if watermark is not None and not keyword.deleted and state.children.get(keyword.id):
-                changed.update(("keyword", kid) for kid in state.subtree(keyword.id))
-    return changed

@@ -409,6 +409,20 @@ class Outbox:
         with self._locked():
             self._compact()
 
+    def discard(self, entity_ids: set[str]) -> int:
+        """Drop every item of these entities, whatever its status (queued, leased, failed,
+        dead: a dead item's error may quote the text), and rewrite the file as ``compact``
+        does, so no row of them is left; returns how many items went (forget)."""
+        self._check_writable()
+        with self._locked():
+            gone = [key for key, entry in self._entries.items() if entry.item.id in entity_ids]
+            for key in gone:
+                del self._entries[key]
+                self._open.pop(key, None)
+            if gone or self._droppable:
+                self._compact()
+            return len(gone)
+
     def _compact(self) -> None:
         keep = [row for entry in self._entries.values() if entry.status != "done" for row in entry.rows]
         try:

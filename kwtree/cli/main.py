@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
-from kwtree.cli import abstracts, memory
+from kwtree.cli import abstracts, forget, memory
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -610,6 +610,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
               arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
     ),
+    *forget.COMMANDS,
 )
 
 

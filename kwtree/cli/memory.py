@@ -1,4 +1,5 @@
-"""The agent-memory commands of ``kwtree``: ``commit`` (``KeywordTree.commit_session``).
+"""The agent-memory commands of ``kwtree``: ``commit`` (``KeywordTree.commit_session``),
+``assemble`` and ``bootstrap`` (the lifecycle hooks of the same names).
 
 Rows of the command table (``kwtree.cli.table.Command``) that ``kwtree.cli.main.COMMANDS``
 takes in; each opens the tree, makes its one call and prints the result.
@@ -64,6 +65,9 @@ def _show_commit(result: CommitResult, tree: KeywordTree, args: argparse.Namespa
         print(f"{decision.info_id or '-'}\t{decision.action}\t{decision.category}/{decision.key}\t{decision.reason}")
 
 
+_SCOPE = arg("--scope", action="append", required=True, metavar="SCOPE",
+              help="whose memories, e.g. user:alice (repeatable: any of them)")
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "commit", "KeywordTree.commit_session",
@@ -77,5 +81,22 @@ COMMANDS: tuple[Command, ...] = (
               arg("--session-id", metavar="ID", help="the session's id (default: the file's session_id)"),
               arg("--dry-run", action="store_true", help="print the plan, write nothing"),
               arg("--no-turns", action="store_true", help="do not keep the messages as turn infos")),
+    ),
+    Command(
+        "assemble", "KeywordTree.assemble",
+        "the context block for one model call: profile, preferences, memories recalled for QUERY, last session",
+        example="./memory \"what tea does Alice like?\" --scope user:alice --max-tokens 300", opens="read",
+        call=lambda t, a: t.assemble(a.query, a.scope, a.max_tokens),
+        args=(arg("query", metavar="QUERY"), _SCOPE,
+              arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)")),
+        show=lambda r, t, a: print(r),
+    ),
+    Command(
+        "bootstrap", "KeywordTree.bootstrap",
+        "the cold-start block of a new conversation: profile, preferences, what the last session left open",
+        example="./memory --scope user:alice --max-tokens 300", opens="read",
+        call=lambda t, a: t.bootstrap(a.scope, a.max_tokens),
+        args=(_SCOPE, arg("--max-tokens", type=int, default=800, metavar="N", help="the budget (default: 800)")),
+        show=lambda r, t, a: print(r),
     ),
 )

@@ -51,6 +51,7 @@ __all__ = [
     "decode_operation",
     "encode_compacted",
     "encode_operation",
+    "encode_row",
     "is_op_id",
     "with_checksum",
 ]
@@ -195,6 +196,14 @@ _ENCODERS: dict[type[Entity], tuple[str, _Encoder]] = {
     Link: ("link", _link_fields),
     Relation: ("relation", _relation_fields),
 }
+
+
+def encode_row(entity: Entity, op_id: str, *, kind: bool = True) -> dict[str, Any]:
+    """The fields of ``entity``'s row written by operation ``op_id``, in the fixed order
+    (without ``entity``: the fields of a before-image); no ``before``, ``wrote`` or ``end``.
+    For a caller that rewrites rows of an existing log (forget)."""
+    name, fields = _ENCODERS[type(entity)]
+    return fields(entity, op_id, name if kind else None)
 
 
 _ROW_SEPARATOR = b',{"op":"'

@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.replay import operations_in_view
-from kwtree.engine.state import State
-from kwtree.errors import StorageError
 from kwtree.facade.core import TreeCore
 from kwtree.validate import clean_choice, clean_flag
 
@@ -44,7 +42,6 @@ class MaintenanceMethods(TreeCore):
         step: a crash leaves one or the other. Other processes that hold the tree open replay
         the new log at their next refresh or write. Returns sizes before and after.
         """
-        from kwtree.engine.replay import parse_operations
         from kwtree.ops import compaction
 
         clean_flag(keep_history, "keep_history")
@@ -52,23 +49,10 @@ class MaintenanceMethods(TreeCore):
         started = time.perf_counter()
         with engine.writing() as state:
             self._indexes.sync_fulltext_locked()  # deletions reach it before their tombstones go
-            raws = []
-            size = rows = 0
-            for path, data in engine.read_segments():
-                size += len(data)
-                rows += data.count(b"\n")
-                if keep_history:
-                    raws.extend(parse_operations(data, path, 1)[0])
+            raws, size, rows = compaction.read_log(engine.read_segments(), parse=keep_history)
             count = len(raws) if keep_history else state.op_count
             operations = compaction.history_operations(raws) if keep_history else compaction.compacted_operations(state)
-
-            def check(rebuilt: State) -> None:
-                found = compaction.differences(state, rebuilt)
-                if found:
-                    raise StorageError(f"compaction of {engine.directory} aborted, the log is unchanged: the new log "
-                                       f"would not replay to the same state ({'; '.join(found)}); please report this")
-
-            after = engine.replace_log(operations, check)
+            after = engine.replace_log(operations, compaction.same_state(state, f"compaction of {engine.directory}"))
         return compaction.CompactionReport(keep_history, size, after.size, rows, after.rows, count, after.operations,
                                            time.perf_counter() - started)
 

@@ -10,6 +10,7 @@ the whole session as ONE operation.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -39,7 +40,7 @@ from kwtree.memory.when import parse_time
 from kwtree.models import Info, Keyword, Operation
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
-from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, shown
+from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, shown
 from kwtree.writes import Stamp
 
 __all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
@@ -147,7 +148,7 @@ class MemoryMethods(AgentMethods):
         audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
                                  "seen": len(messages), "candidates": len(candidates)}
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
-                          opts.policies, opts.thresholds, {}, [], [], audit)
+                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata)
         self._place_holders(plan)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
         use_llm = opts.dedup == "llm" or (opts.dedup == "auto" and self._llm_client is not None)
@@ -301,6 +302,8 @@ def _clean_options(options: object) -> CommitOptions:
         raise InvalidInputError("options.thresholds must be a kwtree.DedupThresholds")
     clean_choice(options.dedup, "options.dedup", DEDUP_MODES)
     clean_int(options.prefilter_k, "options.prefilter_k", 1, 100)
+    if options.metadata is not None:
+        return dataclasses.replace(options, metadata=dict(clean_metadata(options.metadata)))
     return options
 
 

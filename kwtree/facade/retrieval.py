@@ -16,11 +16,11 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Hit, RelationType
+from kwtree.retrieval import dated, relevance, sources
 from kwtree.retrieval import recall as fusion
-from kwtree.retrieval import relevance
 from kwtree.retrieval.context import render_context
 from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
-from kwtree.retrieval.timeline import clean_window
+from kwtree.retrieval.timeline import Window, clean_window
 from kwtree.validate import (
     clean_choice,
     clean_int,
@@ -77,7 +77,11 @@ class RetrievalMethods(TreeCore):
         reaches it, and then only hits reaching half of it; 0 turns it off (docs/retrieval.md).
         ``since`` and ``until`` (epoch seconds, a datetime or an ISO 8601 date or time; a date
         alone is its whole day; no zone: UTC) keep infos that happened then: their
-        ``happened_at`` metadata, else their ``created_at``. Text is searchable as soon as the
+        ``happened_at`` metadata, else their ``created_at``; without them, a query naming a date
+        with its year ("on 1 May, 2022", "in July 2022") lifts the infos that happened then
+        (``kwtree.retrieval.dated``). A hit whose evidence is already returned above it (a
+        turn a better memory came from, a memory whose ``sources`` are all there) is left
+        out (``kwtree.retrieval.sources``). Text is searchable as soon as the
         write returns; vectors once the outbox is drained (``wait_indexed``), and until then
         recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
@@ -107,12 +111,27 @@ class RetrievalMethods(TreeCore):
         keyword_hits = indexes.text_hits(text, "keyword", 10)
         weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info"))
 
+        named = dated.named_window(text) if window is None else None
+
         def rank(state: State) -> list[Hit]:
             inside = None if scopes is None else scope_subtree(state, scopes)
             scores = fusion.keyword_scores(state, text, keyword_hits)
-            return fusion.fuse(state, text_hits, vector_hits, scores, k, self._weights, under, kind,
-                               scope=inside, window=window, query=weighed, min_score=floor,
-                               vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector" else None)
+
+            def ranked(width: int) -> list[Hit]:
+                def fuse(within: Window | None) -> list[Hit]:
+                    return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
+                                       scope=inside, window=within, query=weighed, min_score=floor,
+                                       vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector"
+                                       else None)
+
+                found = fuse(window)
+                return found if named is None else dated.lift(found, fuse(named), width)
+
+            found = ranked(k)
+            kept = sources.collapse(found, k)
+            if len(kept) < len(found):  # a memory and its source turn shared the top k: rank wider to fill it
+                kept = sources.collapse(ranked(k * sources.OVERFETCH), k)
+            return kept
 
         return self._read(rank)
 

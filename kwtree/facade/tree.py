@@ -29,6 +29,8 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.abstracts import AbstractMethods
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
+from kwtree.facade.forget import ForgetMethods
+from kwtree.facade.hooks import HookMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.memory import MemoryMethods
 from kwtree.facade.retrieval import RetrievalMethods
@@ -66,6 +68,9 @@ from kwtree.validate import (
 from kwtree.writes import Stamp, require_info, require_keyword
 from kwtree.writes import infos as info_commands
 from kwtree.writes import keywords as keyword_commands
+from kwtree.writes.forget import refuse_forgotten
+from kwtree.writes.reorganize import coalesce, put_changes
+from kwtree.writes.undo import in_apply_order
 from kwtree.writes.undo import undo as undo_changes
 
 __all__ = ["LOCK_NAME", "KeywordTree"]
@@ -85,7 +90,8 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
-class KeywordTree(AbstractMethods, MemoryMethods, AgentMethods, RetrievalMethods, MaintenanceMethods):
+class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, RetrievalMethods, MaintenanceMethods,
+                  ForgetMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).
@@ -545,6 +551,25 @@ class KeywordTree(AbstractMethods, MemoryMethods, AgentMethods, RetrievalMethods
         op = self._commit("batch_create_infos", lambda s, st: info_commands.batch_create_infos(s, st, specs))
         return [] if op is None else [c.after for c in op.changes if type(c.after) is Info]
 
+    def batch_update_infos(self, patches: Mapping[str, Mapping[str, Any]]) -> list[Info]:
+        """Update many infos in ONE operation (all or nothing, one sync): ``patches`` maps each
+        info id to its patch (some of content, source, metadata; as ``update_info``). Returns
+        the infos as written, in the order given; nothing when no patch changes anything."""
+        if not isinstance(patches, Mapping) or not patches:
+            raise InvalidInputError(f"patches must be a non-empty dict of info id -> patch, got {shown(patches)}")
+
+        def decide(state: State, stamp: Stamp) -> list[Change]:
+            fork, changes = state.fork(), []
+            for info_id, patch in patches.items():
+                made = info_commands.update_info(fork, stamp, info_id, patch, None)
+                put_changes(fork, made)
+                changes.extend(made)
+            return in_apply_order(state, coalesce(changes))
+
+        op = self._commit("batch_update_infos", decide)
+        written = {} if op is None else {c.after.id: c.after for c in op.changes if type(c.after) is Info}
+        return [written[iid] for iid in patches if iid in written]
+
     def link_info(
         self,
         info_id: str,
@@ -614,7 +639,9 @@ class KeywordTree(AbstractMethods, MemoryMethods, AgentMethods, RetrievalMethods
     def undo(self, op_id: str, force: bool = False) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new
         operation (None if everything already is). Raises UndoConflictError when a later
-        operation wrote one of those entities, unless ``force=True``."""
+        operation wrote one of those entities, unless ``force=True``. An operation that wrote
+        an entity ``forget`` erased (the forget operation itself included) cannot be undone:
+        InvalidInputError, even with ``force``."""
         if not is_op_id(op_id):
             raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
         if type(force) is not bool:
@@ -628,6 +655,7 @@ class KeywordTree(AbstractMethods, MemoryMethods, AgentMethods, RetrievalMethods
                                     "(compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
+            refuse_forgotten(state, target)
             return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
 
         return self._commit("undo", decide, audit={"undo_of": op_id})

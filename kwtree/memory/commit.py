@@ -38,11 +38,14 @@ from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.reorganize import coalesce, put_changes
 from kwtree.writes.undo import check_consistent, in_apply_order
 
-__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "CommitDecision", "CommitOptions", "CommitPlan",
-           "CommitResult", "StalePlanError", "commit_changes", "find_branch", "find_holder", "find_session"]
+__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitOptions",
+           "CommitPlan", "CommitResult", "StalePlanError", "commit_changes", "find_branch", "find_holder",
+           "find_session"]
 
 #: The metadata key marking a scope's branch keyword; its value is the branch's name.
 BRANCH_KEY = "branch"
+#: The key under which a memory keeps the caller's metadata (``CommitOptions.metadata``).
+USER_METADATA = "user_metadata"
 #: The ``kind`` in the metadata of a session's summary info.
 SUMMARY_KIND = "session_summary"
 #: ``CommitOptions.dedup``: the LLM when the tree has one ("auto"), always the thresholds, or the LLM.
@@ -59,7 +62,10 @@ class CommitOptions:
     each category to its write policy; ``thresholds`` are the offline dedup cut-offs;
     ``dedup`` is one of DEDUP_MODES; ``prefilter_k`` how many existing memories (BM25 and
     vector hits each) a candidate is compared with; ``session_time`` when the session took
-    place (epoch seconds or ISO 8601; default: the first message's ``ts``)."""
+    place (epoch seconds or ISO 8601; default: the first message's ``ts``); ``metadata`` is
+    the caller's, put under ``metadata["user_metadata"]`` of every memory the commit creates,
+    appends, merges into or supersedes (over what that memory held there), in the same
+    operation."""
 
     keep_turns: bool = True
     dry_run: bool = False
@@ -69,6 +75,7 @@ class CommitOptions:
     dedup: str = "auto"
     prefilter_k: int = 8
     session_time: float | str | None = None
+    metadata: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,8 @@ class CommitPlan:
     neighbours: list[list[Neighbour]]
     verdicts: list[Judgement | None]
     audit: dict[str, Any] = field(default_factory=dict)
+    #: the caller's metadata for every memory written (``CommitOptions.metadata``)
+    user_metadata: Mapping[str, Any] | None = None
     #: filled by commit_changes
     decisions: list[CommitDecision] = field(default_factory=list)
     session_keyword_id: str | None = None
@@ -353,6 +362,14 @@ def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int,
     return metadata
 
 
+def _with_user_metadata(metadata: dict[str, Any], plan: CommitPlan, held: Info | None) -> dict[str, Any]:
+    """``metadata`` with the caller's (``CommitOptions.metadata``) over what ``held`` had there."""
+    if not plan.user_metadata:
+        return metadata
+    before = held.metadata.get(USER_METADATA) if held is not None else None
+    return {**metadata, USER_METADATA: {**(before if isinstance(before, dict) else {}), **plan.user_metadata}}
+
+
 def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candidate: Candidate,
            turn_ids: dict[int, str], session_time: float | None) -> None:
     policy = plan.policies[candidate.category]
@@ -371,7 +388,7 @@ def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
                 _decide(plan, index, candidate, "skip", f"the same {metadata['attribute']} is held already",
                         old.id, holder.id)
                 return
-            draft.update_info(old, candidate.content, metadata)
+            draft.update_info(old, candidate.content, _with_user_metadata(metadata, plan, old))
             _decide(plan, index, candidate, "supersede",
                     f"contradicts the held {metadata['attribute']}: the old version stays in history()",
                     old.id, holder.id, previous=old.content)
@@ -386,10 +403,10 @@ def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         if content == target.content and sources == list(target.metadata.get("sources", ())):
             _decide(plan, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
             return
-        draft.update_info(target, content, {**target.metadata, "sources": sources})
+        draft.update_info(target, content, _with_user_metadata({**target.metadata, "sources": sources}, plan, target))
         _decide(plan, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
     else:
-        info = draft.info(candidate.content, holder.id, metadata)
+        info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None))
         action = "append" if policy.write == "append" else "create"
         _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
 

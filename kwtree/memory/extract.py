@@ -316,13 +316,17 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
         if rest:
             pace = habit["how"] or habit["when"]
             yield make("patterns", rest, _third_person(sentence, speaker), "pattern", {"frequency": pace.lower()})
-    elif when is not None or _is_past_action(sentence):
+    elif (when is not None or _is_past_action(sentence)) and not sentence.rstrip().endswith("?"):
+        # (a question asks about a time: it tells no event)
         told = _third_person(sentence, speaker)
         if when is not None:
             told = f"{told[:-1]} ({_date(when)}){told[-1]}"
         past = _PAST.search(sentence)
         key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else sentence, maxsplit=1)[0])
-        yield make("events", key or sentence[:60], told, "event.dated" if when is not None else "event.past",
+        if len(key.split()) < 2:  # a lone verb ("did") or a label ("Ann:") names no event, and recall would
+            # lift it for every question holding that word: the sentence's first words (after a label) name it
+            key = _phrase(_LABEL.sub("", sentence), _SENTENCE_END) or sentence[:60]
+        yield make("events", key, told, "event.dated" if when is not None else "event.past",
                    {"dated": when is not None})
 
     for related in _RELATION.finditer(sentence):
@@ -337,6 +341,8 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
 #: An event's key stops at its time expression: "painted a lake last year" -> "painted a lake".
 _TIME_WORDS = re.compile(r"\s(?:yesterday|today|tonight|last|this|next|ago|on|in (?:19|20)\d\d)\b", re.IGNORECASE)
 _ANIMALS = _words("dog cat puppy kitten pet horse bird fish")
+#: A speaker's label opening a transcript line: "Ann: ...".
+_LABEL = re.compile(r"^[^\s:]{1,40}:\s+")
 
 
 def _is_past_action(sentence: str) -> bool:

@@ -15,7 +15,7 @@ the caller adds them (and seals) in the directory's format.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, TypeVar
@@ -23,12 +23,14 @@ from typing import Any, TypeVar
 import orjson
 
 from kwtree.engine.events import CRC_KEY, encode_compacted
-from kwtree.engine.replay import RawOperation
+from kwtree.engine.replay import RawOperation, parse_operations
 from kwtree.engine.state import State
+from kwtree.errors import StorageError
 from kwtree.models import Entity, Relation
 
 __all__ = [
     "CHUNK_ROWS", "CompactionReport", "compacted_operations", "differences", "history_operations", "live_entities",
+    "read_log", "same_state",
 ]
 
 #: An element of the sequences _topological orders.
@@ -145,6 +147,34 @@ def history_operations(operations: Iterable[RawOperation]) -> Iterator[tuple[str
             end = {key: value for key, value in rows[-1]["end"].items() if key != CRC_KEY}
             rows = [*rows[:-1], {**rows[-1], "end": end}]
         yield raw.op_id, b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+
+
+def read_log(segments: Iterable[tuple[str, bytes]], *, parse: bool) -> tuple[list[RawOperation], int, int]:
+    """The log's whole operations (parsed only when ``parse``; else an empty list), and its
+    size in bytes and rows, from ``Engine.read_segments()``: what a rewrite of the whole log
+    (compaction with history, forget) starts from."""
+    operations: list[RawOperation] = []
+    size = rows = 0
+    for path, data in segments:
+        size += len(data)
+        rows += data.count(b"\n")
+        if parse:
+            operations.extend(parse_operations(data, path, 1)[0])
+    return operations, size, rows
+
+
+def same_state(state: State, what: str) -> Callable[[State], None]:
+    """The check ``Engine.replace_log`` runs on the new log: StorageError (the old log stays,
+    ``what`` says what was aborted) unless it replays to a state no public read can tell
+    apart from ``state``."""
+
+    def check(rebuilt: State) -> None:
+        found = differences(state, rebuilt)
+        if found:
+            raise StorageError(f"{what} aborted, the log is unchanged: the new log would not replay to the same "
+                               f"state ({'; '.join(found)}); please report this")
+
+    return check
 
 
 def _live_view(state: State) -> dict[str, Any]:

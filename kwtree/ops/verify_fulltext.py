@@ -35,7 +35,7 @@ from typing import Protocol
 
 import orjson
 
-from kwtree.caches.coordinator import search_text
+from kwtree.caches.texts import search_text
 from kwtree.engine.state import State
 from kwtree.normalize import terms
 from kwtree.stores.directory import CACHE_DIR

@@ -1,6 +1,7 @@
 """Retrieval: exact lookup of keywords by name and alias, recall fusion (BM25, vectors, the
 tree and relations, scored and weighted), scopes (whose memories a read may see), keyword
-abstracts as signposts, the relevance floor, the time window, and the context block rendered for a prompt. Pure
-functions over a State and the caches' hits; it may import the ground floor, the engine and
-the agent's descent results (``kwtree.agent.descend``, which exact lookup turns into search
-results), and never touches storage."""
+abstracts as signposts, the relevance floor, the time window (and the one a query names), and
+the context block rendered for a prompt. Pure functions over a State and the caches' hits; it
+may import the ground floor, the engine and the agent's descent results
+(``kwtree.agent.descend``, which exact lookup turns into search results), and never touches
+storage."""

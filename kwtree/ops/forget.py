@@ -1,0 +1,352 @@
+"""Forget, on disk: every row of the erased entities rewritten to its tombstone, as a new
+generation of the log swapped in the way compaction swaps one; the quarantine purged; and
+what kwtree cannot reach (older snapshots, git history, exports, copies) found and named.
+
+The erased entities are those the log's ``forget`` operations wrote (``kwtree.writes.forget``
+decides them): every row of each of them, in every operation — every version, every
+before-image — becomes its tombstone; a relation touching an erased keyword loses its
+reason in every row. Ids, versions, op ids, kinds and the order of operations stay, so
+``history()`` lists the same operations without the text. Audits are scrubbed too: the
+agent's record of an operation that wrote an erased entity (its query, its candidates, the
+LLM's answers) is replaced by ``{"forgotten_by": <op id>}``, and any other audit string
+holding an erased text is emptied. The rewrite is idempotent (an erased row is already its
+tombstone), so running it again after a crash finishes the job, and a log that holds no
+text to erase is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kwtree.engine.engine import Engine
+from kwtree.engine.events import DECODERS, encode_row
+from kwtree.engine.replay import RawOperation
+from kwtree.engine.state import State
+from kwtree.ops import compaction
+from kwtree.stores.eventlog import QUARANTINE_DIR
+from kwtree.stores.snapshot import SNAPSHOT_SUFFIX
+from kwtree.writes.forget import FORGET_KIND, FORGOTTEN_BY, tombstone
+
+__all__ = ["ForgetReport", "KeptInfo", "LogErasure", "UnreachableCopy", "erase_log", "purge_quarantine",
+           "scope_digest", "unreachable"]
+
+#: Audit strings are emptied when they hold an erased text at least this long (or equal one):
+#: shorter texts ("tea", "ok") occur inside unrelated words.
+_MIN_NEEDLE = 4
+#: Metadata strings at least this long count as an erased text (for audits and quarantine).
+_MIN_METADATA_NEEDLE = 16
+_TEXT_FIELDS = ("content", "source", "name", "description", "reason")
+
+
+@dataclass(frozen=True, slots=True)
+class KeptInfo:
+    """An info that was linked inside the forgotten subtree and is kept: live keywords
+    outside it (``keyword_ids``) still hold it; it lost only its links inside."""
+
+    info_id: str
+    keyword_ids: tuple[str, ...]
+    why: str = "also linked outside the forgotten subtree: kept, without its links inside it"
+
+
+@dataclass(frozen=True, slots=True)
+class UnreachableCopy:
+    """A copy of the forgotten content that kwtree cannot erase: ``what`` it is, the
+    ``paths`` kwtree knows of (maybe none), and ``how`` to purge it."""
+
+    what: str
+    paths: tuple[str, ...]
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReport:
+    """What ``KeywordTree.forget`` did (docs/agent-memory.md, "Forget").
+
+    ``op_id`` is the ``forget`` operation this call committed (None when the target had been
+    forgotten already, by ``already_forgotten_by``: the call then only finished the erasure).
+    ``infos`` and ``keywords`` are the ids it erased, ``links`` and ``relations`` how many
+    links and relations it deleted with them; ``kept`` the infos it kept and why. The log:
+    ``rows_rewritten`` rows (and ``audits_scrubbed`` audits) of ``operations`` operations
+    now hold tombstones instead of text (``log_rewritten`` False when nothing was left to
+    rewrite), ``bytes_before`` and ``bytes_after`` its size. The caches: the full-text index
+    was removed (the next search rebuilds it), ``vectors_blanked`` vector rows zeroed,
+    ``outbox_items_dropped`` queued or dead embedding items dropped, ``quarantine_removed``
+    files of ``quarantine/`` holding the text deleted. ``unreachable`` lists the copies
+    kwtree cannot erase, with how to purge each.
+    """
+
+    target: str
+    op_id: str | None
+    already_forgotten_by: str | None
+    infos: tuple[str, ...]
+    keywords: tuple[str, ...]
+    links: int
+    relations: int
+    kept: tuple[KeptInfo, ...]
+    log_rewritten: bool
+    rows_rewritten: int
+    audits_scrubbed: int
+    operations: int
+    bytes_before: int
+    bytes_after: int
+    fulltext_removed: bool
+    vectors_blanked: int
+    outbox_items_dropped: int
+    quarantine_removed: tuple[str, ...]
+    unreachable: tuple[UnreachableCopy, ...]
+    seconds: float
+
+
+@dataclass(slots=True)
+class LogErasure:
+    """What ``erase_log`` found and did: every erased entity id (from all forget
+    operations), the texts they held (to find copies elsewhere), and the rewrite's counts."""
+
+    entity_ids: set[str] = field(default_factory=set)
+    needles: set[str] = field(default_factory=set)
+    rows: int = 0
+    audits: int = 0
+    operations: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    rewritten: bool = False
+
+
+def scope_digest(scope: str) -> str:
+    """What a forget operation's audit keeps of the scope it forgot: a SHA-256, so the log
+    does not name it, while forgetting the same scope again still finds that operation."""
+    return hashlib.sha256(scope.encode()).hexdigest()
+
+
+def _erased(raws: list[RawOperation]) -> dict[str, str]:
+    """Erased entity id -> the forget operation that erased it (the first, if several)."""
+    erased: dict[str, str] = {}
+    for raw in sorted(raws, key=lambda raw: raw.op_id):
+        if raw.rows[-1]["end"].get("kind") == FORGET_KIND:
+            for row in raw.rows:
+                if row["entity"] in ("info", "keyword"):
+                    erased.setdefault(row["id"], raw.op_id)
+    return erased
+
+
+def _forgetter(row: dict[str, Any], erased: dict[str, str]) -> str | None:
+    """The forget operation that erases this row's content, None when it keeps it."""
+    entity_id = row.get("id")  # (once per row of the log: one lookup for infos and keywords)
+    if entity_id is not None:
+        return erased.get(entity_id)
+    if row["entity"] == "relation":
+        return erased.get(row["from_id"]) or erased.get(row["to_id"])
+    return None
+
+
+def _texts(fields: dict[str, Any]) -> Iterator[str]:
+    """The texts of one row: its text fields, aliases, and the long strings of its metadata
+    (an abstract, a quote; short ones such as a role or a category are labels, which would
+    empty every audit string that contains them)."""
+    for name in _TEXT_FIELDS:
+        value = fields.get(name)
+        if type(value) is str and value:
+            yield value
+    aliases = fields.get("aliases")
+    if type(aliases) is list:
+        yield from (alias for alias in aliases if type(alias) is str and alias)
+    yield from _long_strings(fields.get("metadata"))
+
+
+def _long_strings(value: Any) -> Iterator[str]:
+    if type(value) is str and len(value) >= _MIN_METADATA_NEEDLE:
+        yield value
+    elif type(value) is dict:
+        for item in value.values():
+            yield from _long_strings(item)
+    elif type(value) is list:
+        for item in value:
+            yield from _long_strings(item)
+
+
+def _tombstoned(fields: dict[str, Any], kind: str, op_id: str, forgetter: str, *, row: bool) -> dict[str, Any]:
+    """A row's (or, without ``row``, a before-image's) fields, with its entity's text replaced
+    by the tombstone, in the codec's field order."""
+    entity = tombstone(DECODERS[kind](fields, op_id), forgetter)
+    return encode_row(entity, op_id, kind=row)
+
+
+def _scrub_row(row: dict[str, Any], forgetter: str) -> dict[str, Any]:
+    kind = row["entity"]
+    new = _tombstoned(row, kind, row["op"], forgetter, row=True)
+    if "wrote" in row:
+        new["wrote"] = row["wrote"]
+    before = row.get("before")
+    if before is not None:
+        new["before"] = _tombstoned(before, kind, before["op"], forgetter, row=False)
+    if "end" in row:
+        new["end"] = row["end"]
+    return new
+
+
+def _scrub_value(value: Any, needles: list[str]) -> Any:
+    """``value`` (an audit, or part of one) with every string holding an erased text emptied."""
+    if type(value) is str:
+        return "" if value and any(n in value if len(n) >= _MIN_NEEDLE else n == value for n in needles) else value
+    if type(value) is list:
+        return [_scrub_value(item, needles) for item in value]
+    if type(value) is dict:
+        return {key: _scrub_value(item, needles) for key, item in value.items()}
+    return value
+
+
+def _scrub_audit(audit: dict[str, Any], forgetter: str | None, needles: list[str]) -> dict[str, Any]:
+    if forgetter is not None and "agent" in audit:
+        audit = {**audit, "agent": {FORGOTTEN_BY: forgetter}}
+    return _scrub_value(audit, needles) if needles else audit
+
+
+def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure) -> list[RawOperation]:
+    """The operations with every row of an erased entity (and every audit) scrubbed; counts
+    what changed in ``erasure`` and collects the erased texts into ``erasure.needles``."""
+    found: dict[int, dict[int, str]] = {}  # operation index -> {row index: its forgetter}
+    for at, raw in enumerate(raws):
+        for index, row in enumerate(raw.rows):
+            forgetter = _forgetter(row, erased)
+            if forgetter is not None:
+                found.setdefault(at, {})[index] = forgetter
+                erasure.needles.update(_texts(row))
+                if "before" in row:
+                    erasure.needles.update(_texts(row["before"]))
+    needles = sorted(erasure.needles)
+    scrubbed = []
+    for at, raw in enumerate(raws):
+        rows, forgetters = raw.rows, found.get(at)
+        if forgetters:
+            rows = list(rows)
+            for index, forgetter in forgetters.items():
+                new = _scrub_row(rows[index], forgetter)
+                if new != rows[index]:
+                    erasure.rows += 1
+                rows[index] = new
+        end = rows[-1]["end"]
+        audit = end.get("audit")
+        if type(audit) is dict:
+            clean = _scrub_audit(audit, next(iter(forgetters.values())) if forgetters else None, needles)
+            if clean != audit:
+                erasure.audits += 1
+                rows = [*rows[:-1], {**rows[-1], "end": {**end, "audit": clean}}]
+        scrubbed.append(raw if rows is raw.rows else RawOperation(raw.op_id, rows, raw.path, raw.first_line))
+    return scrubbed
+
+
+def erase_log(engine: Engine, state: State) -> LogErasure:
+    """Inside ``engine.writing()`` (``state`` is what it yielded): rewrite the log so that no
+    row holds the text of an entity a ``forget`` operation erased, as a new generation that
+    ``Engine.replace_log`` checks (it must replay to the same live state) and swaps in
+    atomically, as compaction does: a crash leaves the old log or the new one. Nothing is
+    written when no row or audit needs it. Returns what it found and did."""
+    raws, size, _ = compaction.read_log(engine.read_segments(), parse=True)
+    erasure = LogErasure(operations=len(raws), bytes_before=size, bytes_after=size)
+    erased = _erased(raws)
+    erasure.entity_ids = set(erased)
+    if not erased:
+        return erasure
+    scrubbed = scrub(raws, erased, erasure)
+    if erasure.rows or erasure.audits:
+        operations = compaction.history_operations(scrubbed)
+        after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"))
+        erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True
+    return erasure
+
+
+def _encodings(needles: Iterable[str]) -> list[bytes]:
+    """Each text as its UTF-8 bytes and as it reads inside a JSON string (orjson's escapes)."""
+    found: set[bytes] = set()
+    for needle in needles:
+        if len(needle) >= _MIN_NEEDLE:
+            found.add(needle.encode())
+            found.add(orjson.dumps(needle)[1:-1])
+    return sorted(found)
+
+
+def purge_quarantine(directory: Path, erasure: LogErasure) -> list[str]:
+    """Delete the files of ``quarantine/`` (torn tails and damaged operations a writer or
+    ``repair`` set aside) that name an erased entity or hold one of its texts; returns their
+    paths. Under the writer lock."""
+    folder = directory / QUARANTINE_DIR
+    patterns = [*_encodings(erasure.needles), *(entity_id.encode() for entity_id in sorted(erasure.entity_ids))]
+    removed: list[str] = []
+    if not patterns or not folder.is_dir():
+        return removed
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and any(pattern in path.read_bytes() for pattern in patterns):
+            path.unlink()
+            removed.append(str(path))
+    return removed
+
+
+def _git_history(directory: Path) -> UnreachableCopy | None:
+    """The git repository holding the directory, when its log was ever committed there."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+    def run(*args: str) -> str:
+        try:
+            done = subprocess.run([git, *args], cwd=directory, capture_output=True, text=True, timeout=30, env=env,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    top = run("rev-parse", "--show-toplevel")
+    if not top:
+        return None
+    commits = run("log", "--all", "--format=%H", "-1", "--", "log", "manifest.json")
+    where = os.path.relpath(directory.resolve(), Path(top).resolve())
+    if not commits:
+        how = (f"{directory} is in the git repository {top}, but its log was never committed: nothing to purge "
+               f"there; commit the log only after forgetting")
+    else:
+        how = (f"commits of {top} hold the old log segments ({where}/log/*.jsonl): commit the rewritten log, then "
+               f"rewrite the history, e.g. `git filter-repo --path-glob '{where}/log/*.jsonl' --invert-paths` "
+               f"followed by a new commit of the log (or `git filter-repo --replace-text` with the forgotten texts); "
+               f"then expire the reflog, `git gc --prune=now`, and force-push to every remote and re-clone elsewhere")
+    return UnreachableCopy("git history", (top,) if commits else (), how)
+
+
+def unreachable(directory: Path) -> tuple[UnreachableCopy, ...]:
+    """The copies kwtree cannot erase: snapshots written beside the directory under their
+    default name, the git history holding it, exports, copies elsewhere, and the memory of
+    processes that have the tree open."""
+    home = directory.resolve()
+    snapshots = tuple(str(path) for path in sorted(home.parent.glob(f"{home.name}-*{SNAPSHOT_SUFFIX}")))
+    found = [
+        UnreachableCopy(
+            "snapshots", snapshots,
+            "snapshots taken before the forget still hold the text: delete them (kwtree knows only those written "
+            "beside the directory under their default name; look for other .kwsnap files you wrote elsewhere), "
+            "or restore each, forget again and snapshot anew"),
+        UnreachableCopy(
+            "exports", (),
+            "JSON and Markdown exports written before hold the text (kwtree keeps no list of them): delete them, "
+            "or export again"),
+        UnreachableCopy(
+            "copies", (),
+            "backups, clones and copies of the directory on other machines: run the same forget there, or replace "
+            "them with a copy of this directory"),
+        UnreachableCopy(
+            "open trees", (),
+            "other processes that have this tree open hold the text in memory until their refresh() or next write "
+            "(which replay the rewritten log), and a read-only tree's private full-text copy until it closes"),
+    ]
+    git = _git_history(directory)
+    if git is not None:
+        found.insert(1, git)
+    return tuple(found)

@@ -1,0 +1,144 @@
+"""forget killed by SIGKILL: a real writer process dies at each step of a forget — after the
+forget operation is durable, after the new log generation is written but before the swap,
+after the swap, while the caches are purged — and at random moments. Each time the directory
+verifies, holds either the old log or the new one (both valid, with the forgotten entities
+already gone from the live view once the forget operation was written), and running forget
+again finishes the job: no byte under the directory holds the text.
+
+To stop the child at an exact step, the child script (this file, run as a program) wraps
+the module function that begins that step so that it first prints ``P <step>`` and waits;
+the parent SIGKILLs it there. The code that runs is kwtree's own; only the pause is added.
+"""
+
+from __future__ import annotations
+
+import random
+import select
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_forget import holders, live_view, secret_tree
+
+import kwtree
+from kwtree import KeywordTree
+
+HERE = Path(__file__)
+#: step -> (module, function, pause before or after it)
+STEPS = {
+    "committed": ("kwtree.ops.forget", "erase_log", "before"),
+    "written": ("kwtree.stores.logswap", "swap_in", "before"),
+    "swapped": ("kwtree.stores.logswap", "swap_in", "after"),
+    "purging": ("kwtree.caches.coordinator", "erase_vectors", "before"),
+}
+#: Steps after which the log is the new one.
+NEW_LOG = {"swapped", "purging"}
+
+
+def _child(directory: str, step: str, kind: str, target: str) -> None:
+    import importlib
+
+    if step in STEPS:
+        module_name, name, when = STEPS[step]
+        module = importlib.import_module(module_name)
+        real = getattr(module, name)
+
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            if when == "before":
+                print("P", step, flush=True)
+                sys.stdin.readline()  # killed here
+            result = real(*args, **kwargs)
+            if when == "after":
+                print("P", step, flush=True)
+                sys.stdin.readline()
+            return result
+
+        setattr(module, name, paused)
+    tree = KeywordTree(directory, worker=False)
+    print("B", flush=True)
+    if kind == "scope":
+        tree.forget(scope=target)
+    else:
+        tree.forget(target)
+    tree.close()
+    print("done", flush=True)
+    sys.stdin.readline()  # the parent kills a child that finished too
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], dict[str, Any]]:
+    """A tree full of SECRET, and the live view a finished forget of alice's scope leaves."""
+    base = tmp_path_factory.mktemp("forget") / "base"
+    tree, ids = secret_tree(base)
+    tree.close()
+    reference = shutil.copytree(base, base.parent / "reference")
+    done = KeywordTree(reference, worker=False)
+    done.forget(scope="user:alice")
+    expected = live_view(done)
+    done.close()
+    return base, ids, expected
+
+
+def _after_the_kill(directory: Path, expected: dict[str, Any], kind: str, target: str) -> None:
+    """A killed forget left a valid directory; forget again finishes the erasure."""
+    report = kwtree.verify_directory(directory)
+    assert report.ok, report
+    again = KeywordTree(directory, worker=False)
+    done = again.forget(scope=target) if kind == "scope" else again.forget(target)
+    assert done.already_forgotten_by is not None or done.op_id is not None
+    assert live_view(again) == expected
+    again.close()
+    assert holders(directory) == []
+    assert kwtree.verify_directory(directory).ok
+
+
+@pytest.mark.parametrize("kind", ["scope", "keyword"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_forget_killed_at_each_step_leaves_a_valid_log_and_a_rerun_finishes(
+        prepared: tuple[Path, dict[str, str], dict[str, Any]], tmp_path: Path, children, step: str,
+        kind: str) -> None:
+    base, ids, expected = prepared
+    directory = shutil.copytree(base, tmp_path / "tree")
+    # Alice's scope holds one keyword: forgetting the scope keyword by id erases the same.
+    target = "user:alice" if kind == "scope" else ids["alice"]
+    child = children(str(HERE), directory, step, kind, target)
+    child.expect("B")
+    child.expect(f"P {step}")
+    child.kill()
+    assert kwtree.verify_directory(directory).ok
+    view = KeywordTree(directory, read_only=True)
+    assert live_view(view) == expected  # the forget operation was durable before every step
+    assert view.history()[-1].kind == "forget"
+    view.close()
+    in_log = any("/log/" in path for path in holders(directory))
+    assert in_log == (step not in NEW_LOG), f"after {step} the log should be the {'new' if in_log else 'old'} one"
+    _after_the_kill(directory, expected, kind, target)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_forget_killed_at_a_random_moment_is_finished_by_a_rerun(
+        prepared: tuple[Path, dict[str, str], dict[str, Any]], tmp_path: Path, children, seed: int) -> None:
+    base, _, expected = prepared
+    directory = shutil.copytree(base, tmp_path / "tree")
+    original = KeywordTree(base, read_only=True)
+    before = live_view(original)
+    original.close()
+    child = children(str(HERE), directory, "none", "scope", "user:alice")
+    child.expect("B")
+    # Kill the child when its next line arrives or after a random wait, whichever is first.
+    select.select([child.proc.stdout], [], [], random.Random(seed).uniform(0.0, 0.15))
+    child.kill()
+    assert kwtree.verify_directory(directory).ok
+    view = KeywordTree(directory, read_only=True)
+    assert live_view(view) in (before, expected)  # the forget operation happened whole or not at all
+    committed = view.history()[-1].kind == "forget"
+    view.close()
+    if not committed:
+        assert any("/log/" in path for path in holders(directory))
+    _after_the_kill(directory, expected, "scope", "user:alice")
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:5])
