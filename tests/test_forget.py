@@ -392,3 +392,66 @@ def test_the_python_example_of_the_docs_runs_and_leaves_nothing(tmp_path: Path, 
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "agent-memory.md", "exec"), {})  # the docs' own example
     assert "4242" in code and holders(tmp_path / "memory", "4242") == []
+
+
+# --- keyword abstracts copy memories' sentences: forget reaches them too --------------------------
+
+
+def abstracted_secret(directory: Path) -> tuple[KeywordTree, dict[str, str]]:
+    """SECRET in an info under Drinks, under a scope holding a memory of its own; both keywords'
+    abstracts built twice (so older abstract versions holding SECRET stay in the log)."""
+    tree = KeywordTree(directory, durability="none", worker=False)
+    alice = scope_of(tree, "user:alice")
+    drinks = tree.create_keyword("Drinks", parent_id=alice, llm_auto_place=False)
+    tree.create_info("Alice lives in Lisbon near the river.", keyword_ids=[alice])
+    info = tree.create_info(f"Alice orders a {SECRET} every morning.", keyword_ids=[drinks.id])
+    tree.abstracts()
+    tree.create_info("Alice drinks green tea in the afternoon.", keyword_ids=[drinks.id])
+    tree.abstracts()
+    assert all(SECRET in tree.get_keyword(kid).metadata["kwtree:abstract"]["overview"] for kid in (alice, drinks.id))
+    return tree, {"alice": alice, "drinks": drinks.id, "info": info.id}
+
+
+def test_forgetting_an_info_erases_the_abstracts_that_copied_it(tree_dir: Path) -> None:
+    tree, ids = abstracted_secret(tree_dir)
+    report = tree.forget(ids["info"])
+    for kid in (ids["alice"], ids["drinks"]):  # the live keywords stay, without the stale abstract
+        assert "kwtree:abstract" not in tree.get_keyword(kid).metadata
+    assert set(report.abstracts_dropped) == {ids["alice"], ids["drinks"]}
+    tree.close()
+    assert holders(tree_dir) == []
+    with KeywordTree(tree_dir, worker=False) as again:  # rebuilt from what is left
+        rebuilt = {item.keyword_id: item for item in again.abstracts()}
+        assert rebuilt[ids["drinks"]].built and "green tea" in rebuilt[ids["drinks"]].overview
+        assert WORD not in orjson.dumps([item.overview for item in rebuilt.values()]).decode()
+    assert kwtree.verify_directory(tree_dir).ok
+
+
+def test_an_abstract_holding_the_text_after_the_info_moved_away_is_erased_too(tree_dir: Path) -> None:
+    tree, ids = abstracted_secret(tree_dir)
+    elsewhere = tree.create_keyword("Elsewhere", parent_id=ROOT_ID, llm_auto_place=False)
+    tree.link_info(ids["info"], elsewhere.id)
+    tree.unlink_info(ids["info"], ids["drinks"])  # Drinks' abstract is stale and still quotes it
+    assert SECRET in tree.get_keyword(ids["drinks"]).metadata["kwtree:abstract"]["overview"]
+    report = tree.forget(ids["info"])
+    assert {ids["alice"], ids["drinks"]} <= set(report.abstracts_dropped)
+    tree.close()
+    assert holders(tree_dir) == []
+
+
+def test_an_abstract_quoting_an_older_version_of_a_moved_info_is_erased_by_a_second_step(tree_dir: Path) -> None:
+    tree, ids = abstracted_secret(tree_dir)
+    tree.update_info(ids["info"], {"content": "Alice orders a flat white every morning."})
+    elsewhere = tree.create_keyword("Elsewhere", parent_id=ROOT_ID, llm_auto_place=False)
+    tree.link_info(ids["info"], elsewhere.id)
+    tree.unlink_info(ids["info"], ids["drinks"])  # Drinks' abstract quotes a text no live info holds
+    ops_before = len(tree.history())
+    report = tree.forget(ids["info"])
+    # The forget operation could not know (it sees live texts); the log rewrite found the quote
+    # in the live abstract and a second forget operation dropped it before the rewrite.
+    assert ids["drinks"] in report.abstracts_dropped
+    assert "kwtree:abstract" not in tree.get_keyword(ids["drinks"]).metadata
+    assert [op.kind for op in tree.history()[ops_before:]] == ["forget", "forget"]
+    tree.close()
+    assert holders(tree_dir) == []
+    assert kwtree.verify_directory(tree_dir).ok

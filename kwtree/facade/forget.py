@@ -21,7 +21,7 @@ from kwtree.models import Change
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import clean_id
 from kwtree.writes import Stamp
-from kwtree.writes.forget import FORGET_KIND, ForgetPlan, forget_entity, forget_subtree
+from kwtree.writes.forget import FORGET_KIND, ForgetPlan, drop_abstracts_of, forget_entity, forget_subtree
 
 if TYPE_CHECKING:
     from kwtree.ops.forget import ForgetReport
@@ -91,6 +91,13 @@ class ForgetMethods(TreeCore):
         engine = self._engine
         with engine.writing() as state:
             erasure = forgetting.erase_log(engine, state)
+        if erasure.quoting:  # a live abstract quotes an older version of an erased text: drop it first
+            quoting = erasure.quoting
+            self._commit(FORGET_KIND, lambda state, stamp: drop_abstracts_of(
+                state, stamp, plan, lambda keyword, _: keyword.id in quoting), audit)
+        with engine.writing() as state:
+            if erasure.quoting:
+                erasure = forgetting.erase_log(engine, state)
             removed = forgetting.purge_quarantine(engine.directory, erasure)
             vectors, outbox = self._indexes.erase(erasure.entity_ids)
         self._agent.forget(plan.keywords)
@@ -99,7 +106,8 @@ class ForgetMethods(TreeCore):
             op_id=None if op is None else op.op_id, already_forgotten_by=plan.already,
             infos=tuple(plan.infos), keywords=tuple(plan.keywords), links=plan.links, relations=plan.relations,
             kept=tuple(forgetting.KeptInfo(info_id, held) for info_id, held in plan.kept.items()),
-            log_rewritten=erasure.rewritten, rows_rewritten=erasure.rows, audits_scrubbed=erasure.audits,
+            log_rewritten=erasure.rewritten, rows_rewritten=erasure.rows + erasure.abstracts,
+            audits_scrubbed=erasure.audits, abstracts_dropped=tuple(plan.abstracts),
             operations=erasure.operations, bytes_before=erasure.bytes_before, bytes_after=erasure.bytes_after,
             fulltext_removed=True, vectors_blanked=vectors, outbox_items_dropped=outbox,
             quarantine_removed=tuple(removed), unreachable=forgetting.unreachable(engine.directory),

@@ -20,7 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from kwtree.engine.state import State
 from kwtree.ops import compaction
 from kwtree.stores.eventlog import QUARANTINE_DIR
 from kwtree.stores.snapshot import SNAPSHOT_SUFFIX
+from kwtree.writes.abstracts import ABSTRACT_KEY, quotes
 from kwtree.writes.forget import FORGET_KIND, FORGOTTEN_BY, tombstone
 
 __all__ = ["ForgetReport", "KeptInfo", "LogErasure", "UnreachableCopy", "erase_log", "purge_quarantine",
@@ -76,9 +77,11 @@ class ForgetReport:
     ``infos`` and ``keywords`` are the ids it erased, ``links`` and ``relations`` how many
     links and relations it deleted with them; ``kept`` the infos it kept and why. The log:
     ``rows_rewritten`` rows (and ``audits_scrubbed`` audits) of ``operations`` operations
-    now hold tombstones instead of text (``log_rewritten`` False when nothing was left to
-    rewrite), ``bytes_before`` and ``bytes_after`` its size. The caches: the full-text index
-    was removed (the next search rebuilds it), ``vectors_blanked`` vector rows zeroed,
+    now hold tombstones instead of text, or lost a keyword abstract quoting it
+    (``log_rewritten`` False when nothing was left to rewrite), ``bytes_before`` and
+    ``bytes_after`` its size; ``abstracts_dropped`` are the live keywords whose abstract
+    summarised what was erased (``abstracts()`` rebuilds them). The caches: the full-text
+    index was removed (the next search rebuilds it), ``vectors_blanked`` vector rows zeroed,
     ``outbox_items_dropped`` queued or dead embedding items dropped, ``quarantine_removed``
     files of ``quarantine/`` holding the text deleted. ``unreachable`` lists the copies
     kwtree cannot erase, with how to purge each.
@@ -95,6 +98,7 @@ class ForgetReport:
     log_rewritten: bool
     rows_rewritten: int
     audits_scrubbed: int
+    abstracts_dropped: tuple[str, ...]
     operations: int
     bytes_before: int
     bytes_after: int
@@ -114,6 +118,8 @@ class LogErasure:
     entity_ids: set[str] = field(default_factory=set)
     needles: set[str] = field(default_factory=set)
     rows: int = 0
+    abstracts: int = 0  # keyword rows whose abstract, quoting an erased text, was dropped
+    quoting: set[str] = field(default_factory=set)  # live keywords whose abstract quotes one
     audits: int = 0
     operations: int = 0
     bytes_before: int = 0
@@ -132,8 +138,10 @@ def _erased(raws: list[RawOperation]) -> dict[str, str]:
     erased: dict[str, str] = {}
     for raw in sorted(raws, key=lambda raw: raw.op_id):
         if raw.rows[-1]["end"].get("kind") == FORGET_KIND:
-            for row in raw.rows:
-                if row["entity"] in ("info", "keyword"):
+            for row in raw.rows:  # its tombstones (it also drops abstracts from live keywords)
+                metadata = row.get("metadata")
+                if (row["entity"] in ("info", "keyword") and row.get("deleted") and type(metadata) is dict
+                        and FORGOTTEN_BY in metadata):
                     erased.setdefault(row["id"], raw.op_id)
     return erased
 
@@ -210,9 +218,45 @@ def _scrub_audit(audit: dict[str, Any], forgetter: str | None, needles: list[str
     return _scrub_value(audit, needles) if needles else audit
 
 
-def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure) -> list[RawOperation]:
-    """The operations with every row of an erased entity (and every audit) scrubbed; counts
-    what changed in ``erasure`` and collects the erased texts into ``erasure.needles``."""
+def _unquoted(fields: dict[str, Any], needles: list[str]) -> dict[str, Any] | None:
+    """A keyword row's (or before-image's) fields without its stored abstract when that
+    abstract quotes one of ``needles`` (``kwtree.writes.abstracts.quotes``), else None."""
+    metadata = fields.get("metadata")
+    if type(metadata) is not dict:
+        return None
+    stored = metadata.get(ABSTRACT_KEY)
+    if type(stored) is not dict or not quotes(stored, needles):
+        return None
+    return {**fields, "metadata": {key: value for key, value in metadata.items() if key != ABSTRACT_KEY}}
+
+
+def _drop_quoting_abstracts(row: dict[str, Any], needles: list[str], live: Callable[[dict[str, Any]], bool],
+                            erasure: LogErasure) -> dict[str, Any]:
+    """``row`` (a keyword row no forget erased) without the abstracts, in it or its
+    before-image, that quote an erased text. The row that is a live keyword's current version
+    is left as it is (the new log must replay to the same live state) and its id goes to
+    ``erasure.quoting``, for a forget operation to drop that abstract first."""
+    new = row
+    if live(row):
+        if _unquoted(row, needles) is not None:
+            erasure.quoting.add(row["id"])
+    else:
+        new = _unquoted(row, needles) or row
+    before = row.get("before")
+    clean = _unquoted(before, needles) if type(before) is dict else None
+    if clean is not None:
+        new = {**new, "before": clean}
+    if new is not row:
+        erasure.abstracts += 1
+    return new
+
+
+def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
+          live: Callable[[dict[str, Any]], bool]) -> list[RawOperation]:
+    """The operations with every row of an erased entity (and every audit, and every older
+    keyword abstract quoting an erased text) scrubbed; counts what changed in ``erasure`` and
+    collects the erased texts into ``erasure.needles``. ``live`` tells the rows that are a
+    live keyword's current version."""
     found: dict[int, dict[int, str]] = {}  # operation index -> {row index: its forgetter}
     for at, raw in enumerate(raws):
         for index, row in enumerate(raw.rows):
@@ -225,18 +269,22 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure)
     needles = sorted(erasure.needles)
     scrubbed = []
     for at, raw in enumerate(raws):
-        rows, forgetters = raw.rows, found.get(at)
-        if forgetters:
-            rows = list(rows)
-            for index, forgetter in forgetters.items():
-                new = _scrub_row(rows[index], forgetter)
-                if new != rows[index]:
-                    erasure.rows += 1
+        rows, forgetters = raw.rows, found.get(at) or {}
+        for index, row in enumerate(raw.rows):
+            if index in forgetters:
+                new = _scrub_row(row, forgetters[index])
+                erasure.rows += new != row
+            elif row["entity"] == "keyword" and needles:
+                new = _drop_quoting_abstracts(row, needles, live, erasure)
+            else:
+                continue
+            if new is not row:
+                rows = list(rows) if rows is raw.rows else rows
                 rows[index] = new
         end = rows[-1]["end"]
         audit = end.get("audit")
         if type(audit) is dict:
-            clean = _scrub_audit(audit, next(iter(forgetters.values())) if forgetters else None, needles)
+            clean = _scrub_audit(audit, next(iter(forgetters.values()), None), needles)
             if clean != audit:
                 erasure.audits += 1
                 rows = [*rows[:-1], {**rows[-1], "end": {**end, "audit": clean}}]
@@ -249,15 +297,25 @@ def erase_log(engine: Engine, state: State) -> LogErasure:
     row holds the text of an entity a ``forget`` operation erased, as a new generation that
     ``Engine.replace_log`` checks (it must replay to the same live state) and swaps in
     atomically, as compaction does: a crash leaves the old log or the new one. Nothing is
-    written when no row or audit needs it. Returns what it found and did."""
+    written when no row or audit needs it, nor when a live keyword's current abstract quotes an
+    erased text (``erasure.quoting``: the caller drops those abstracts in an operation, then
+    calls again). Returns what it found and did."""
     raws, size, _ = compaction.read_log(engine.read_segments(), parse=True)
     erasure = LogErasure(operations=len(raws), bytes_before=size, bytes_after=size)
     erased = _erased(raws)
     erasure.entity_ids = set(erased)
     if not erased:
         return erasure
-    scrubbed = scrub(raws, erased, erasure)
-    if erasure.rows or erasure.audits:
+    current = state.keywords
+
+    def live(row: dict[str, Any]) -> bool:
+        keyword = current.get(row["id"])
+        return keyword is not None and not keyword.deleted and keyword.op_id == row["op"]
+
+    scrubbed = scrub(raws, erased, erasure, live)
+    if erasure.quoting:  # the caller drops those live abstracts first, then calls again
+        return erasure
+    if erasure.rows or erasure.audits or erasure.abstracts:
         operations = compaction.history_operations(scrubbed)
         after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"))
         erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True

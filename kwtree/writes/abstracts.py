@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kwtree.engine.state import State
@@ -33,12 +34,18 @@ from kwtree.validate import clean_metadata
 from kwtree.writes import Stamp
 
 __all__ = [
-    "ABSTRACT_KEY", "ABSTRACT_KIND", "Built", "check_user_metadata", "holds_memories", "stored_abstract",
-    "subtree_digest", "write_abstracts",
+    "ABSTRACT_KEY", "ABSTRACT_KIND", "Built", "check_user_metadata", "holds_memories", "quotes", "stored_abstract",
+    "subtree_digest", "without_abstract", "write_abstracts",
 ]
 
 #: The kind of the operation that writes abstracts.
 ABSTRACT_KIND = "abstract"
+#: ``quotes``: a text at least this long found in an abstract is quoted by it (shorter ones,
+#: "tea", occur inside unrelated words), and so is an abstract's sentence at least this long
+#: found in a text (the extractive summariser copies whole sentences).
+_QUOTED_TEXT = 4
+_QUOTED_SENTENCE = 16
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,6 +65,25 @@ def stored_abstract(keyword: Keyword) -> Mapping[str, Any] | None:
     """The abstract stored on ``keyword`` (the reserved key's value), None without one."""
     value = keyword.metadata.get(ABSTRACT_KEY)
     return value if isinstance(value, Mapping) else None
+
+
+def quotes(stored: Mapping[str, Any], texts: Iterable[str]) -> bool:
+    """True when the abstract and overview ``stored`` may hold something of ``texts``: one of
+    them appears in it, or one of its sentences appears in one of them. ``forget`` drops such
+    abstracts; an LLM's paraphrase escapes this test, which is why forget also drops the
+    abstracts of every keyword above an erased memory."""
+    written = " ".join(str(stored.get(key, "")) for key in ("abstract", "overview"))
+    sentences = [part for part in _SENTENCE_END.split(written) if len(part) >= _QUOTED_SENTENCE]
+    return any((len(text) >= _QUOTED_TEXT and text in written) or any(part in text for part in sentences)
+               for text in texts)
+
+
+def without_abstract(keyword: Keyword, stamp: Stamp) -> Change:
+    """The next version of ``keyword``: its metadata without the stored abstract."""
+    metadata = {key: value for key, value in keyword.metadata.items() if key != ABSTRACT_KEY}
+    new = dataclasses.replace(keyword, version=keyword.version + 1, updated_at=stamp.timestamp,
+                              op_id=stamp.op_id, metadata=clean_metadata(metadata))
+    return Change(new, keyword)
 
 
 def holds_memories(state: State, keyword_id: str) -> bool:

@@ -16,20 +16,22 @@ keyword's name, aliases and description, a relation's reason; metadata becomes
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Operation, Relation
 from kwtree.validate import clean_id
+from kwtree.writes.abstracts import quotes, stored_abstract, without_abstract
 from kwtree.writes.infos import retire_link
 
 __all__ = [
-    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten", "refuse_forgotten",
-    "tombstone",
+    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "drop_abstracts_of", "forget_entity", "forget_subtree", "is_forgotten",
+    "refuse_forgotten", "tombstone",
 ]
 
 #: The kind of the operation that deletes what ``forget`` erases.
@@ -85,6 +87,7 @@ class ForgetPlan:
     kept: dict[str, tuple[str, ...]] = field(default_factory=dict)
     links: int = 0
     relations: int = 0
+    abstracts: list[str] = field(default_factory=list)  # live keywords whose abstract was dropped
     already: str | None = None  # the op that forgot the target before (a rerun), if any
 
 
@@ -110,11 +113,12 @@ def forget_entity(state: State, stamp: Stamp, entity_id: object, plan: ForgetPla
         if found.id == ROOT_ID:
             raise InvalidInputError("entity_id: the root keyword cannot be forgotten; forget its children or a scope")
         return forget_subtree(state, stamp, found.id, plan)
-    changes = [retire_link(state.links[(eid, kid)], stamp.op_id) for kid in state.keywords_by_info.get(eid, ())]
+    holders = list(state.keywords_by_info.get(eid, ()))
+    changes = [retire_link(state.links[(eid, kid)], stamp.op_id) for kid in holders]
     plan.links = len(changes)
     changes.append(_erase(found, stamp))
     plan.infos.append(eid)
-    return changes
+    return changes + drop_abstracts(state, stamp, plan, holders, set())
 
 
 def _all_descendants(state: State, keyword_id: str) -> list[str]:
@@ -177,7 +181,43 @@ def forget_subtree(state: State, stamp: Stamp, keyword_id: str, plan: ForgetPlan
         if not is_forgotten(keyword):
             changes.append(_erase(keyword, stamp))
             plan.keywords.append(kid)
+    return changes + drop_abstracts(state, stamp, plan, [keyword_id], inside)
+
+
+def drop_abstracts(state: State, stamp: Stamp, plan: ForgetPlan, holders: Iterable[str],
+                   inside: set[str]) -> list[Change]:
+    """The next version, without its stored abstract (``kwtree.writes.abstracts``), of each
+    live keyword outside ``inside`` (the erased subtree) whose abstract summarised what this
+    forget erases: every keyword at or above ``holders`` (the keywords that held the erased
+    memories), whose abstract read their subtree, and any other whose abstract ``quotes`` an
+    erased text (it was built before the memory moved away). The log rewrite then drops the
+    same abstracts from the older versions (``kwtree.ops.forget``)."""
+    above = {node for kid in holders if kid in state.keywords for node in state.ancestry(kid)}
+    erased = [state.infos[iid] for iid in plan.infos] + [state.keywords[kid] for kid in plan.keywords]
+    texts = [text for entity in erased for text in entity_texts(entity)]
+    return drop_abstracts_of(state, stamp, plan, lambda keyword, stored: keyword.id not in inside and (
+        keyword.id in above or quotes(stored, texts)))
+
+
+def drop_abstracts_of(state: State, stamp: Stamp, plan: ForgetPlan,
+                      chosen: Callable[[Keyword, Mapping[str, Any]], bool]) -> list[Change]:
+    """The next version, without its stored abstract, of each live keyword holding one that
+    ``chosen`` picks; their ids go to ``plan.abstracts``."""
+    changes: list[Change] = []
+    for keyword in state.keywords.values():
+        stored = stored_abstract(keyword)
+        if stored is not None and not keyword.deleted and chosen(keyword, stored):
+            changes.append(without_abstract(keyword, stamp))
+            plan.abstracts.append(keyword.id)
     return changes
+
+
+def entity_texts(entity: Info | Keyword) -> list[str]:
+    """The texts of an info (content, source) or a keyword (name, aliases, description)."""
+    if type(entity) is Info:
+        return [text for text in (entity.content, entity.source) if text]
+    assert type(entity) is Keyword
+    return [text for text in (entity.name, *entity.aliases, entity.description) if text]
 
 
 def _relations_of(state: State, keyword_id: str) -> Iterable[Relation]:
