@@ -15,7 +15,7 @@ from memory_helpers import doc_examples, prints_its_comments
 
 from kwtree.agent.clients import StubLLMClient
 from kwtree.errors import InvalidInputError
-from kwtree.memory.candidates import CATEGORIES, Candidate, ExtractContext
+from kwtree.memory.candidates import CATEGORIES, ENTITIES_KEY, Candidate, ExtractContext
 from kwtree.memory.extract import (
     CONFIDENCE,
     MAX_CANDIDATES_PER_CALL,
@@ -62,6 +62,9 @@ def only(candidates: list[Candidate], category: str) -> Candidate:
     ("My name is Ann Lee.", "name", "Ann Lee", "The user's name is Ann Lee."),
     ("I live in Berlin with my wife.", "home", "Berlin", "The user lives in Berlin."),
     ("I\u2019m from Sweden.", "origin", "Sweden", "The user is from Sweden."),
+    ("I now work as a teacher.", "job", "teacher", "The user works as a teacher."),
+    ("I currently live in Oslo.", "home", "Oslo", "The user lives in Oslo."),
+    ("I'm now a nurse.", "job", "nurse", "The user works as a nurse."),
 ])
 def test_self_descriptions_are_profile_facts(text: str, attribute: str, value: str, abstract: str) -> None:
     fact = only(run([user(text)]), "profile")
@@ -170,15 +173,32 @@ def test_my_relation_name_is_an_entity_with_its_relation() -> None:
 
 
 def test_capitalised_names_inside_a_sentence_are_entities_but_not_its_first_word() -> None:
-    found = run([user("Paris was lovely. We met Bob Smith at the Louvre on Friday.")])
+    found = run([user("Paris was lovely. Say hello to Bob Smith at the Louvre for me.")])
     keys = {c.key for c in of(found, "entities")}
     assert keys == {"Bob Smith", "Louvre"}
     assert all(c.confidence == CONFIDENCE["entity.named"] for c in of(found, "entities"))
+    assert all(ENTITIES_KEY not in (c.facts or {}) for c in found)
+
+
+def test_the_names_an_event_mentions_are_its_facts_not_a_second_memory() -> None:
+    found = run([user("We met Bob Smith at the Louvre on Friday. I love jazz with Nina Simone.")])
+    event, preference = only(found, "events"), only(found, "preferences")
+    assert event.facts is not None and event.facts[ENTITIES_KEY] == ["Bob Smith", "Louvre"]
+    assert preference.facts is not None and preference.facts[ENTITIES_KEY] == ["Nina Simone"]
+    assert of(found, "entities") == []  # no "The user mentioned Bob Smith." holding the same words
+    related = run([user("I went to Leeds with my sister Ann yesterday.")])
+    assert only(related, "entities").abstract == "Ann is the user's sister."  # a relation says more
+    assert only(related, "events").facts[ENTITIES_KEY] == ["Leeds", "Ann"]  # type: ignore[index]
 
 
 def test_the_conversations_own_speakers_are_no_entities() -> None:
     found = run([{"role": "Caroline", "content": "Hey Melanie! I met Jolene today."},
                  {"role": "Melanie", "content": "Wow, Caroline! Tell me more."}])
+    assert of(found, "entities") == []
+    assert only(found, "events").facts[ENTITIES_KEY] == ["Jolene"]  # type: ignore[index]
+    found = run([{"role": "Caroline", "content": "I met Jolene and Melanie today."},
+                 {"role": "Melanie", "content": "Say hi to Jolene and Caroline."}])
+    assert only(found, "events").facts[ENTITIES_KEY] == ["Jolene"]  # type: ignore[index]
     assert {c.key for c in of(found, "entities")} == {"Jolene"}
 
 
@@ -255,10 +275,10 @@ def test_duplicates_in_one_call_merge_their_sources() -> None:
 
 
 def test_an_entity_mentioned_twice_is_one_candidate_with_both_sentences() -> None:
-    found = run([user("I met Bob at noon."), user("Then I called Bob again.")])
+    found = run([user("Have you seen Bob at noon?"), user("Say hi to Bob again.")])
     bob = [c for c in of(found, "entities") if c.key == "Bob"]
     assert len(bob) == 1 and bob[0].sources == (0, 1)
-    assert bob[0].content == "I met Bob at noon.\nThen I called Bob again."
+    assert bob[0].content == "Have you seen Bob at noon?\nSay hi to Bob again."
 
 
 def test_candidates_are_capped_per_message_and_per_call() -> None:

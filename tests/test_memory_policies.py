@@ -82,6 +82,36 @@ def test_events_are_append_only(tree: KeywordTree) -> None:
     assert infos[0].version == 1 and infos[0].id == first.decisions[0].info_id  # never overwritten
 
 
+def test_a_changed_job_said_in_a_later_session_supersedes_the_old_one_offline(tree: KeywordTree) -> None:
+    tree.commit_session([{"role": "user", "content": "I work as a nurse."}], session_id="s1", scope="user:ann")
+    later = tree.commit_session([{"role": "user", "content": "Big news: I now work as a teacher."}],
+                                session_id="s2", scope="user:ann")
+    (decision,) = [d for d in later.decisions if d.category == "profile"]
+    assert decision.action == "supersede" and decision.previous == "I work as a nurse."
+    profile = scope_part(tree, "user:ann", "profile")
+    assert [i.content for i in tree.get_infos_of_keyword(profile.id)] == ["Big news: I now work as a teacher."]
+    written = tree.history(decision.info_id)  # the old version stays in history()
+    assert [op.kind for op in written] == ["commit_session", "commit_session"]
+    assert any(getattr(c.before, "content", None) == "I work as a nurse." for c in written[1].changes)
+
+
+def test_a_memory_is_filed_under_the_names_it_mentions_not_copied(tree: KeywordTree) -> None:
+    trip = memory("events", "trip", "Alice flew to Rome with Bob on May 8.", entities=["Rome", "Bob"])
+    first = commit(tree, 1, trip)
+    event = first.decisions[0].info_id
+    assert [d.action for d in first.decisions] == ["append"] and first.created == 0 and first.appended == 1
+    for name in ("Rome", "Bob"):  # one memory, three keywords: the event's and each name's
+        holder = scope_part(tree, "user:alice", "entities", name)
+        assert holder.metadata == {"category": "entities", "key": name}
+        assert [i.id for i in tree.get_infos_of_keyword(holder.id)] == [event]
+    # Bob's own memories aggregate among themselves: never merged into the event filed there.
+    second = commit(tree, 2, memory("entities", "Bob", "Alice flew to Rome with Bob on May 8 again.", source=1))
+    assert [d.action for d in second.decisions] == ["create"]
+    assert tree.get_info(event).content == "Alice flew to Rome with Bob on May 8." and tree.get_info(event).version == 1
+    bob = scope_part(tree, "user:alice", "entities", "Bob")
+    assert len(tree.get_infos_of_keyword(bob.id)) == 2
+
+
 def test_skill_statistics_add_up_across_commits(tree: KeywordTree) -> None:
     runs = [("success", 1.5), ("failure", 0.5), ("success", None), ("success", 2.0)]
     skills = [memory("skills", "search_flights", f"search_flights: lesson {n}", source=n, outcome=o,

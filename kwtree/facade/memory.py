@@ -32,6 +32,7 @@ from kwtree.memory.commit import (
     find_branch,
     find_holder,
     find_session,
+    holder_keys,
 )
 from kwtree.memory.extract import default_extractor
 from kwtree.memory.messages import clean_messages, digest, turn_text
@@ -159,19 +160,18 @@ class MemoryMethods(AgentMethods):
     def _place_holders(self, plan: CommitPlan) -> None:
         """Where each new holder keyword goes: the agent walks the category's branch (when it
         exists and holds no keyword for the routing key)."""
-        for candidate in plan.candidates:
-            policy = plan.policies[candidate.category]
-            where = (candidate.category, candidate.key)
+        for category, key, about in holder_keys(plan.candidates, plan.policies):
+            policy = plan.policies[category]
+            where = (category, key)
             if policy.holder != "key" or where in plan.placements:
                 continue
             branch_id = self._read(functools.partial(_existing_branch, scope=plan.scope, branch=policy.branch))
             if branch_id is None or self._read(
-                    functools.partial(find_holder, branch_id=branch_id, key=candidate.key)) is not None:
+                    functools.partial(find_holder, branch_id=branch_id, key=key)) is not None:
                 plan.placements[where] = (None, None)
                 continue
-            descent = self._agent.descend(self._read, candidate.key, "suggest_parent", candidate.abstract,
-                                          within=[branch_id])
-            self._refuse_fallback(descent, f"placing the {candidate.category} keyword {candidate.key!r}",
+            descent = self._agent.descend(self._read, key, "suggest_parent", about, within=[branch_id])
+            self._refuse_fallback(descent, f"placing the {category} keyword {key!r}",
                                   "retry, or commit with another extractor")
             if descent.status is DescentStatus.MATCHED:
                 parent: str | None = descent.keyword_ids[0]

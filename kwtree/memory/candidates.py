@@ -14,12 +14,16 @@ from typing import Any, Protocol
 
 from kwtree.models import HAPPENED_AT  # defined on the ground floor, where retrieval reads it too
 
-__all__ = ["CATEGORIES", "HAPPENED_AT", "Candidate", "ExtractContext", "Extractor", "Message"]
+__all__ = ["CATEGORIES", "ENTITIES_KEY", "HAPPENED_AT", "Candidate", "ExtractContext", "Extractor", "Message"]
 
 #: The categories of memories, in the order a context block shows them.
 CATEGORIES = ("profile", "preferences", "entities", "patterns", "events", "cases", "skills")
 
 Message = Mapping[str, Any]
+#: ``Candidate.facts[ENTITIES_KEY]``: the names a memory mentions. The commit files the memory
+#: under each name's keyword of the ``entities`` category too (a link, not a second memory
+#: holding the same words).
+ENTITIES_KEY = "entities"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +35,8 @@ class Candidate:
     two sentences; ``content`` the memory itself; ``confidence`` in [0, 1]; ``sources`` the
     indices (in the session's messages) it was drawn from; ``happened_at`` when the fact
     happened (epoch seconds) if known; ``facts`` extra structured fields a policy may use
-    (a skill's ``outcome`` and ``duration``, a profile fact's ``attribute``)."""
+    (a skill's ``outcome`` and ``duration``, a profile fact's ``attribute``, the names it
+    mentions under ``ENTITIES_KEY``)."""
 
     category: str
     key: str

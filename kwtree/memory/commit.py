@@ -23,13 +23,13 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError
-from kwtree.memory.candidates import HAPPENED_AT, Candidate, Extractor, Message
+from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, Candidate, Extractor, Message
 from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
 from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
-from kwtree.models import ROOT_ID, Change, Info, Keyword
+from kwtree.models import ROOT_ID, Change, Info, Keyword, RelationType
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
 from kwtree.writes import Stamp
@@ -40,7 +40,7 @@ from kwtree.writes.undo import check_consistent, in_apply_order
 
 __all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitOptions",
            "CommitPlan", "CommitResult", "StalePlanError", "commit_changes", "find_branch", "find_holder",
-           "find_session"]
+           "find_session", "holder_keys"]
 
 #: The metadata key marking a scope's branch keyword; its value is the branch's name.
 BRANCH_KEY = "branch"
@@ -215,6 +215,9 @@ class _Draft:
         made = self.put(info_commands.create_info(self.state, self.stamp, content, "", [keyword_id], metadata))
         return made[0].after  # type: ignore[return-value]
 
+    def link(self, info_id: str, keyword_id: str) -> None:
+        self.put(info_commands.link_info(self.state, self.stamp, info_id, keyword_id, RelationType.RELATED, "agent"))
+
     def update_info(self, info: Info, content: str, metadata: Mapping[str, Any]) -> Info:
         patch = {"content": content, "metadata": metadata}
         return self.put(info_commands.update_info(self.state, self.stamp, info.id, patch, None))[0].after  # type: ignore[return-value]
@@ -327,15 +330,33 @@ def _decide(plan: CommitPlan, index: int, candidate: Candidate, action: str, rea
                                          candidate.content, info_id, keyword_id, previous))
 
 
-def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, candidate: Candidate, policy: Policy) -> Keyword:
+def holder_keys(candidates: Sequence[Candidate], policies: Mapping[str, Policy]) -> list[tuple[str, str, str]]:
+    """``(category, key, abstract)`` of each keyword the candidates are filed under: their own
+    routing key's, and each name they mention (``ENTITIES_KEY``) under the ``entities``
+    category's (when it has a policy), in order, once each."""
+    found: dict[tuple[str, str], str] = {}
+    for candidate in candidates:
+        found.setdefault((candidate.category, candidate.key), candidate.abstract)
+        if "entities" in policies and candidate.category != "entities":
+            for name in _mentions(candidate):
+                found.setdefault(("entities", name), candidate.abstract)
+    return [(category, key, about) for (category, key), about in found.items()]
+
+
+def _mentions(candidate: Candidate) -> list[str]:
+    names = (candidate.facts or {}).get(ENTITIES_KEY)
+    return [name for name in names if type(name) is str and name.strip()] if isinstance(names, list) else []
+
+
+def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, category: str, key: str, policy: Policy) -> Keyword:
     if policy.holder == "branch":
         return branch
-    found = find_holder(draft.state, branch.id, candidate.key)
+    found = find_holder(draft.state, branch.id, key)
     if found is not None:
         return found
-    chosen, agent = plan.placements.get((candidate.category, candidate.key), (None, None))
+    chosen, agent = plan.placements.get((category, key), (None, None))
     parent = branch.id
-    entry: dict[str, Any] = {"category": candidate.category, "key": candidate.key}
+    entry: dict[str, Any] = {"category": category, "key": key}
     if agent is not None:
         entry["agent"] = agent
     if chosen is not None:
@@ -344,8 +365,7 @@ def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, candidate: Candida
         else:  # deleted or moved out by another writer meanwhile
             entry["parent_fallback"] = f"{chosen} is no longer inside the branch; placed under the branch"
     plan.audit.setdefault("placements", []).append(entry)
-    metadata = {"category": candidate.category, "key": candidate.key}
-    return draft.keyword(candidate.key, parent, metadata, f"{candidate.category} keyword")
+    return draft.keyword(key, parent, {"category": category, "key": key}, f"{category} keyword")
 
 
 def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int, str],
@@ -372,14 +392,29 @@ def _with_user_metadata(metadata: dict[str, Any], plan: CommitPlan, held: Info |
 
 def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candidate: Candidate,
            turn_ids: dict[int, str], session_time: float | None) -> None:
+    written = len(plan.decisions)
+    _write(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
+    memory = plan.decisions[-1].info_id if len(plan.decisions) > written else None
+    names = _mentions(candidate) if "entities" in plan.policies and candidate.category != "entities" else []
+    if memory is None or not names or draft.state.live_info(memory) is None:
+        return
+    policy = plan.policies["entities"]
+    branch = _branch(draft, scope_kw, policy.branch)
+    for name in names:  # the memory filed under each name it mentions: a link, not a copy
+        draft.link(memory, _holder(draft, plan, branch, "entities", name, policy).id)
+
+
+def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candidate: Candidate,
+           turn_ids: dict[int, str], session_time: float | None) -> None:
     policy = plan.policies[candidate.category]
     branch = _branch(draft, scope_kw, policy.branch)
-    holder = _holder(draft, plan, branch, candidate, policy)
+    holder = _holder(draft, plan, branch, candidate.category, candidate.key, policy)
     metadata = _memory_metadata(candidate, plan, turn_ids, session_time, draft.stamp)
     if policy.write == "accumulate":
         _accumulate(draft, plan, index, candidate, holder, metadata)
         return
-    held = [info for info in draft.infos_of(holder.id) if "category" in info.metadata]
+    # (a memory of another category filed here by a name it mentions is not this key's to merge into)
+    held = [info for info in draft.infos_of(holder.id) if info.metadata.get("category") == candidate.category]
     if policy.write == "supersede" and "attribute" in metadata:
         same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]]
         if same:
@@ -419,8 +454,8 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
 
     def inside(info_id: str) -> bool:
         info = state.live_info(info_id)
-        return info is not None and any(state.is_descendant(kid, branch.id)
-                                        for kid in state.keywords_by_info.get(info_id, ()))
+        return (info is not None and info.metadata.get("category") == candidate.category
+                and any(state.is_descendant(kid, branch.id) for kid in state.keywords_by_info.get(info_id, ())))
 
     verdict = plan.verdicts[index] if index < len(plan.verdicts) else None
     if verdict is not None and (verdict.target is None or inside(verdict.target)):

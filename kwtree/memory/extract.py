@@ -19,6 +19,7 @@ model, ``kwtree.memory.llm_extract.LLMExtractor`` with one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kwtree.agent.clients import LLMClient
-from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, Message
+from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Extractor, Message
 from kwtree.memory.llm_extract import LLMExtractor
 from kwtree.memory.reading import ToolOutcome, anchor_of, check_session, dedupe, speaker_of, text_of, tool_outcomes
 from kwtree.memory.when import resolve_when
@@ -88,7 +89,7 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> lis
         sentences = _sentences(text)
         for position, sentence in enumerate(sentences):
             if speaker is not None:
-                from_message.extend(_about_speaker(sentence, speaker, index, anchor))
+                from_message.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
             from_message.extend(_cases(sentences, position, index, anchor))
         found.extend(from_message[:MAX_CANDIDATES_PER_MESSAGE])
     return dedupe(found, speakers=_speakers(messages), max_entity_sentences=MAX_ENTITY_SENTENCES)[
@@ -200,19 +201,22 @@ _ADVERB = r"(?:(?:really|also|just|absolutely|totally|truly|still|actually|hones
 _PRONOUNS = _words("it that this you them him her those these how what when where why who which "
                       "everything something anything nothing lot")
 
+#: "I now work as", "I'm currently a": a present self-description may say that it is new.
+_NOW = r"(?: (?:now|currently|still|actually|also))?"
+
 _PROFILE: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(_I + r"[Mm]y name is\s+(?P<value>.+)"), "name", "profile.explicit"),
     (re.compile(_I + r"(?:I am|I'm) called\s+(?P<value>.+)"), "name", "profile.explicit"),
     (re.compile(_I + r"(?:I am|I'm)\s+(?P<value>\d{1,3})(?:\s+years?\s+old)?(?![\w%$.,:]\d|\s*(?:%|am\b|pm\b|"
                 r"minutes|hours|days|weeks|months|times|percent|kg|km|miles|lbs|pounds|dollars))"),
      "age", "profile.explicit"),
-    (re.compile(_I + r"I(?: work| am working|'m working) as (?:an? )?(?P<value>.+)"), "job",
+    (re.compile(_I + r"I" + _NOW + r"(?: work| am working|'m working) as (?:an? )?(?P<value>.+)"), "job",
      "profile.explicit"),
-    (re.compile(_I + r"I(?: work| am working|'m working) (?:at|for) (?P<value>.+)"), "employer",
+    (re.compile(_I + r"I" + _NOW + r"(?: work| am working|'m working) (?:at|for) (?P<value>.+)"), "employer",
      "profile.explicit"),
-    (re.compile(_I + r"I(?: live| am living|'m living) in (?P<value>.+)"), "home", "profile.explicit"),
+    (re.compile(_I + r"I" + _NOW + r"(?: live| am living|'m living) in (?P<value>.+)"), "home", "profile.explicit"),
     (re.compile(_I + r"I(?: am|'m) from (?P<value>.+)"), "origin", "profile.explicit"),
-    (re.compile(_I + r"(?:I am|I'm) (?:a |an )(?P<value>.+)"), "identity", "profile.identity"),
+    (re.compile(_I + r"(?:I am|I'm)" + _NOW + r" (?:a |an )(?P<value>.+)"), "identity", "profile.identity"),
 )
 _NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick")
 _JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer")
@@ -335,7 +339,38 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
             yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
                        {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
     for name in _names(sentence):
-        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {})
+        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {ENTITIES_KEY: True})
+
+
+#: The categories whose candidate, when a sentence gives one, carries the names the sentence
+#: mentions (``ENTITIES_KEY``): the commit files that memory under each name's keyword, instead
+#: of a second memory saying "X mentioned Y" in the same words. (A profile fact is superseded
+#: by a later one, and would leave its names filed under a fact it no longer states.)
+_CARRIERS = ("events", "preferences", "patterns")
+
+
+def _filed_by_name(found: list[Candidate]) -> list[Candidate]:
+    """``found`` (one sentence's candidates, its mere mentions last) with the mentions folded
+    into the first candidate of a ``_CARRIERS`` category as that candidate's names, or kept as
+    entity candidates when there is none."""
+    kept: list[Candidate] = []
+    mentions: list[Candidate] = []
+    carrier = None
+    for candidate in found:
+        facts = dict(candidate.facts or {})
+        if facts.get(ENTITIES_KEY) is True:
+            del facts[ENTITIES_KEY]
+            mentions.append(dataclasses.replace(candidate, facts=facts))
+            continue
+        if carrier is None and candidate.category in _CARRIERS:
+            carrier = len(kept)
+        kept.append(candidate)
+    if carrier is None:
+        return kept + mentions
+    if mentions:
+        facts = {**(kept[carrier].facts or {}), ENTITIES_KEY: [mention.key for mention in mentions]}
+        kept[carrier] = dataclasses.replace(kept[carrier], facts=facts)
+    return kept
 
 
 #: An event's key stops at its time expression: "painted a lake last year" -> "painted a lake".

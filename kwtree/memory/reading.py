@@ -16,13 +16,14 @@ OpenAI shape is read too: an assistant's ``tool_calls`` (``id``, ``function.name
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kwtree.errors import InvalidInputError
-from kwtree.memory.candidates import Candidate, ExtractContext, Message
+from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Message
 from kwtree.memory.when import message_time
 
 __all__ = ["AGENT_ROLES", "TOOL_ROLES", "USER_ROLE", "ToolOutcome", "anchor_of", "check_session", "dedupe",
@@ -176,12 +177,17 @@ def dedupe(candidates: Sequence[Candidate], speakers: frozenset[str] = frozenset
     """One candidate per (category, key, content) in order of first appearance, sources merged;
     entity candidates are one per entity (key), their sentences joined (at most
     max_entity_sentences), and names in ``speakers`` (the conversation's own speakers) are no
-    entities. Skill candidates are never merged: each is one tool call's outcome."""
+    entities (nor among the names a candidate mentions). Skill candidates are never merged:
+    each is one tool call's outcome."""
     kept: dict[tuple[str, ...], Candidate] = {}
     for position, candidate in enumerate(candidates):
         if candidate.category == "skills":
             kept[("skills", str(position))] = candidate  # its own identity: never merged
             continue
+        names = (candidate.facts or {}).get(ENTITIES_KEY)
+        if names and set(names) & speakers:
+            candidate = dataclasses.replace(candidate, facts={
+                **(candidate.facts or {}), ENTITIES_KEY: [name for name in names if name not in speakers]})
         if candidate.category == "entities":
             if candidate.key in speakers:
                 continue
