@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import orjson
 import pytest
 from helpers import log_bytes
 from hypothesis import given, settings
@@ -114,6 +115,51 @@ def test_after_turn_commits_only_the_new_messages(tree: KeywordTree) -> None:
     final = tree.end_session(more, "run", "user:alice")
     assert final.op_id is None and final.seen == 4 and log_bytes(tree.data_dir) == frozen
     assert [c.first_new for c in seen] == [0]
+
+
+def fulltext_watermark(tree: KeywordTree) -> str | None:
+    """The operation the full-text index on disk was last committed at."""
+    return orjson.loads((tree.data_dir / "cache" / "fulltext" / "meta.json").read_bytes())["watermark"]
+
+
+def test_after_turn_finds_a_duplicate_the_full_text_index_has_not_committed(tree: KeywordTree) -> None:
+    tree.after_turn([{"role": "user", "content": "I love green tea with honey."}], "s1", "user:ann")
+    tree.recall("tea", scope="user:ann")  # the index holds everything so far
+    indexed = fulltext_watermark(tree)
+    chat = [{"role": "user", "content": "I really enjoy hiking in the Alps."}]
+    first = tree.after_turn(chat, "s2", "user:ann")
+    chat += [{"role": "assistant", "content": "Nice!"}, {"role": "user", "content": "I enjoy hiking in the Alps."}]
+    second = tree.after_turn(chat, "s2", "user:ann")
+    # Neither call committed the full-text index, yet the repeat was found among the unindexed.
+    assert fulltext_watermark(tree) == indexed and tree.last_op_id != indexed
+    hiking = next(d for d in first.decisions if d.category == "preferences")
+    (again,) = [d for d in second.decisions if d.category == "preferences"]
+    assert again.action == "skip" and again.info_id == hiking.info_id
+    assert tree.recall("hiking Alps", scope="user:ann")  # a search brings the index up to date
+    assert fulltext_watermark(tree) == tree.last_op_id
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([
+    "I love green tea.", "I love green tea with honey.", "I enjoy hiking in the Alps.", "I went to Rome with Bob.",
+    "I usually run every morning.", "I love jazz.", "We visited Rome with Bob yesterday.", "I hate mornings."]),
+    min_size=1, max_size=8))
+def test_decisions_are_the_same_whether_the_index_is_up_to_date_or_not(texts: list[str]) -> None:
+    """The prefilter over a lagging index plus the unindexed memories decides as one over an
+    index brought up to date before every turn."""
+    decided = []
+    for search_first in (False, True):
+        with tempfile.TemporaryDirectory() as directory, KeywordTree(directory, durability="none") as tree:
+            chat: list[dict[str, str]] = []
+            actions = []
+            for text in texts:
+                if search_first:
+                    tree.search("anything")
+                chat.append({"role": "user", "content": text})
+                result = tree.after_turn(chat, "s", "user:ann")
+                actions += [(d.category, d.key, d.action) for d in result.decisions]
+            decided.append(actions)
+    assert decided[0] == decided[1]
 
 
 def test_memories_leave_the_archived_sessions_out(tree: KeywordTree) -> None:

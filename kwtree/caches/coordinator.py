@@ -677,6 +677,27 @@ class Indexes:
         equal scores in id order. A damaged index is rebuilt (by a tree that may not write the
         shared one, as its private index)."""
         self._sync_fulltext()
+        return self._search(query, kind, k)
+
+    def indexed_text_hits(self, query: str, kind: str, k: int,
+                          most_unindexed: int) -> tuple[list[tuple[str, float]], frozenset[str]]:
+        """``text_hits`` over what the full-text index holds already, without bringing it up to
+        date (which commits the index: tens of milliseconds), and the ids of ``kind`` written
+        since, which the hits may miss or hold at an older text: the caller judges those
+        itself. When more than ``most_unindexed`` entities were written since, or which ones is
+        unknown (after a start, a rebuild, another process's write), the index is brought up
+        to date first and no id is returned."""
+        if self._write_locks is not None:
+            ops = self._read(lambda state: state.op_count)
+            with self._lock:
+                known = (self._expected_ops == ops and self._fulltext.watermark is not None
+                         and len(self._pending) <= most_unindexed)
+                unindexed = frozenset(eid for (what, eid) in self._pending if what == kind) if known else None
+            if unindexed is not None:
+                return self._search(query, kind, k), unindexed
+        return self.text_hits(query, kind, k), frozenset()
+
+    def _search(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
         try:
             hits = self._fulltext.search(query, kind, k)
         except BaseException as exc:

@@ -54,6 +54,10 @@ _ATTEMPTS = 3
 #: The prefilter asks each index for this many times ``prefilter_k`` hits before keeping those
 #: inside the scope's branch (the indexes rank the whole tree).
 _PREFILTER_OVERFETCH = 6
+#: The prefilter searches the full-text index as it is while at most this many entities were
+#: written since its last commit, and ranks those itself: so ``after_turn`` does not commit the
+#: index on every turn (``Indexes.indexed_text_hits``).
+_MOST_UNINDEXED = 256
 
 
 class MemoryMethods(AgentMethods):
@@ -191,11 +195,14 @@ class MemoryMethods(AgentMethods):
         if not inside:
             return []
         fetch = k * _PREFILTER_OVERFETCH
+        text, unindexed = self._indexes.indexed_text_hits(candidate.content, "info", fetch, _MOST_UNINDEXED)
         found: dict[str, None] = {}
-        for hits in (self._indexes.text_hits(candidate.content, "info", fetch),
-                     self._indexes.vector_hits(candidate.content, "info", fetch)):
+        for hits in (text, self._indexes.vector_hits(candidate.content, "info", fetch)):
             kept = self._read(lambda state, hits=hits: _in_subtree(state, hits, inside, k))  # type: ignore[misc]
             found.update(dict.fromkeys(kept))
+        if unindexed:  # written since the full-text index's last commit: ranked here, on their terms
+            near = self._read(lambda state: _nearest(state, candidate.content, unindexed, inside, k))
+            found.update(dict.fromkeys(near))
         return self._read(lambda state: [dedup.Neighbour(iid, state.infos[iid].content) for iid in found
                                          if state.live_info(iid) is not None])
 
@@ -242,6 +249,19 @@ def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: set[str
             if len(kept) == k:
                 break
     return kept
+
+
+def _nearest(state: State, text: str, info_ids: frozenset[str], inside: set[str], k: int) -> list[str]:
+    """The ``k`` live infos of ``info_ids`` linked inside ``inside`` that hold the largest
+    share of ``text``'s terms (none that holds none of them), best first."""
+    scored = []
+    for info_id in info_ids:
+        info = state.live_info(info_id)
+        if info is not None and any(kid in inside for kid in state.keywords_by_info.get(info_id, ())):
+            share = dedup.containment(text, info.content)
+            if share > 0:
+                scored.append((-share, info_id))
+    return [info_id for _, info_id in sorted(scored)[:k]]
 
 
 def _session(state: State, scope: str, session_id: str) -> Keyword | None:
