@@ -93,6 +93,12 @@ def test_the_assistant_describing_itself_is_not_the_users_profile() -> None:
     assert of(found, "profile") == [] and of(found, "preferences") == [] and of(found, "entities") == []
 
 
+def test_a_transcript_label_naming_the_speaker_is_not_repeated_in_the_abstract() -> None:
+    found = run([{"role": "Caroline", "content": "Caroline: I went to a support group yesterday."}])
+    assert only(found, "events").abstract == "Caroline went to a support group yesterday (2023-05-07)."
+    assert only(found, "events").content == "Caroline: I went to a support group yesterday."  # verbatim
+
+
 def test_a_named_speakers_facts_are_about_that_speaker() -> None:
     found = run([{"role": "Caroline", "content": "I'm a counselor. I love painting."},
                  {"role": "Melanie", "content": "I am a teacher."}])

@@ -178,8 +178,9 @@ def _possessive(speaker: str) -> str:
 
 
 def _third_person(sentence: str, speaker: str) -> str:
-    """``sentence`` told about ``speaker``: "I went" -> "Caroline went", "my" -> "Caroline's"."""
-    told = sentence
+    """``sentence`` told about ``speaker``: "I went" -> "Caroline went", "my" -> "Caroline's";
+    a transcript label naming the speaker ("Caroline: I went") is dropped."""
+    told = sentence[len(speaker) + 1:].lstrip() if sentence.startswith(f"{speaker}:") else sentence
     for pattern, replacement in _THIRD_PERSON:
         if isinstance(replacement, str):
             told = pattern.sub(replacement.format(s=_subject(speaker), p=_possessive(speaker)), told)
