@@ -455,3 +455,20 @@ def test_an_abstract_quoting_an_older_version_of_a_moved_info_is_erased_by_a_sec
     tree.close()
     assert holders(tree_dir) == []
     assert kwtree.verify_directory(tree_dir).ok
+
+
+def test_a_forgotten_keyword_merged_into_another_leaves_no_alias_there(tree_dir: Path) -> None:
+    tree = KeywordTree(tree_dir, durability="none", worker=False)
+    ex = tree.create_keyword(f"{WORD} Bob", parent_id=ROOT_ID, aliases=[f"{WORD} B"], llm_auto_place=False)
+    bob = tree.create_keyword("Bob", parent_id=ROOT_ID, llm_auto_place=False)
+    tree.create_info("Bob fixes bikes.", keyword_ids=[ex.id])
+    tree.merge_keywords(ex.id, bob.id)  # the merged keyword's name and alias become Bob's aliases
+    assert any(WORD in alias for alias in tree.get_keyword(bob.id).aliases)
+    tree.update_keyword(bob.id, {"description": "a friend"}, tree.get_keyword(bob.id).version)  # another version
+    report = tree.forget(ex.id)
+    assert tree.get_keyword(bob.id).aliases == () and report.aliases_dropped == (bob.id,)
+    assert tree.get_keyword(bob.id).description == "a friend"  # the rest of Bob stays
+    assert [i.content for i in tree.get_infos_of_keyword(bob.id)] == ["Bob fixes bikes."]  # kept: Bob holds it
+    tree.close()
+    assert holders(tree_dir) == []
+    assert kwtree.verify_directory(tree_dir).ok

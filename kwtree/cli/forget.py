@@ -37,6 +37,8 @@ def show_report(report: ForgetReport, tree: KeywordTree, args: argparse.Namespac
         print(f"  erased keyword\t{keyword_id}")
     for kept in report.kept:
         print(f"  kept info\t{kept.info_id}\t{kept.why} ({', '.join(kept.keyword_ids)})")
+    for keyword_id in report.aliases_dropped:
+        print(f"  alias dropped\t{keyword_id}\tit named an erased keyword (a merge gave it)")
     for keyword_id in report.abstracts_dropped:
         print(f"  abstract dropped\t{keyword_id}\tit summarised what was erased (`kwtree abstracts` rebuilds it)")
     rewrite = (f"rewrote {report.rows_rewritten:,} row(s) and {report.audits_scrubbed:,} audit(s) of "

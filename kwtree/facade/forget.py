@@ -18,10 +18,12 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Change
+from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import clean_id
 from kwtree.writes import Stamp
-from kwtree.writes.forget import FORGET_KIND, ForgetPlan, drop_abstracts_of, forget_entity, forget_subtree
+from kwtree.writes.abstracts import quotes
+from kwtree.writes.forget import FORGET_KIND, ForgetPlan, forget_entity, forget_subtree, revise_survivors
 
 if TYPE_CHECKING:
     from kwtree.ops.forget import ForgetReport
@@ -91,10 +93,11 @@ class ForgetMethods(TreeCore):
         engine = self._engine
         with engine.writing() as state:
             erasure = forgetting.erase_log(engine, state)
-        if erasure.quoting:  # a live abstract quotes an older version of an erased text: drop it first
-            quoting = erasure.quoting
-            self._commit(FORGET_KIND, lambda state, stamp: drop_abstracts_of(
-                state, stamp, plan, lambda keyword, _: keyword.id in quoting), audit)
+        if erasure.quoting:  # a live keyword holds an older erased text (its abstract, an alias): drop it first
+            quoting, names = erasure.quoting, {normalize_name(text) for text in erasure.needles}
+            self._commit(FORGET_KIND, lambda state, stamp: revise_survivors(
+                state, stamp, plan, lambda keyword, stored: quotes(stored, erasure.needles), names,
+                only=quoting), audit)
         with engine.writing() as state:
             if erasure.quoting:
                 erasure = forgetting.erase_log(engine, state)
@@ -107,7 +110,8 @@ class ForgetMethods(TreeCore):
             infos=tuple(plan.infos), keywords=tuple(plan.keywords), links=plan.links, relations=plan.relations,
             kept=tuple(forgetting.KeptInfo(info_id, held) for info_id, held in plan.kept.items()),
             log_rewritten=erasure.rewritten, rows_rewritten=erasure.rows + erasure.abstracts,
-            audits_scrubbed=erasure.audits, abstracts_dropped=tuple(plan.abstracts),
+            audits_scrubbed=erasure.audits, abstracts_dropped=tuple(dict.fromkeys(plan.abstracts)),
+            aliases_dropped=tuple(dict.fromkeys(plan.aliases)),
             operations=erasure.operations, bytes_before=erasure.bytes_before, bytes_after=erasure.bytes_after,
             fulltext_removed=True, vectors_blanked=vectors, outbox_items_dropped=outbox,
             quarantine_removed=tuple(removed), unreachable=forgetting.unreachable(engine.directory),

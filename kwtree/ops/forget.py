@@ -31,6 +31,7 @@ from kwtree.engine.engine import Engine
 from kwtree.engine.events import DECODERS, encode_row
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
+from kwtree.normalize import normalize_name
 from kwtree.ops import compaction
 from kwtree.stores.eventlog import QUARANTINE_DIR
 from kwtree.stores.snapshot import SNAPSHOT_SUFFIX
@@ -80,7 +81,8 @@ class ForgetReport:
     now hold tombstones instead of text, or lost a keyword abstract quoting it
     (``log_rewritten`` False when nothing was left to rewrite), ``bytes_before`` and
     ``bytes_after`` its size; ``abstracts_dropped`` are the live keywords whose abstract
-    summarised what was erased (``abstracts()`` rebuilds them). The caches: the full-text
+    summarised what was erased (``abstracts()`` rebuilds them), ``aliases_dropped`` those that
+    lost an alias naming an erased keyword (a merge gave it to them). The caches: the full-text
     index was removed (the next search rebuilds it), ``vectors_blanked`` vector rows zeroed,
     ``outbox_items_dropped`` queued or dead embedding items dropped, ``quarantine_removed``
     files of ``quarantine/`` holding the text deleted. ``unreachable`` lists the copies
@@ -99,6 +101,7 @@ class ForgetReport:
     rows_rewritten: int
     audits_scrubbed: int
     abstracts_dropped: tuple[str, ...]
+    aliases_dropped: tuple[str, ...]
     operations: int
     bytes_before: int
     bytes_after: int
@@ -118,8 +121,8 @@ class LogErasure:
     entity_ids: set[str] = field(default_factory=set)
     needles: set[str] = field(default_factory=set)
     rows: int = 0
-    abstracts: int = 0  # keyword rows whose abstract, quoting an erased text, was dropped
-    quoting: set[str] = field(default_factory=set)  # live keywords whose abstract quotes one
+    abstracts: int = 0  # keyword rows that lost an abstract or alias holding an erased text
+    quoting: set[str] = field(default_factory=set)  # live keywords whose abstract or alias holds one
     audits: int = 0
     operations: int = 0
     bytes_before: int = 0
@@ -218,32 +221,49 @@ def _scrub_audit(audit: dict[str, Any], forgetter: str | None, needles: list[str
     return _scrub_value(audit, needles) if needles else audit
 
 
-def _unquoted(fields: dict[str, Any], needles: list[str]) -> dict[str, Any] | None:
-    """A keyword row's (or before-image's) fields without its stored abstract when that
-    abstract quotes one of ``needles`` (``kwtree.writes.abstracts.quotes``), else None."""
+def _unquoted(fields: dict[str, Any], needles: list[str], names: set[str]) -> dict[str, Any] | None:
+    """A keyword row's (or before-image's) fields without what still holds an erased text:
+    its stored abstract when that quotes one of ``needles`` (``kwtree.writes.abstracts.quotes``)
+    and its aliases that are one of ``names`` (an erased keyword's name, given by a merge);
+    None when it holds none."""
     metadata = fields.get("metadata")
-    if type(metadata) is not dict:
-        return None
+    metadata = metadata if type(metadata) is dict else {}
     stored = metadata.get(ABSTRACT_KEY)
-    if type(stored) is not dict or not quotes(stored, needles):
+    drop = type(stored) is dict and quotes(stored, needles)
+    aliases = fields.get("aliases")
+    aliases = aliases if type(aliases) is list else []
+    kept = [alias for alias in aliases if not (type(alias) is str and normalize_name(alias) in names)]
+    if not drop and len(kept) == len(aliases):
         return None
-    return {**fields, "metadata": {key: value for key, value in metadata.items() if key != ABSTRACT_KEY}}
+    new = dict(fields)
+    if drop:
+        rest = {key: value for key, value in metadata.items() if key != ABSTRACT_KEY}
+        if rest:
+            new["metadata"] = rest
+        else:
+            new.pop("metadata", None)  # the codec writes no empty metadata
+    if len(kept) != len(aliases):
+        if kept:
+            new["aliases"] = kept
+        else:
+            new.pop("aliases", None)  # nor empty aliases
+    return new
 
 
-def _drop_quoting_abstracts(row: dict[str, Any], needles: list[str], live: Callable[[dict[str, Any]], bool],
-                            erasure: LogErasure) -> dict[str, Any]:
-    """``row`` (a keyword row no forget erased) without the abstracts, in it or its
-    before-image, that quote an erased text. The row that is a live keyword's current version
-    is left as it is (the new log must replay to the same live state) and its id goes to
-    ``erasure.quoting``, for a forget operation to drop that abstract first."""
+def _revise_survivor(row: dict[str, Any], needles: list[str], names: set[str],
+                     live: Callable[[dict[str, Any]], bool], erasure: LogErasure) -> dict[str, Any]:
+    """``row`` (a keyword row no forget erased) without the abstracts and aliases, in it or
+    its before-image, that still hold an erased text. The row that is a live keyword's
+    current version is left as it is (the new log must replay to the same live state) and its
+    id goes to ``erasure.quoting``, for a forget operation to drop them first."""
     new = row
     if live(row):
-        if _unquoted(row, needles) is not None:
+        if _unquoted(row, needles, names) is not None:
             erasure.quoting.add(row["id"])
     else:
-        new = _unquoted(row, needles) or row
+        new = _unquoted(row, needles, names) or row
     before = row.get("before")
-    clean = _unquoted(before, needles) if type(before) is dict else None
+    clean = _unquoted(before, needles, names) if type(before) is dict else None
     if clean is not None:
         new = {**new, "before": clean}
     if new is not row:
@@ -267,6 +287,7 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
                 if "before" in row:
                     erasure.needles.update(_texts(row["before"]))
     needles = sorted(erasure.needles)
+    names = {normalize_name(text) for text in needles}
     scrubbed = []
     for at, raw in enumerate(raws):
         rows, forgetters = raw.rows, found.get(at) or {}
@@ -275,7 +296,7 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
                 new = _scrub_row(row, forgetters[index])
                 erasure.rows += new != row
             elif row["entity"] == "keyword" and needles:
-                new = _drop_quoting_abstracts(row, needles, live, erasure)
+                new = _revise_survivor(row, needles, names, live, erasure)
             else:
                 continue
             if new is not row:

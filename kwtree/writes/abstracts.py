@@ -35,7 +35,7 @@ from kwtree.writes import Stamp
 
 __all__ = [
     "ABSTRACT_KEY", "ABSTRACT_KIND", "Built", "check_user_metadata", "holds_memories", "quotes", "stored_abstract",
-    "subtree_digest", "without_abstract", "write_abstracts",
+    "subtree_digest", "write_abstracts",
 ]
 
 #: The kind of the operation that writes abstracts.
@@ -76,14 +76,6 @@ def quotes(stored: Mapping[str, Any], texts: Iterable[str]) -> bool:
     sentences = [part for part in _SENTENCE_END.split(written) if len(part) >= _QUOTED_SENTENCE]
     return any((len(text) >= _QUOTED_TEXT and text in written) or any(part in text for part in sentences)
                for text in texts)
-
-
-def without_abstract(keyword: Keyword, stamp: Stamp) -> Change:
-    """The next version of ``keyword``: its metadata without the stored abstract."""
-    metadata = {key: value for key, value in keyword.metadata.items() if key != ABSTRACT_KEY}
-    new = dataclasses.replace(keyword, version=keyword.version + 1, updated_at=stamp.timestamp,
-                              op_id=stamp.op_id, metadata=clean_metadata(metadata))
-    return Change(new, keyword)
 
 
 def holds_memories(state: State, keyword_id: str) -> bool:

@@ -25,13 +25,14 @@ from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Operation, Relation
-from kwtree.validate import clean_id
-from kwtree.writes.abstracts import quotes, stored_abstract, without_abstract
+from kwtree.normalize import normalize_name
+from kwtree.validate import clean_id, clean_metadata
+from kwtree.writes.abstracts import ABSTRACT_KEY, quotes, stored_abstract
 from kwtree.writes.infos import retire_link
 
 __all__ = [
-    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "drop_abstracts_of", "forget_entity", "forget_subtree", "is_forgotten",
-    "refuse_forgotten", "tombstone",
+    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten",
+    "refuse_forgotten", "revise_survivors", "tombstone",
 ]
 
 #: The kind of the operation that deletes what ``forget`` erases.
@@ -88,6 +89,7 @@ class ForgetPlan:
     links: int = 0
     relations: int = 0
     abstracts: list[str] = field(default_factory=list)  # live keywords whose abstract was dropped
+    aliases: list[str] = field(default_factory=list)  # live keywords that lost an erased keyword's name
     already: str | None = None  # the op that forgot the target before (a rerun), if any
 
 
@@ -186,29 +188,46 @@ def forget_subtree(state: State, stamp: Stamp, keyword_id: str, plan: ForgetPlan
 
 def drop_abstracts(state: State, stamp: Stamp, plan: ForgetPlan, holders: Iterable[str],
                    inside: set[str]) -> list[Change]:
-    """The next version, without its stored abstract (``kwtree.writes.abstracts``), of each
-    live keyword outside ``inside`` (the erased subtree) whose abstract summarised what this
-    forget erases: every keyword at or above ``holders`` (the keywords that held the erased
-    memories), whose abstract read their subtree, and any other whose abstract ``quotes`` an
-    erased text (it was built before the memory moved away). The log rewrite then drops the
-    same abstracts from the older versions (``kwtree.ops.forget``)."""
+    """The next version of each live keyword outside ``inside`` (the erased subtree) that
+    still holds something of what this forget erases: without its stored abstract
+    (``kwtree.writes.abstracts``) when that summarised the erased memories (it is at or above
+    ``holders``, the keywords that held them) or ``quotes`` an erased text (built before the
+    memory moved away); without the aliases that are an erased keyword's name or alias (a
+    merge gave them to it). The log rewrite then drops the same from the older versions
+    (``kwtree.ops.forget``)."""
     above = {node for kid in holders if kid in state.keywords for node in state.ancestry(kid)}
     erased = [state.infos[iid] for iid in plan.infos] + [state.keywords[kid] for kid in plan.keywords]
     texts = [text for entity in erased for text in entity_texts(entity)]
-    return drop_abstracts_of(state, stamp, plan, lambda keyword, stored: keyword.id not in inside and (
-        keyword.id in above or quotes(stored, texts)))
+    names = {normalize_name(text) for kid in plan.keywords for text in entity_texts(state.keywords[kid])}
+    return revise_survivors(state, stamp, plan, lambda keyword, stored: keyword.id not in inside and (
+        keyword.id in above or quotes(stored, texts)), names)
 
 
-def drop_abstracts_of(state: State, stamp: Stamp, plan: ForgetPlan,
-                      chosen: Callable[[Keyword, Mapping[str, Any]], bool]) -> list[Change]:
-    """The next version, without its stored abstract, of each live keyword holding one that
-    ``chosen`` picks; their ids go to ``plan.abstracts``."""
+def revise_survivors(state: State, stamp: Stamp, plan: ForgetPlan, chosen: Callable[[Keyword, Mapping[str, Any]], bool],
+                     names: set[str], only: set[str] | None = None) -> list[Change]:
+    """The next version of each live keyword (of ``only``, when given) that this forget does
+    not erase, without its stored abstract when ``chosen`` picks it and without its aliases
+    whose ``normalize_name`` is in ``names``; their ids go to ``plan.abstracts`` and
+    ``plan.aliases``."""
     changes: list[Change] = []
+    erased = set(plan.keywords)
     for keyword in state.keywords.values():
+        if keyword.deleted or keyword.id == ROOT_ID or keyword.id in erased or (
+                only is not None and keyword.id not in only):
+            continue
         stored = stored_abstract(keyword)
-        if stored is not None and not keyword.deleted and chosen(keyword, stored):
-            changes.append(without_abstract(keyword, stamp))
+        drop = stored is not None and chosen(keyword, stored)
+        aliases = tuple(alias for alias in keyword.aliases if normalize_name(alias) not in names)
+        if not drop and aliases == keyword.aliases:
+            continue
+        metadata = {key: value for key, value in keyword.metadata.items() if not (drop and key == ABSTRACT_KEY)}
+        new = dataclasses.replace(keyword, aliases=aliases, metadata=clean_metadata(metadata),
+                                  version=keyword.version + 1, updated_at=stamp.timestamp, op_id=stamp.op_id)
+        changes.append(Change(new, keyword))
+        if drop:
             plan.abstracts.append(keyword.id)
+        if aliases != keyword.aliases:
+            plan.aliases.append(keyword.id)
     return changes
 
 
