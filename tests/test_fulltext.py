@@ -98,6 +98,9 @@ def test_upsert_replaces_and_delete_removes(fts: FullTextIndex) -> None:
     fts.delete("keyword", "k3")
     fts.upsert("keyword", "k3", "grape")
     assert ids(fts, "grape", "keyword") == ["k3"]
+    assert (fts.count("keyword"), fts.count("keyword")) == (1, 1)  # counted once per commit, kept until the next
+    fts.upsert("keyword", "k4", "plum")
+    assert fts.count("keyword") == 2 and fts.count("info") == 0
 
 
 def test_read_your_writes_without_explicit_commit(fts: FullTextIndex) -> None:

@@ -100,6 +100,8 @@ class FullTextIndex:
         self._writer: tantivy.IndexWriter | None = None
         self._index: tantivy.Index | None = None
         self._searcher: tantivy.Searcher | None = None
+        # count() per kind, for the searcher it was counted on (a commit or reload replaces it)
+        self._counted: tuple[tantivy.Searcher, dict[str, int]] | None = None
         self._watermark: str | None = None
         self._dirty = False
         self._closed = False
@@ -338,13 +340,22 @@ class FullTextIndex:
         return [(_stored_key(searcher, address)[cut:], score) for score, address in hits]
 
     def count(self, kind: str) -> int:
-        """The number of documents of ``kind`` (pending changes are committed first)."""
+        """The number of documents of ``kind`` (pending changes are committed first). Counting
+        reads every document of the kind, so the count is kept until the next commit."""
         self._prefix(kind)
         searcher = self._current_searcher()
         if searcher is None:
             return 0
-        query = tantivy.Query.term_query(self._schema, "kind", kind)
-        return _count(searcher.search(query, 1, count=True))
+        with self._lock:
+            if self._counted is None or self._counted[0] is not searcher:
+                self._counted = (searcher, {})
+            counts = self._counted[1]
+            found = counts.get(kind)
+        if found is None:
+            found = _count(searcher.search(tantivy.Query.term_query(self._schema, "kind", kind), 1, count=True))
+            with self._lock:
+                counts[kind] = found
+        return found
 
     def all_keys(self, kind: str) -> list[str]:
         """The stored key of every live document of ``kind``."""
