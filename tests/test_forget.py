@@ -465,10 +465,15 @@ def test_a_forgotten_keyword_merged_into_another_leaves_no_alias_there(tree_dir:
     tree.merge_keywords(ex.id, bob.id)  # the merged keyword's name and alias become Bob's aliases
     assert any(WORD in alias for alias in tree.get_keyword(bob.id).aliases)
     tree.update_keyword(bob.id, {"description": "a friend"}, tree.get_keyword(bob.id).version)  # another version
+    other = tree.create_keyword("Robert", parent_id=ROOT_ID, aliases=[f"{WORD} Bob"], llm_auto_place=False)
     report = tree.forget(ex.id)
     assert tree.get_keyword(bob.id).aliases == () and report.aliases_dropped == (bob.id,)
+    # A keyword that merely shares the name (no merge gave it) keeps its alias: forget never
+    # reaches past what the forgotten keyword became.
+    assert tree.get_keyword(other.id).aliases == (f"{WORD} Bob",)
     assert tree.get_keyword(bob.id).description == "a friend"  # the rest of Bob stays
     assert [i.content for i in tree.get_infos_of_keyword(bob.id)] == ["Bob fixes bikes."]  # kept: Bob holds it
+    tree.forget(other.id)  # (the bystander's own copy of the words, so that none is left on disk)
     tree.close()
     assert holders(tree_dir) == []
     assert kwtree.verify_directory(tree_dir).ok

@@ -94,10 +94,11 @@ class ForgetMethods(TreeCore):
         with engine.writing() as state:
             erasure = forgetting.erase_log(engine, state)
         if erasure.quoting:  # a live keyword holds an older erased text (its abstract, an alias): drop it first
-            quoting, names = erasure.quoting, {normalize_name(text) for text in erasure.needles}
+            erased_names = {normalize_name(text) for text in erasure.needles}
+            names = dict.fromkeys(erasure.carriers, erased_names)
             self._commit(FORGET_KIND, lambda state, stamp: revise_survivors(
                 state, stamp, plan, lambda keyword, stored: quotes(stored, erasure.needles), names,
-                only=quoting), audit)
+                only=erasure.quoting), audit)
         with engine.writing() as state:
             if erasure.quoting:
                 erasure = forgetting.erase_log(engine, state)

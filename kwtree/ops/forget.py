@@ -123,6 +123,7 @@ class LogErasure:
     rows: int = 0
     abstracts: int = 0  # keyword rows that lost an abstract or alias holding an erased text
     quoting: set[str] = field(default_factory=set)  # live keywords whose abstract or alias holds one
+    carriers: set[str] = field(default_factory=set)  # keywords a merge gave an erased keyword's name
     audits: int = 0
     operations: int = 0
     bytes_before: int = 0
@@ -271,6 +272,25 @@ def _revise_survivor(row: dict[str, Any], needles: list[str], names: set[str],
     return new
 
 
+def _carriers(raws: list[RawOperation], erased: set[str], names: set[str]) -> set[str]:
+    """The keywords kept that took an erased keyword's name or alias as an alias: in an
+    operation that deleted an erased keyword (or a keyword that had taken one: merges chain),
+    another keyword row holding one of ``names`` among its aliases (what a merge writes)."""
+    carriers: set[str] = set()
+    for raw in raws:
+        if raw.rows[-1]["end"].get("kind") == FORGET_KIND:
+            continue
+        keywords = [row for row in raw.rows if row["entity"] == "keyword"]
+        if not any(row.get("deleted") and (row["id"] in erased or row["id"] in carriers) for row in keywords):
+            continue
+        for row in keywords:
+            aliases = row.get("aliases")
+            if (not row.get("deleted") and row["id"] not in erased and type(aliases) is list
+                    and any(type(alias) is str and normalize_name(alias) in names for alias in aliases)):
+                carriers.add(row["id"])
+    return carriers
+
+
 def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
           live: Callable[[dict[str, Any]], bool]) -> list[RawOperation]:
     """The operations with every row of an erased entity (and every audit, and every older
@@ -288,6 +308,7 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
                     erasure.needles.update(_texts(row["before"]))
     needles = sorted(erasure.needles)
     names = {normalize_name(text) for text in needles}
+    erasure.carriers = _carriers(raws, set(erased), names)
     scrubbed = []
     for at, raw in enumerate(raws):
         rows, forgetters = raw.rows, found.get(at) or {}
@@ -296,7 +317,7 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
                 new = _scrub_row(row, forgetters[index])
                 erasure.rows += new != row
             elif row["entity"] == "keyword" and needles:
-                new = _revise_survivor(row, needles, names, live, erasure)
+                new = _revise_survivor(row, needles, names if row["id"] in erasure.carriers else set(), live, erasure)
             else:
                 continue
             if new is not row:

@@ -192,23 +192,22 @@ def drop_abstracts(state: State, stamp: Stamp, plan: ForgetPlan, holders: Iterab
     still holds something of what this forget erases: without its stored abstract
     (``kwtree.writes.abstracts``) when that summarised the erased memories (it is at or above
     ``holders``, the keywords that held them) or ``quotes`` an erased text (built before the
-    memory moved away); without the aliases that are an erased keyword's name or alias (a
-    merge gave them to it). The log rewrite then drops the same from the older versions
-    (``kwtree.ops.forget``)."""
+    memory moved away). The log rewrite then drops the same from the older versions
+    (``kwtree.ops.forget``), and finds the keywords a merge gave an erased keyword's name,
+    whose aliases a second forget operation prunes (``revise_survivors`` with ``names``)."""
     above = {node for kid in holders if kid in state.keywords for node in state.ancestry(kid)}
     erased = [state.infos[iid] for iid in plan.infos] + [state.keywords[kid] for kid in plan.keywords]
     texts = [text for entity in erased for text in entity_texts(entity)]
-    names = {normalize_name(text) for kid in plan.keywords for text in entity_texts(state.keywords[kid])}
     return revise_survivors(state, stamp, plan, lambda keyword, stored: keyword.id not in inside and (
-        keyword.id in above or quotes(stored, texts)), names)
+        keyword.id in above or quotes(stored, texts)))
 
 
 def revise_survivors(state: State, stamp: Stamp, plan: ForgetPlan, chosen: Callable[[Keyword, Mapping[str, Any]], bool],
-                     names: set[str], only: set[str] | None = None) -> list[Change]:
+                     names: Mapping[str, set[str]] | None = None, only: set[str] | None = None) -> list[Change]:
     """The next version of each live keyword (of ``only``, when given) that this forget does
     not erase, without its stored abstract when ``chosen`` picks it and without its aliases
-    whose ``normalize_name`` is in ``names``; their ids go to ``plan.abstracts`` and
-    ``plan.aliases``."""
+    whose ``normalize_name`` is in ``names[keyword id]`` (the erased names a merge gave it);
+    their ids go to ``plan.abstracts`` and ``plan.aliases``."""
     changes: list[Change] = []
     erased = set(plan.keywords)
     for keyword in state.keywords.values():
@@ -217,7 +216,8 @@ def revise_survivors(state: State, stamp: Stamp, plan: ForgetPlan, chosen: Calla
             continue
         stored = stored_abstract(keyword)
         drop = stored is not None and chosen(keyword, stored)
-        aliases = tuple(alias for alias in keyword.aliases if normalize_name(alias) not in names)
+        pruned = (names or {}).get(keyword.id, set())
+        aliases = tuple(alias for alias in keyword.aliases if normalize_name(alias) not in pruned)
         if not drop and aliases == keyword.aliases:
             continue
         metadata = {key: value for key, value in keyword.metadata.items() if not (drop and key == ABSTRACT_KEY)}
