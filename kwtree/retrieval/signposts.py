@@ -56,8 +56,10 @@ class _Index:
         self.texts: dict[str, tuple[str, str]] = {}
         self.postings: dict[str, list[str]] = {}
         for kid, keyword in state.keywords.items():
-            stored = keyword.metadata.get(ABSTRACT_KEY) if not keyword.deleted and kid != ROOT_ID else None
-            if not isinstance(stored, Mapping):
+            if ABSTRACT_KEY not in keyword.metadata:  # (most keywords: the cheapest test first)
+                continue
+            stored = keyword.metadata[ABSTRACT_KEY]
+            if keyword.deleted or kid == ROOT_ID or not isinstance(stored, Mapping):
                 continue
             texts = (str(stored.get("abstract", "")), str(stored.get("overview", "")))
             self.texts[kid] = texts
