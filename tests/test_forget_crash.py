@@ -20,18 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_forget import holders, live_view, secret_tree
+from test_forget import abstracted_secret, holders, live_view, secret_tree
 
 import kwtree
 from kwtree import KeywordTree
 
 HERE = Path(__file__)
-#: step -> (module, function, pause before or after it)
+#: step -> (module, function, pause before or after it, at its n-th call)
 STEPS = {
-    "committed": ("kwtree.ops.forget", "erase_log", "before"),
-    "written": ("kwtree.stores.logswap", "swap_in", "before"),
-    "swapped": ("kwtree.stores.logswap", "swap_in", "after"),
-    "purging": ("kwtree.caches.coordinator", "erase_vectors", "before"),
+    "committed": ("kwtree.ops.forget", "erase_log", "before", 1),
+    "written": ("kwtree.stores.logswap", "swap_in", "before", 1),
+    "swapped": ("kwtree.stores.logswap", "swap_in", "after", 1),
+    "purging": ("kwtree.caches.coordinator", "erase_vectors", "before", 1),
+}
+#: The steps of a forget whose log rewrite finds a live abstract quoting an older text: the
+#: second forget operation is being decided, then it is durable and the rewrite runs again.
+QUOTING_STEPS = {
+    "deciding-second": ("kwtree.facade.forget", "revise_survivors", "before", 1),
+    "second-committed": ("kwtree.ops.forget", "erase_log", "before", 2),
 }
 #: Steps after which the log is the new one.
 NEW_LOG = {"swapped", "purging"}
@@ -40,17 +46,19 @@ NEW_LOG = {"swapped", "purging"}
 def _child(directory: str, step: str, kind: str, target: str) -> None:
     import importlib
 
-    if step in STEPS:
-        module_name, name, when = STEPS[step]
+    if step in STEPS or step in QUOTING_STEPS:
+        module_name, name, when, nth = {**STEPS, **QUOTING_STEPS}[step]
         module = importlib.import_module(module_name)
         real = getattr(module, name)
+        calls = [0]
 
         def paused(*args: Any, **kwargs: Any) -> Any:
-            if when == "before":
+            calls[0] += 1
+            if when == "before" and calls[0] == nth:
                 print("P", step, flush=True)
                 sys.stdin.readline()  # killed here
             result = real(*args, **kwargs)
-            if when == "after":
+            if when == "after" and calls[0] == nth:
                 print("P", step, flush=True)
                 sys.stdin.readline()
             return result
@@ -138,6 +146,30 @@ def test_a_forget_killed_at_a_random_moment_is_finished_by_a_rerun(
     if not committed:
         assert any("/log/" in path for path in holders(directory))
     _after_the_kill(directory, expected, "scope", "user:alice")
+
+
+@pytest.mark.parametrize("step", list(QUOTING_STEPS))
+def test_a_forget_killed_around_its_second_operation_is_finished_by_a_rerun(tmp_path: Path, children,
+                                                                             step: str) -> None:
+    directory = tmp_path / "tree"
+    tree, ids = abstracted_secret(directory)
+    tree.update_info(ids["info"], {"content": "Alice orders a flat white every morning."})
+    elsewhere = tree.create_keyword("Elsewhere", parent_id=kwtree.ROOT_ID, llm_auto_place=False)
+    tree.link_info(ids["info"], elsewhere.id)
+    tree.unlink_info(ids["info"], ids["drinks"])  # Drinks' live abstract quotes the older text
+    tree.close()
+    child = children(str(HERE), directory, step, "info", ids["info"])
+    child.expect("B")
+    child.expect(f"P {step}")
+    child.kill()
+    assert kwtree.verify_directory(directory).ok
+    again = KeywordTree(directory, worker=False)
+    report = again.forget(ids["info"])
+    assert report.already_forgotten_by is not None
+    assert "kwtree:abstract" not in again.get_keyword(ids["drinks"]).metadata
+    again.close()
+    assert holders(directory) == []
+    assert kwtree.verify_directory(directory).ok
 
 
 if __name__ == "__main__":
