@@ -110,7 +110,7 @@ class ForgetMethods(TreeCore):
             op_id=None if op is None else op.op_id, already_forgotten_by=plan.already,
             infos=tuple(plan.infos), keywords=tuple(plan.keywords), links=plan.links, relations=plan.relations,
             kept=tuple(forgetting.KeptInfo(info_id, held) for info_id, held in plan.kept.items()),
-            log_rewritten=erasure.rewritten, rows_rewritten=erasure.rows + erasure.abstracts,
+            log_rewritten=erasure.rewritten, rows_rewritten=erasure.rows + erasure.revised,
             audits_scrubbed=erasure.audits, abstracts_dropped=tuple(dict.fromkeys(plan.abstracts)),
             aliases_dropped=tuple(dict.fromkeys(plan.aliases)),
             operations=erasure.operations, bytes_before=erasure.bytes_before, bytes_after=erasure.bytes_after,

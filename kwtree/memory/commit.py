@@ -337,15 +337,18 @@ def holder_keys(candidates: Sequence[Candidate], policies: Mapping[str, Policy])
     found: dict[tuple[str, str], str] = {}
     for candidate in candidates:
         found.setdefault((candidate.category, candidate.key), candidate.abstract)
-        if "entities" in policies and candidate.category != "entities":
-            for name in _mentions(candidate):
-                found.setdefault(("entities", name), candidate.abstract)
+        for name in _mentions(candidate, policies):
+            found.setdefault(("entities", name), candidate.abstract)
     return [(category, key, about) for (category, key), about in found.items()]
 
 
-def _mentions(candidate: Candidate) -> list[str]:
+def _mentions(candidate: Candidate, policies: Mapping[str, Policy]) -> list[str]:
+    """The names ``candidate`` is filed under besides its own key (none when the ``entities``
+    category has no policy, or for an entity itself)."""
     names = (candidate.facts or {}).get(ENTITIES_KEY)
-    return [name for name in names if type(name) is str and name.strip()] if isinstance(names, list) else []
+    if "entities" not in policies or candidate.category == "entities" or not isinstance(names, list):
+        return []
+    return [name for name in names if type(name) is str and name.strip()]
 
 
 def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, category: str, key: str, policy: Policy) -> Keyword:
@@ -395,7 +398,7 @@ def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
     written = len(plan.decisions)
     _write(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
     memory = plan.decisions[-1].info_id if len(plan.decisions) > written else None
-    names = _mentions(candidate) if "entities" in plan.policies and candidate.category != "entities" else []
+    names = _mentions(candidate, plan.policies)
     if memory is None or not names or draft.state.live_info(memory) is None:
         return
     policy = plan.policies["entities"]

@@ -121,7 +121,7 @@ class LogErasure:
     entity_ids: set[str] = field(default_factory=set)
     needles: set[str] = field(default_factory=set)
     rows: int = 0
-    abstracts: int = 0  # keyword rows that lost an abstract or alias holding an erased text
+    revised: int = 0  # kept keywords' rows that lost an abstract or alias holding an erased text
     quoting: set[str] = field(default_factory=set)  # live keywords whose abstract or alias holds one
     carriers: set[str] = field(default_factory=set)  # keywords a merge gave an erased keyword's name
     audits: int = 0
@@ -268,7 +268,7 @@ def _revise_survivor(row: dict[str, Any], needles: list[str], names: set[str],
     if clean is not None:
         new = {**new, "before": clean}
     if new is not row:
-        erasure.abstracts += 1
+        erasure.revised += 1
     return new
 
 
@@ -357,7 +357,7 @@ def erase_log(engine: Engine, state: State) -> LogErasure:
     scrubbed = scrub(raws, erased, erasure, live)
     if erasure.quoting:  # the caller drops those live abstracts first, then calls again
         return erasure
-    if erasure.rows or erasure.audits or erasure.abstracts:
+    if erasure.rows or erasure.audits or erasure.revised:
         operations = compaction.history_operations(scrubbed)
         after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"))
         erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True
