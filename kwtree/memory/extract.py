@@ -340,7 +340,7 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
             yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
                        {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
     for name in _names(sentence):
-        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {ENTITIES_KEY: True})
+        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {_MENTION: True})
 
 
 #: The categories whose candidate, when a sentence gives one, carries the names the sentence
@@ -348,6 +348,8 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
 #: of a second memory saying "X mentioned Y" in the same words. (A profile fact is superseded
 #: by a later one, and would leave its names filed under a fact it no longer states.)
 _CARRIERS = ("events", "preferences", "patterns")
+#: The fact marking a mere mention while one sentence is read (``_filed_by_name`` removes it).
+_MENTION = "kwtree:mention"
 
 
 def _filed_by_name(found: list[Candidate]) -> list[Candidate]:
@@ -359,8 +361,7 @@ def _filed_by_name(found: list[Candidate]) -> list[Candidate]:
     carrier = None
     for candidate in found:
         facts = dict(candidate.facts or {})
-        if facts.get(ENTITIES_KEY) is True:
-            del facts[ENTITIES_KEY]
+        if facts.pop(_MENTION, False):
             mentions.append(dataclasses.replace(candidate, facts=facts))
             continue
         if carrier is None and candidate.category in _CARRIERS:
