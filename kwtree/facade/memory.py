@@ -241,10 +241,14 @@ def _branch_subtree(state: State, scope: str, branch: str) -> set[str]:
     return set(state.subtree(branch_id)) if branch_id is not None else set()
 
 
+def _linked_inside(state: State, info_id: str, inside: set[str]) -> bool:
+    return any(kid in inside for kid in state.keywords_by_info.get(info_id, ()))
+
+
 def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: set[str], k: int) -> list[str]:
     kept: list[str] = []
     for info_id, _ in hits:
-        if any(kid in inside for kid in state.keywords_by_info.get(info_id, ())):
+        if _linked_inside(state, info_id, inside):
             kept.append(info_id)
             if len(kept) == k:
                 break
@@ -257,7 +261,7 @@ def _nearest(state: State, text: str, info_ids: frozenset[str], inside: set[str]
     scored = []
     for info_id in info_ids:
         info = state.live_info(info_id)
-        if info is not None and any(kid in inside for kid in state.keywords_by_info.get(info_id, ())):
+        if info is not None and _linked_inside(state, info_id, inside):
             share = dedup.containment(text, info.content)
             if share > 0:
                 scored.append((-share, info_id))
