@@ -208,6 +208,31 @@ def test_the_conversations_own_speakers_are_no_entities() -> None:
     assert {c.key for c in of(found, "entities")} == {"Jolene"}
 
 
+@pytest.mark.parametrize("text", ["Thanks, Mel!", "Wow, Mel, you're amazing!", "Totally agree, Mel.",
+                                  "Hey Mel!", "Who supports you, Mel?", "Oh hey Mel, how are you?",
+                                  "Ann: Thank you, Bob Smith!"])
+def test_a_name_spoken_to_the_listener_is_no_entity(text: str) -> None:
+    """"Thanks, Mel!" says nothing about Mel: a conversation full of them filed every
+    greeting under one entity keyword that every question naming the listener then found."""
+    found = run([user(text)])
+    assert of(found, "entities") == [] and all(ENTITIES_KEY not in (c.facts or {}) for c in found)
+
+
+def test_a_question_names_no_entity() -> None:
+    found = run([user("Where in England was it? Was it near Leeds?"), user("Did you see Bob Smith there?")])
+    assert of(found, "entities") == []
+
+
+@pytest.mark.parametrize(("text", "names"), [("I went hiking with Mel.", ["Mel"]),
+                                              ("I visited Paris, France.", ["Paris", "France"]),
+                                              ("We went to the park, Bob and I.", ["Bob"]),
+                                              ("I met Bob yesterday, Ann.", ["Bob"])])
+def test_a_name_spoken_of_stays_beside_one_spoken_to(text: str, names: list[str]) -> None:
+    found = run([user(text)])
+    mentioned = [name for c in found for name in (c.facts or {}).get(ENTITIES_KEY, [])]
+    assert (mentioned or [c.key for c in of(found, "entities")]) == names
+
+
 # --- patterns, cases, skills ------------------------------------------------------------------------
 
 def test_habits_are_patterns() -> None:
@@ -281,10 +306,10 @@ def test_duplicates_in_one_call_merge_their_sources() -> None:
 
 
 def test_an_entity_mentioned_twice_is_one_candidate_with_both_sentences() -> None:
-    found = run([user("Have you seen Bob at noon?"), user("Say hi to Bob again.")])
+    found = run([user("That was Bob at noon."), user("Say hi to Bob again.")])
     bob = [c for c in of(found, "entities") if c.key == "Bob"]
     assert len(bob) == 1 and bob[0].sources == (0, 1)
-    assert bob[0].content == "Have you seen Bob at noon?\nSay hi to Bob again."
+    assert bob[0].content == "That was Bob at noon.\nSay hi to Bob again."
 
 
 def test_candidates_are_capped_per_message_and_per_call() -> None:

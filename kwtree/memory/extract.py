@@ -339,6 +339,8 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
         if name not in _NOT_NAMES:
             yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
                        {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
+    if sentence.rstrip().endswith("?"):
+        return  # "Where in England was it?" asks about a name, and tells nothing of it
     for name in _names(sentence):
         yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {_MENTION: True})
 
@@ -388,14 +390,37 @@ def _is_past_action(sentence: str) -> bool:
                                   or (found["verb"].endswith("ed") and len(found["verb"]) > 4))
 
 
+#: Words that open an address to the listener: "Hey Ann!", "Thanks, Ann."
+_OPENERS = _words("""hey hi hello thanks thank you bye goodbye dear congrats congratulations wow yo oh aw aww
+    welcome cheers sorry yes yeah yep no nope ok okay sure morning night love miss see ya""")
+#: What may follow a name spoken to the listener: the end of the sentence or of its clause.
+_ADDRESS_END = re.compile(r"\s*(?:[,.!?;:)]|$)")
+
+
+def _addressed(before: str, after: str) -> bool:
+    """True if the name between ``before`` and ``after`` (one sentence) is spoken to the
+    listener ("Thanks, Ann!", "Wow, Ann, that's great", "Totally agree, Ann."), not spoken
+    of: it closes its clause, and it follows an opener ("Hey Ann") or a comma after a word
+    that is no name ("Paris, France" names a place)."""
+    if not _ADDRESS_END.match(after):
+        return False
+    words = before.rstrip(",").split()
+    if all(word.strip(",!").lower() in _OPENERS for word in words):
+        return True
+    return before.endswith(",") and not words[-1][:1].isupper()
+
+
 def _names(sentence: str) -> list[str]:
-    """Capitalised names not at the sentence's start (nor right after a quote or a colon)."""
+    """Capitalised names not at the sentence's start (nor right after a quote or a colon),
+    nor spoken to the listener (``_addressed``): "Thanks, Ann!" says nothing about Ann."""
     names = []
     for found in _NAME.finditer(sentence):
         start = found.start()
         before = sentence[:start].rstrip()
         if not before or before.endswith((":", '"', "“", "-")):
             continue  # the sentence's first word: capitalised by grammar, not by name
+        if _addressed(_LABEL.sub("", before), sentence[found.end():]):
+            continue
         words = [w for w in found["name"].split() if w not in _NOT_NAMES]
         name = " ".join(words)
         while name.split() and name.split()[-1] in ("of", "de", "the"):
