@@ -36,6 +36,7 @@ __all__ = [
     "SearchResult",
     "SearchStatus",
     "entity_key",
+    "info_text",
 ]
 
 #: The info metadata key holding when the fact happened (epoch seconds, UTC), besides
@@ -47,6 +48,11 @@ HAPPENED_AT = "happened_at"
 #: ``KeywordTree.abstracts``, read by recall's signposts: ``kwtree.writes.abstracts``). Here,
 #: on the ground floor, for the same reason as HAPPENED_AT.
 ABSTRACT_KEY = "kwtree:abstract"
+#: The info metadata key holding the info's abstract: the memory pipeline writes there the
+#: fact in a sentence of its own (the speaker named, the date resolved: "Nate won his second
+#: tournament (8 May 2022)." for "Last week I won my second tournament!"). Search reads it
+#: with the content (``info_text``).
+INFO_ABSTRACT = "abstract"
 ROOT_ID = "root"
 #: The shared metadata of every entity that has none (one object, not one per entity).
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
@@ -139,6 +145,16 @@ class Info:
     deleted: bool
     op_id: str
     agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
+
+
+def info_text(info: Info) -> str:
+    """What search reads of an info (the full-text index, the relevance floor): its content,
+    and after it its abstract (``INFO_ABSTRACT`` metadata) when that is a string the content
+    does not already hold (read twice, its words would count twice)."""
+    abstract = info.metadata.get(INFO_ABSTRACT)
+    if not isinstance(abstract, str) or not abstract.strip() or abstract.strip() in info.content:
+        return info.content
+    return f"{info.content}\n{abstract}"
 
 
 @final

@@ -45,7 +45,7 @@ from kwtree.caches.embed import HashEmbedder, embed_queries
 from kwtree.caches.outbox import Outbox, run_worker
 from kwtree.cli.main import main
 from kwtree.cli.worker import serve_outbox
-from kwtree.models import Hit
+from kwtree.models import INFO_ABSTRACT, Hit, info_text
 from kwtree.retrieval import recall as recall_module
 from kwtree.retrieval.context import estimate_tokens
 from kwtree.retrieval.recall import RecallWeights
@@ -863,3 +863,25 @@ def test_cli_outbox_lists_dead_items_and_retry_dead_requeues_them(tree_dir: Path
     assert status["pending"] + status["leased"] + status["done"] == 1
     out, _ = kw("outbox", tree_dir, "--durability", "none")
     assert "dead" in out
+
+
+# --- an info's abstract: searched with its content ------------------------------------------------
+
+
+def test_an_infos_abstract_is_searched_with_its_content(mem: KeywordTree) -> None:
+    """The memory pipeline keeps a memory's words verbatim ("I won last week") and says who
+    and when in its abstract: a question naming the person or the date finds it there."""
+    memory = mem.create_info("Last week I won my second tournament!",
+                             metadata={INFO_ABSTRACT: "Nate won his second tournament (2022-05-08)."})
+    bare = mem.create_info("Nate likes turtles", metadata={INFO_ABSTRACT: 7})  # not a string: not read
+    other = mem.create_info("Joanna won a writing prize")
+    assert ids(mem.recall("Nate tournament", mode="bm25"))[:1] == [memory.id]  # "Nate" only in the abstract
+    assert ids(mem.recall("turtles", mode="bm25")) == [bare.id]
+    assert ids(mem.recall("tournament 2022")) == [memory.id]  # the floor reads the abstract too
+    assert ids(mem.recall("2022", mode="bm25")) == [memory.id]
+    assert other.id not in ids(mem.recall("Nate tournament"))
+    assert info_text(mem.get_info(memory.id)) == "Last week I won my second tournament!\n" \
+                                                  "Nate won his second tournament (2022-05-08)."
+    mem.update_info(memory.id, {"metadata": {INFO_ABSTRACT: "Nate won again."}})
+    assert ids(mem.recall("2022", mode="bm25")) == []  # the index follows the new abstract
+    assert not [f for f in mem.verify().findings if "fulltext" in f.code]

@@ -4,7 +4,7 @@ and which entities changed after an index's watermark. Pure functions of the Sta
 from __future__ import annotations
 
 from kwtree.engine.state import State
-from kwtree.models import ROOT_ID
+from kwtree.models import ROOT_ID, info_text
 
 __all__ = ["EntityKey", "entity_text", "search_text", "written_after"]
 
@@ -24,10 +24,15 @@ def entity_text(state: State, kind: str, entity_id: str) -> str | None:
 
 
 def search_text(state: State, kind: str, entity_id: str) -> str | None:
-    """What the full-text index holds for an entity: for a keyword, its text and path."""
+    """What the full-text index holds for a live entity (None if it is not live): for an
+    info, its content and abstract (``kwtree.models.info_text``); for a keyword, its text
+    and path."""
+    if kind == "info":
+        info = state.live_info(entity_id)
+        return info_text(info) if info is not None else None
     text = entity_text(state, kind, entity_id)
-    if text is None or kind == "info":
-        return text
+    if text is None:
+        return None
     path = [state.keywords[node].name for node in state.ancestry(entity_id)[1:-1]]
     return " ".join([text, *path])
 

@@ -38,7 +38,7 @@ from kwtree.memory.extract import default_extractor
 from kwtree.memory.messages import clean_messages, digest, turn_text
 from kwtree.memory.policies import SESSIONS_BRANCH, Policy
 from kwtree.memory.when import parse_time
-from kwtree.models import Info, Keyword, Operation
+from kwtree.models import Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, shown
@@ -262,7 +262,7 @@ def _nearest(state: State, text: str, info_ids: frozenset[str], inside: set[str]
     for info_id in info_ids:
         info = state.live_info(info_id)
         if info is not None and _linked_inside(state, info_id, inside):
-            share = dedup.containment(text, info.content)
+            share = dedup.containment(text, info_text(info))
             if share > 0:
                 scored.append((-share, info_id))
     return [info_id for _, info_id in sorted(scored)[:k]]

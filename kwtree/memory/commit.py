@@ -29,7 +29,7 @@ from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
-from kwtree.models import ROOT_ID, Change, Info, Keyword, RelationType
+from kwtree.models import INFO_ABSTRACT, ROOT_ID, Change, Info, Keyword, RelationType
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
 from kwtree.writes import Stamp
@@ -375,7 +375,7 @@ def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int,
                      session_time: float | None, stamp: Stamp) -> dict[str, Any]:
     happened = candidate.happened_at if candidate.happened_at is not None else session_time
     metadata: dict[str, Any] = {
-        "category": candidate.category, "key": candidate.key, "abstract": candidate.abstract,
+        "category": candidate.category, "key": candidate.key, INFO_ABSTRACT: candidate.abstract,
         "confidence": candidate.confidence, "sources": [turn_ids[i] for i in candidate.sources if i in turn_ids],
         HAPPENED_AT: happened if happened is not None else stamp.timestamp, "session_id": plan.session_id,
     }

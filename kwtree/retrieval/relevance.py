@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kwtree.engine.state import State
-from kwtree.models import ROOT_ID
+from kwtree.models import ROOT_ID, info_text
 from kwtree.normalize import terms
 
 __all__ = ["HIT_SHARE", "MIN_SCORE", "QueryTerms", "coverage", "query_terms", "relevance", "terms_of", "vector_scale"]
@@ -126,7 +126,8 @@ def coverage(query: QueryTerms, texts: Iterable[str]) -> float:
 
 def relevance(state: State, query: QueryTerms, info_id: str, keyword_ids: Iterable[str],
               neighbours: Iterable[str]) -> float:
-    """The share of ``query``'s weight that info ``info_id`` covers with its own text, the
+    """The share of ``query``'s weight that info ``info_id`` covers with its own text (content
+    and abstract: ``kwtree.models.info_text``), the
     names and aliases of ``keyword_ids`` (the live keywords it is linked to that the read
     may see) and of their ancestors, and the text of ``neighbours`` (its thread neighbours)."""
     total = query.total
@@ -144,7 +145,7 @@ def relevance(state: State, query: QueryTerms, info_id: str, keyword_ids: Iterab
         return False
 
     info = state.infos[info_id]
-    if cover((info.content,)):
+    if cover((info_text(info),)):
         return 1.0
     names: dict[str, None] = {}
     for kid in keyword_ids:
@@ -152,7 +153,7 @@ def relevance(state: State, query: QueryTerms, info_id: str, keyword_ids: Iterab
             if node != ROOT_ID:
                 keyword = state.keywords[node]
                 names.update(dict.fromkeys([keyword.name, *keyword.aliases]))
-    if cover(names) or cover(state.infos[nid].content for nid in neighbours):
+    if cover(names) or cover(info_text(state.infos[nid]) for nid in neighbours):
         return 1.0
     covered = sum(weight for word, weight in query.weights.items() if word not in missing)
     return min(1.0, covered / total)
