@@ -408,16 +408,31 @@ def chat(tree: KeywordTree, name: str = "session 1") -> list[str]:
     return [tree.create_info(turn, keyword_ids=[session.id]).id for turn in CHAT]
 
 
-def test_the_turn_after_a_hit_joins_through_its_thread(mem: KeywordTree) -> None:
+def test_the_reply_to_a_question_joins_through_its_thread(mem: KeywordTree) -> None:
     turns = chat(mem)
     hits = mem.recall("where did you go on holiday", mode="bm25")
     assert ids(hits) == turns[:2]  # not turns[2]: the answer beside it matched nothing itself
     question, answer = hits
     assert question.thread == 0 and question.info_score == pytest.approx(1.0)
-    assert answer.bm25 is None and answer.thread == pytest.approx(0.3) == answer.info_score
+    # the question asks ("?"): its reply gains RecallWeights.reply of its score, not thread's
+    assert answer.bm25 is None and answer.thread == pytest.approx(0.6) == answer.info_score
 
 
-@pytest.mark.parametrize("bad", [{"a": 1.5}, {"a": -0.1}, {"thread": -0.3}, {"vector": float("nan")},
+def test_the_turn_after_a_statement_gains_the_thread_share(tmp_path: Path) -> None:
+    tree = KeywordTree(tmp_path / "t", durability="none", worker=False,
+                       recall_weights=RecallWeights(thread=0.3, reply=0.9))
+    session = tree.create_keyword("session 1", ROOT_ID, llm_auto_place=False)
+    said = ["We went on holiday last spring.", "To Lisbon: we rode the old trams every day",
+            "Where did you stay on holiday?", "A small flat by the river"]
+    turns = [tree.create_info(turn, keyword_ids=[session.id]).id for turn in said]
+    threads = {hit.info.id: hit.thread for hit in tree.recall("holiday", mode="bm25", min_score=0)}
+    own = {hit.info.id: hit.info_score - hit.thread for hit in tree.recall("holiday", mode="bm25", min_score=0)}
+    tree.close()
+    assert threads[turns[1]] == pytest.approx(0.3 * (own[turns[0]] + own[turns[2]]))  # after a statement
+    assert threads[turns[3]] == pytest.approx(0.9 * own[turns[2]])  # the reply to a question
+
+
+@pytest.mark.parametrize("bad", [{"a": 1.5}, {"a": -0.1}, {"thread": -0.3}, {"reply": -1}, {"vector": float("nan")},
                                  {"bm25": float("inf")}, {"feedback": "0.5"}, {"thread": True}])
 def test_recall_weights_are_checked(bad: dict) -> None:
     name = next(iter(bad))
@@ -444,6 +459,18 @@ def test_a_thread_is_the_most_specific_keyword(mem: KeywordTree) -> None:
     threads = {hit.info.id: hit.thread for hit in mem.recall("holiday", mode="bm25")}
     assert threads[made[0, 1]] > 0  # the next turn of session 1
     assert threads.get(made[1, 0], 0.0) == 0  # next in Alice's list, but another session
+
+
+def test_a_thread_is_a_sequence_of_one_kind(mem: KeywordTree) -> None:
+    """A session's summary leads its infos: it is not the previous turn of its first turn
+    (else a "?" among its open questions made that turn a reply to it)."""
+    session = mem.create_keyword("session 1", ROOT_ID, llm_auto_place=False)
+    summary = mem.create_info("Topics: holiday. Open questions: where did you go on holiday?",
+                              keyword_ids=[session.id], metadata={"kind": "session_summary"})
+    turns = [mem.create_info(turn, keyword_ids=[session.id]).id for turn in CHAT]
+    hits = {hit.info.id: hit for hit in mem.recall("where did you go on holiday", mode="bm25", min_score=0)}
+    assert hits[summary.id].thread == 0 and hits[turns[0]].thread == 0  # neither is the other's neighbour
+    assert hits[turns[1]].thread == pytest.approx(0.6 * hits[turns[0]].info_score)  # the turns' thread holds
 
 
 def test_a_keyword_above_the_thread_limit_is_no_thread(mem: KeywordTree, monkeypatch: pytest.MonkeyPatch) -> None:
