@@ -218,6 +218,16 @@ def test_a_name_spoken_to_the_listener_is_no_entity(text: str) -> None:
     assert of(found, "entities") == [] and all(ENTITIES_KEY not in (c.facts or {}) for c in found)
 
 
+def test_an_events_key_leaves_out_the_greeting_that_opens_it() -> None:
+    """The key names the event's keyword: "Hey John, this week's been" put the listener's
+    name in it, so every question naming John matched that keyword (and, through its path,
+    each event placed under it)."""
+    found = run([{"role": "Tim", "content": "Hey John, this week's been really busy for me."},
+                 {"role": "Tim", "content": "Thanks, Mel! Yesterday was a long day at work."}])
+    keys = [c.key for c in of(found, "events")]
+    assert keys == ["this week's been really busy", "Yesterday was a long day"]
+
+
 def test_a_question_names_no_entity() -> None:
     found = run([user("Where in England was it? Was it near Leeds?"), user("Did you see Bob Smith there?")])
     assert of(found, "entities") == []

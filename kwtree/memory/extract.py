@@ -327,10 +327,11 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
         if when is not None:
             told = f"{told[:-1]} ({_date(when)}){told[-1]}"
         past = _PAST.search(sentence)
-        key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else sentence, maxsplit=1)[0])
+        plain = _unaddressed(_LABEL.sub("", sentence))  # no "Ann:" label, no "Hey John," before it
+        key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else plain, maxsplit=1)[0])
         if len(key.split()) < 2:  # a lone verb ("did") or a label ("Ann:") names no event, and recall would
-            # lift it for every question holding that word: the sentence's first words (after a label) name it
-            key = _phrase(_LABEL.sub("", sentence), _SENTENCE_END) or sentence[:60]
+            # lift it for every question holding that word: the sentence's first words name it
+            key = _phrase(plain, _SENTENCE_END) or sentence[:60]
         yield make("events", key, told, "event.dated" if when is not None else "event.past",
                    {"dated": when is not None})
 
@@ -408,6 +409,17 @@ def _addressed(before: str, after: str) -> bool:
     if all(word.strip(",!").lower() in _OPENERS for word in words):
         return True
     return before.endswith(",") and not words[-1][:1].isupper()
+
+
+_ADDRESS = re.compile(r"^(?:(?:" + "|".join(sorted(_OPENERS, key=len, reverse=True)) + r")\b[\s,!.]*)+"
+                      r"(?:[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)?\s*[,!.]\s*)?|^[A-Z][\w'-]+\s*,\s+", re.IGNORECASE)
+
+
+def _unaddressed(text: str) -> str:
+    """``text`` without the greeting or address it opens with: "Hey John, this week's been
+    busy" -> "this week's been busy" (an event named after its greeting named the listener,
+    and every question naming the listener matched it)."""
+    return _ADDRESS.sub("", text, count=1) or text
 
 
 def _names(sentence: str) -> list[str]:
