@@ -124,9 +124,16 @@ def test_the_engine_writes_reads_and_replaces_the_log_through_the_store_it_is_gi
     fresh = Engine(tree_dir, writable=False)
     assert differences(engine.state, fresh.state) == [] and fresh.state.op_count == engine.state.op_count
     fresh.close()
-    # What reads the segment files themselves says that it needs the JSONL store.
-    with pytest.raises(StorageError, match="JSONL segments; RecordingStore does not offer it"):
+    # What reads the segment files themselves says that it needs the JSONL store; the size of
+    # the log comes from a store that can tell it (size()), and this one cannot.
+    with pytest.raises(StorageError, match=r"JSONL segments of a tree's directory; the log .* is in RecordingStore"):
+        engine.require_segments("snapshot")
+    with pytest.raises(StorageError, match="RecordingStore cannot tell the size of its log"):
         engine.log_size()
+    first = engine.history(None, None)[1]
+    with engine.exclusive():  # undo's lookup of one operation reads any store from its start
+        found = engine.find_operation(first.op_id)
+    assert found is not None and found.op_id == first.op_id and found.kind == "create_keyword"
     engine.close()
     assert OPENED[-1].calls[-1] == "close"
 

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from kwtree.engine.events import Bound, OpClock, Stamp, encode_operation
 from kwtree.engine.follower import follow, replay_store
-from kwtree.engine.history import find_operation, read_history
+from kwtree.engine.history import find_in, find_operation, read_history
 from kwtree.engine.replay import replay_chunk
 from kwtree.engine.state import State, apply
 from kwtree.errors import (
@@ -96,9 +96,10 @@ class Engine:
     mode. The log is then replayed (up to ``bound``, an ``as_of`` view, which must name an
     operation the log holds). ``durable`` syncs every append; ``actor`` and ``limits`` stamp
     and bound every operation ``commit`` writes; ``log_store`` opens the durable log (see
-    ``LogStoreFactory``), again on every ``reopen``. Raises InvalidInputError (``directory`` is a
-    file), NotFoundError, FormatError, CorruptLogError, LockTimeoutError, and OSError, which
-    the caller reports in its terms.
+    ``LogStoreFactory``), again on every ``reopen``; ``caches_only`` says the directory holds
+    only this process's caches (the log is elsewhere), so a read-only open creates it too.
+    Raises InvalidInputError (``directory`` is a file), NotFoundError, FormatError,
+    CorruptLogError, LockTimeoutError, and OSError, which the caller reports in its terms.
     """
 
     def __init__(
@@ -114,9 +115,11 @@ class Engine:
         actor: str = "user",
         limits: Limits = DEFAULT_LIMITS,
         log_store: LogStoreFactory = SegmentStore,
+        caches_only: bool = False,
     ) -> None:
         self._dir = directory
         self._open_store = log_store
+        self._caches_only = caches_only
         self._writable = writable
         self._durable = durable
         self._bound = bound
@@ -145,7 +148,7 @@ class Engine:
         if directory.exists() and not directory.is_dir():
             raise InvalidInputError(f"data_dir {directory} is a file, not a directory")
         if not (directory / MANIFEST_NAME).exists():
-            if not self._writable:
+            if not self._writable and not self._caches_only:
                 raise NotFoundError(f"{directory} is not a kwtree directory (it has no {MANIFEST_NAME})")
             create_directory(directory, segment_bytes, PRIVATE_FILE_MODE if file_mode is None else file_mode,
                              self._lock_timeout, durable=self._durable)
@@ -316,6 +319,13 @@ class Engine:
         """True when the log now read (its first batch) is not the one this engine followed."""
         return bool(first) and self._position is not None and first[0].end.generation != self._position.generation
 
+    def require_segments(self, what: str) -> None:
+        """StorageError (saying ``what`` needs them) unless the log is in JSONL segments in
+        the directory: the calls that read or repair the segment files themselves."""
+        if not isinstance(self._store, SegmentStore):
+            raise StorageError(f"{what} reads the JSONL segments of a tree's directory; the log of {self._dir} is "
+                               f"in {type(self._store).__name__}, which does not offer them (docs/scaling.md)")
+
     def _segment_store(self) -> SegmentStore:
         """The JSONL store, for the calls that read its segment files (StorageError with
         another store)."""
@@ -326,16 +336,23 @@ class Engine:
         return store
 
     def find_operation(self, op_id: str) -> Operation | None:
-        """Inside ``exclusive()``: the operation ``op_id`` as the log holds it, or None
-        (JSONL store only)."""
-        store = self._segment_store()
-        return find_operation(store.segment_names(), store.read_segment, op_id)
+        """Inside ``exclusive()``: the operation ``op_id`` as the log holds it, or None (the
+        JSONL store looks first in the segment its id sorts into; another store is read
+        from its start)."""
+        store = self._store
+        if isinstance(store, SegmentStore):
+            return find_operation(store.segment_names(), store.read_segment, op_id)
+        return find_in(((batch.source, batch.data) for batch in store.read(None)), op_id)
 
     def log_size(self) -> tuple[int, int]:
-        """The log's bytes on disk and its number of segments (JSONL store only)."""
+        """The log's bytes and its number of segments (0 for a store without segments): a
+        store that can tell offers ``size()``; StorageError for one that cannot."""
         with self._mutex:
             self.check_open()
-            return self._segment_store().size()
+            size: Callable[[], tuple[int, int]] | None = getattr(self._store, "size", None)
+            if size is None:
+                raise StorageError(f"{type(self._store).__name__} cannot tell the size of its log")
+            return size()
 
     # --- holding the locks --------------------------------------------------------------------
 

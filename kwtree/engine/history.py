@@ -20,7 +20,7 @@ from kwtree.engine.replay import group_operations, whole_lines
 from kwtree.errors import CorruptLogError
 from kwtree.models import Info, Keyword, Link, Operation, Relation, entity_key
 
-__all__ = ["find_operation", "read_history", "touches"]
+__all__ = ["find_in", "find_operation", "read_history", "touches"]
 
 _PREFIX = b'{"op":"'
 _ID_END = len(_PREFIX) + 32  # where a row's op id ends
@@ -158,10 +158,17 @@ def find_operation(segment_names: list[str], read: Callable[[int], tuple[str, by
 
     ``read(index)`` returns (path, data) of segment ``index``.
     """
-    needle = _PREFIX + op_id.encode()
     guess = max(bisect.bisect_right(segment_names, op_id) - 1, 0)
-    for index in [guess, *(i for i in range(len(segment_names)) if i != guess)]:
-        path, data = read(index)
+    return find_in(((read(index)) for index in [guess, *(i for i in range(len(segment_names)) if i != guess)]),
+                   op_id)
+
+
+def find_in(parts: Iterable[tuple[str, bytes]], op_id: str) -> Operation | None:
+    """The complete operation ``op_id`` in the first of ``parts`` ((source, whole rows) each,
+    as a store's batches or segments give them) that holds its rows; None when none does, or
+    when the rows found have no end row (torn)."""
+    needle = _PREFIX + op_id.encode()
+    for path, data in parts:
         at = _row_start(data, needle)
         if at < 0:
             continue

@@ -131,10 +131,12 @@ class MaintenanceMethods(TreeCore):
         """Check this tree's directory as ``kwtree.ops.verify.verify_directory`` does — every log
         line, the tree replay gives, the manifest, the caches' watermarks — and return the
         findings. Reads the files (so it sees what other processes wrote too), never writes and
-        never takes the writer lock. ``report.ok`` is False when there is an error."""
+        never takes the writer lock. ``report.ok`` is False when there is an error. StorageError
+        for a tree whose log is in PostgreSQL (the database checks its own pages)."""
         from kwtree.ops.verify import verify_directory
 
         self._check_open()
+        self._engine.require_segments("verify")
         return verify_directory(self._engine.directory)
 
     def repair(self) -> Report:
@@ -149,6 +151,7 @@ class MaintenanceMethods(TreeCore):
         from kwtree.ops.repair import repair_under_lock
 
         engine = self._engine
+        engine.require_segments("repair")
         with engine.locked():
             try:
                 report = repair_under_lock(engine.directory)
