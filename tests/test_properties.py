@@ -382,6 +382,10 @@ class KwtreeMachine(RuleBasedStateMachine):
 
     # --- bookkeeping ---------------------------------------------------------------------
 
+    def log_option(self) -> dict[str, Any]:
+        """Where the tree keeps its log (a subclass names a PostgreSQL log): the directory."""
+        return {}
+
     @property
     def t(self) -> KeywordTree:
         assert self.tree is not None
@@ -469,7 +473,8 @@ class KwtreeMachine(RuleBasedStateMachine):
         seed write goes through ``attempt`` too), so that every example has something to work
         on whichever rules hypothesis enables for it."""
         # 4096-byte segments make the log rotate every few operations.
-        self.tree = KeywordTree(self.dir, durability="none", segment_bytes=4096 if small_segments else None)
+        self.tree = KeywordTree(self.dir, durability="none", segment_bytes=4096 if small_segments else None,
+                                **self.log_option())
         self.record("init")
         for name, where in shape:
             live = live_keyword_ids(self.t)
@@ -879,15 +884,19 @@ class KwtreeMachine(RuleBasedStateMachine):
                 step = max(1, len(self.order) // 12)
                 for op_id in {*self.order[::step], self.order[-1]}:
                     self.check_as_of(op_id)
-                ends = [self.records[o].log_end for o in self.order]
-                op_ends = set(ends)
-                inside = [end for end in row_ends(log_bytes(self.dir)) if end not in op_ends]  # mid-operation
-                for offset in {0, ends[0] - 1, ends[0], ends[-1] - 1, ends[len(ends) // 2] + 1, *inside[-3:]}:
-                    self.check_truncated(max(offset, 0))
+                self.check_log_cuts()
         finally:
             if self.tree is not None:
                 self.tree.close()
             shutil.rmtree(self.base, ignore_errors=True)
+
+    def check_log_cuts(self) -> None:
+        """The log cut at the ends of its first, middle and last operations and inside some."""
+        ends = [self.records[o].log_end for o in self.order]
+        op_ends = set(ends)
+        inside = [end for end in row_ends(log_bytes(self.dir)) if end not in op_ends]  # mid-operation
+        for offset in {0, ends[0] - 1, ends[0], ends[-1] - 1, ends[len(ends) // 2] + 1, *inside[-3:]}:
+            self.check_truncated(max(offset, 0))
 
 
 TestKwtreeMachine = pytest.mark.slow(KwtreeMachine.TestCase)

@@ -309,6 +309,9 @@ def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
         # Options of other branches of issue 13 (used once KeywordTree takes them).
         "on_agent_failure": st.sampled_from(["fallback", "raise", "ignore"]),
         "file_mode": st.one_of(st.none(), st.sampled_from([0o600, 0o640, 0o660, 0o666, 0o644, 0o700, 0o400])),
+        # A reachable PostgreSQL log is tests/test_postgres_tree.py's; here the URLs refused unopened.
+        "log": st.one_of(st.none(), st.sampled_from(["mysql://h/db", "postgresql://h/db?schema=a-b",
+                                                     "postgresql://h/db?tree=", "/var/data", ""])),
     }
 
 

@@ -90,6 +90,28 @@ def _clean_as_of(as_of: object) -> Bound | None:
     raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
 
 
+def _log_store(log: object, data_path: Path) -> dict[str, Any]:
+    """The Engine's arguments for ``log``: a PostgreSQL log, or the one ``data_path``
+    recorded when ``log`` is None (else nothing: the JSONL log in the directory)."""
+    from kwtree.stores import postgres  # the module is small; psycopg is imported when a store opens
+
+    known = postgres.recorded(data_path) if data_path.is_dir() else None
+    if log is None:
+        if known is None:
+            return {}
+        log = known
+    if not isinstance(log, str) or not postgres.is_postgres_url(log):
+        raise InvalidInputError(f"log must be None (the JSONL log in data_dir) or a postgresql:// URL, got {log!r}")
+    _, tree, schema = postgres.split_url(log)  # InvalidInputError naming log
+    if known is not None and postgres.split_url(known)[1:] != (tree, schema):
+        raise InvalidInputError(f"log names the tree {tree!r} (schema {schema!r}), but data_dir {data_path} holds the "
+                                f"caches of {postgres.redacted(known)}: open another directory for another log")
+    if known is None and any((data_path / "log").glob("*.jsonl")):
+        raise InvalidInputError(f"data_dir {data_path} keeps its own log (in log/), so log cannot name another: "
+                                "open a new directory for the PostgreSQL log")
+    return {"log_store": postgres.opener(log), "caches_only": True}
+
+
 class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, RetrievalMethods, MaintenanceMethods,
                   ForgetMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
@@ -114,6 +136,11 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     ``0o640`` to share a tree with a group) is recorded in the manifest, so every process
     that writes the tree creates files with it; passed to a writable open of an existing
     tree with another mode, it re-modes the tree's own files and records the new mode.
+
+    ``log`` (a ``postgresql://`` URL; ``?tree=NAME`` names the log among those the database
+    holds, ``&schema=S`` its schema) keeps the event log in PostgreSQL, shared by every
+    process on every machine that opens it, and ``data_dir`` then holds only this process's
+    caches (``kwtree.stores.postgres``; ``pip install 'kwtree[postgres]'``).
 
     ``limits`` (a :class:`kwtree.Limits`) bounds the size of every stored field and of
     queries; a write over a limit raises LimitExceededError and writes nothing. Every
@@ -142,8 +169,10 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         on_agent_failure: str = "fallback",
         file_mode: int | None = None,
         limits: Limits | None = None,
+        log: str | None = None,
     ) -> None:
         data_path = clean_path(data_dir, "data_dir")
+        log_store = _log_store(log, data_path)
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidInputError(f"limits must be a kwtree.Limits, got {type(limits).__name__}")
         self._limits = limits or DEFAULT_LIMITS
@@ -190,8 +219,12 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             self._engine = engine = Engine(
                 data_path, writable=writable, durable=durability == "full", bound=bound,
                 lock_timeout=float(lock_timeout), segment_bytes=segment_bytes, file_mode=file_mode,
-                actor=self._actor, limits=self._limits,
+                actor=self._actor, limits=self._limits, **log_store,
             )
+            if log is not None:  # the directory remembers where its log lives
+                from kwtree.stores.postgres import record
+
+                record(data_path, log, engine.file_mode)
             self._index_options = (embedder or HashEmbedder(), worker and writable, embed_async)
             self._indexes = indexes = self._open_indexes()
             engine.add_commit_listener(self._note_commit)

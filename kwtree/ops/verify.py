@@ -47,6 +47,7 @@ from kwtree.errors import (
     FormatError,
     InvalidInputError,
     NotFoundError,
+    StorageError,
 )
 from kwtree.models import ROOT_ID
 from kwtree.ops.verify_fulltext import check_fulltext
@@ -61,6 +62,7 @@ from kwtree.stores import logswap
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
+from kwtree.stores.postgres import recorded
 from kwtree.validate import clean_path
 
 __all__ = [
@@ -224,6 +226,10 @@ def _clean_directory(path: object) -> Path:
         raise InvalidInputError(f"{directory} is a file, not a directory; pass the data directory of a tree")
     if not (directory / MANIFEST_NAME).exists() and not (directory / LOG_DIR).is_dir():
         raise NotFoundError(f"{directory} is not a kwtree directory (it has neither {MANIFEST_NAME} nor {LOG_DIR}/)")
+    elsewhere = recorded(directory)
+    if elsewhere is not None:
+        raise StorageError(f"{directory} holds only caches: its log is in PostgreSQL ({elsewhere}), which this reads "
+                           "no segments of (docs/scaling.md)")
     return directory
 
 

@@ -1,0 +1,431 @@
+"""The event log in PostgreSQL: the log store (``kwtree.stores.logstore``) that many machines
+share, so that every process keeps its own state and caches and the database does the
+durable, ordered, concurrent appends.
+
+**Tables** (created on first use; ``schema`` names their schema, default ``public``):
+
+- ``kwtree_trees(tree, generation)``: one row per tree (a log's name in the database: many
+  trees can share one), naming its current generation;
+- ``kwtree_log(tree, generation, seq, op_id, kind, ts, data)``: **one row per operation**,
+  ``seq`` 1, 2, 3 ... in append order within a generation, ``data`` the operation's encoded
+  rows (``encode_operation``'s JSONL, byte for byte), ``op_id``, ``kind`` and ``ts`` beside
+  them for SQL readers. One row per operation, not per entity version: the operation is the
+  unit the engine appends, reads and replays whole, and its atomicity then needs no
+  reassembly or end marker (a transaction gives it); rows per entity would be put back
+  together on every read. The rows are kept as written (not as JSONB, which reorders keys and
+  costs a parse on every append and read): the JSONL store holds the same bytes.
+
+**The order is the database's.** A position is ``(generation, (seq,))``. ``append`` inserts
+``seq = after + 1`` in one transaction that also checks the generation: the primary key
+``(tree, generation, seq)`` refuses an append behind the end of the log (another writer's
+operation holds that place), so a decision taken on a stale state can never be committed,
+even by a writer that lost its lock with its connection. Every replica reads the same order.
+The cross-writer lock is a session advisory lock (released by the server when its connection
+ends, a SIGKILL included). ``replace`` writes a new generation, lets ``check`` read it, makes
+it current and deletes the old one in ONE transaction. Each append also sends
+``NOTIFY kwtree_log`` with the tree's name, for readers that wait on ``LISTEN``.
+
+Readers tail with one indexed query (rows after their ``seq``); a database cannot tear an
+operation, so a batch never carries checksums (``Batch.checksums`` False).
+
+psycopg 3 is an optional dependency (``pip install 'kwtree[postgres]'``); this module imports
+it when a store is opened.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+
+from kwtree.errors import InvalidInputError, LockTimeoutError, StorageError
+from kwtree.stores.files import write_atomically
+from kwtree.stores.logstore import Batch, Position
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["DEFAULT_TREE", "LOG_RECORD", "NOTIFY_CHANNEL", "PostgresStore", "is_postgres_url", "opener", "record",
+           "recorded", "redacted", "split_url"]
+
+#: The tree a URL names when it has no ``tree`` parameter.
+DEFAULT_TREE = "kwtree"
+#: The channel each append notifies (payload: the tree's name).
+NOTIFY_CHANNEL = "kwtree_log"
+#: A tail batch holds at most this many operations, or about this many bytes.
+BATCH_OPERATIONS = 2000
+BATCH_BYTES = 4 << 20
+#: The file in which a cache directory records where its log lives (``record``).
+LOG_RECORD = "log.json"
+#: How often a writer waiting for the lock asks again, seconds.
+_LOCK_POLL = 0.02
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def is_postgres_url(text: str) -> bool:
+    """True if ``text`` is a PostgreSQL connection URL (``postgresql://`` or ``postgres://``)."""
+    return text.startswith(("postgresql://", "postgres://"))
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(conninfo, tree, schema)`` of a kwtree PostgreSQL URL: the URL without kwtree's own
+    query parameters ``tree`` (default ``DEFAULT_TREE``) and ``schema`` (default ``public``).
+    InvalidInputError naming ``log`` when it is no PostgreSQL URL or a name is unusable."""
+    if not isinstance(url, str) or not is_postgres_url(url):
+        raise InvalidInputError(f"log must be a postgresql:// URL, got {url!r}")
+    base, _, text = url.partition("?")
+    query = parse_qsl(text, keep_blank_values=True)
+    ours = {key: value for key, value in query if key in ("tree", "schema")}
+    tree, schema = ours.get("tree", DEFAULT_TREE), ours.get("schema", "public")
+    if not tree.strip() or len(tree) > 200:
+        raise InvalidInputError(f"log's tree parameter must be a name of 1 to 200 characters, got {tree!r}")
+    if not _NAME.match(schema):
+        raise InvalidInputError(f"log's schema parameter must be an SQL identifier, got {schema!r}")
+    rest = urlencode([(key, value) for key, value in query if key not in ("tree", "schema")])
+    return (f"{base}?{rest}" if rest else base), tree, schema
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password (in the user part or a ``password`` parameter): what a
+    directory may record and a message may show (libpq finds the password in ``PGPASSWORD``
+    or ``~/.pgpass``)."""
+    base, _, text = url.partition("?")
+    scheme, _, rest = base.partition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        user, _, host = authority.rpartition("@")
+        authority = f"{user.split(':', 1)[0]}@{host}"
+    query = [(key, value) for key, value in parse_qsl(text, keep_blank_values=True) if key != "password"]
+    rest = urlencode(query)
+    return f"{scheme}://{authority}{slash}{path}" + (f"?{rest}" if rest else "")
+
+
+def recorded(directory: Path) -> str | None:
+    """The log URL (without password) a cache directory recorded (``record``), or None for a
+    directory that keeps its own log. StorageError when the record is unreadable."""
+    path = directory / LOG_RECORD
+    try:
+        found = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise StorageError(f"{path} (where this directory's log lives) cannot be read: {exc}") from exc
+    url = found.get("url") if isinstance(found, dict) else None
+    if not isinstance(url, str) or not is_postgres_url(url):
+        raise StorageError(f"{path} does not name a postgresql:// log: {found!r}")
+    return url
+
+
+def record(directory: Path, url: str, file_mode: int) -> None:
+    """Record in ``directory`` that its log is ``url`` (without its password), so a later
+    open of the directory alone, and every ``kwtree`` command on it, reaches the same log."""
+    body = orjson.dumps({"store": "postgresql", "url": redacted(url)}, option=orjson.OPT_INDENT_2) + b"\n"
+    path = directory / LOG_RECORD
+    if not path.exists() or path.read_bytes() != body:
+        write_atomically(path, body, file_mode, sync_directory=True)
+
+
+def opener(url: str) -> Callable[..., PostgresStore]:
+    """A log-store factory (``kwtree.engine.engine.LogStoreFactory``) for the log ``url``
+    names (``split_url``): the data directory it is given holds only caches."""
+    conninfo, tree, schema = split_url(url)
+
+    def open_store(directory: Path, *, writable: bool, durable: bool, lock_timeout: float) -> PostgresStore:
+        return PostgresStore(conninfo, tree, schema=schema, writable=writable, durable=durable,
+                             lock_timeout=lock_timeout)
+
+    return open_store
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
+        raise StorageError("a PostgreSQL log needs psycopg 3: pip install 'kwtree[postgres]'") from exc
+    return psycopg
+
+
+class PostgresStore:
+    """The log of one tree in PostgreSQL (see the module's docstring).
+
+    ``conninfo`` is a libpq connection string or URL; ``tree`` names the log among those the
+    database holds. ``writable`` False refuses ``append`` and ``replace``; ``durable`` False
+    appends with ``synchronous_commit`` off (a crash of the database server may lose the last
+    appends, never tear one). Raises StorageError when the database cannot be reached."""
+
+    def __init__(self, conninfo: str, tree: str, *, schema: str = "public", writable: bool = True,
+                 durable: bool = True, lock_timeout: float = 10.0) -> None:
+        self._psycopg = _driver()
+        self._conninfo = conninfo
+        self.tree = tree
+        self._schema = schema
+        self._writable = writable
+        self._durable = durable
+        self._lock_timeout = lock_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock_conn: psycopg.Connection[Any] | None = None
+        self._held = False
+        self._guard = threading.Lock()  # one call at a time on the connection
+        self._key = int.from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, f"kwtree:{schema}:{tree}").bytes[:8], "big",
+                                   signed=True)
+        with self._errors("open"):
+            self._setup(self._connection())
+
+    # --- connections ----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] = self._psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        return conn
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self._connect()
+        return self._conn
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """psycopg's errors as StorageError (the connection dropped is reopened next time)."""
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            raise StorageError(f"the PostgreSQL log {self.tree!r} could not {what}: {exc}".strip()) from exc
+
+    def _table(self, name: str) -> str:
+        return f'"{self._schema}".{name}'
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_trees')} ("
+                     "tree text PRIMARY KEY, generation text NOT NULL)")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_log')} ("
+                     "tree text NOT NULL, generation text NOT NULL, seq bigint NOT NULL, op_id text NOT NULL, "
+                     "kind text NOT NULL, ts double precision NOT NULL, data bytea NOT NULL, "
+                     "PRIMARY KEY (tree, generation, seq), UNIQUE (tree, generation, op_id))")
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _generation(self, conn: psycopg.Connection[Any]) -> str | None:
+        row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s",
+                           (self.tree,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _rows_after(self, conn: psycopg.Connection[Any], generation: str, seq: int) -> list[tuple[int, bytes]]:
+        return [(int(s), bytes(d)) for s, d in conn.execute(
+            f"SELECT seq, data FROM {self._table('kwtree_log')} WHERE tree = %s AND generation = %s AND seq > %s "
+            "ORDER BY seq LIMIT %s", (self.tree, generation, seq, BATCH_OPERATIONS)).fetchall()]
+
+    def _batch(self, generation: str, rows: list[tuple[int, bytes]], restart: bool) -> Batch:
+        data, size = [], 0
+        for _, encoded in rows:
+            data.append(encoded)
+            size += len(encoded)
+        last = rows[-1][0] if rows else 0
+        first = rows[0][0] if rows else 1
+        return Batch(b"".join(data), f"postgresql {self.tree!r} generation {generation} from operation {first}",
+                     first, False, Position(generation, (last,)), restart)
+
+    def _scan(self, after: Position | None, *, follow: bool) -> Iterator[Batch]:
+        seq = 0 if after is None else int(after.key[0])  # type: ignore[call-overload]
+        reading = None if after is None else after.generation
+        while True:
+            with self._guard, self._errors("be read"):
+                conn = self._connection()
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    current = self._generation(conn)
+                    restart = False
+                    if current is None:
+                        return  # nothing was ever appended
+                    if reading is not None and current != reading:
+                        if not follow:
+                            raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced while it was read; "
+                                               "read it again from the start")
+                        restart, seq = True, 0
+                    reading = current
+                    rows = self._rows_after(conn, current, seq)
+            if rows or restart:
+                yield self._batch(current, rows, restart)
+            if len(rows) < BATCH_OPERATIONS:
+                return
+            seq = rows[-1][0]
+
+    def tail(self, after: Position | None) -> Iterator[Batch]:
+        """The whole operations after ``after``, a restart batch first when the log was
+        replaced since (see ``LogStore.tail``)."""
+        return self._scan(after, follow=True)
+
+    def read(self, after: Position | None) -> Iterator[Batch]:
+        """The current log after ``after`` (see ``LogStore.read``)."""
+        return self._scan(after, follow=False)
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _check_writable(self, what: str) -> None:
+        if not self._writable:
+            raise StorageError(f"the PostgreSQL log {self.tree!r} was opened read-only: it cannot {what}")
+        if not self._held:
+            raise StorageError(f"the PostgreSQL log {self.tree!r} cannot {what} outside locked()")
+
+    def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
+        """Insert the operation at ``after``'s next place, in one transaction (see
+        ``LogStore.append``); StorageError, with nothing written, when ``after`` is not the
+        end of the current log."""
+        self._check_writable("append")
+        kind, ts = _kind_and_time(encoded)
+        with self._guard, self._errors(f"append operation {op_id}"):
+            conn = self._connection()
+            with conn.transaction():
+                if not (sync and self._durable):
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
+                current = self._generation_for_update(conn, create=after is None)
+                expected = current if after is None else after.generation
+                seq = 1 if after is None else int(after.key[0]) + 1  # type: ignore[call-overload]
+                if current != expected:
+                    raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
+                                       "tail it and decide again")
+                inserted = conn.execute(self._insert() + " ON CONFLICT DO NOTHING RETURNING seq",
+                                        (self.tree, current, seq, op_id, kind, ts, encoded)).fetchone()
+                if inserted is None:
+                    raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
+                                  f"(or operation {op_id} already): tail it and decide again")
+                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
+            return Position(current, (seq,))
+
+    def _generation_for_update(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
+        """The current generation, its row locked against a concurrent ``replace`` until the
+        transaction ends; with ``create``, a first one for a tree that has none."""
+        if create:
+            conn.execute(f"INSERT INTO {self._table('kwtree_trees')} (tree, generation) VALUES (%s, %s) "
+                         "ON CONFLICT DO NOTHING", (self.tree, uuid.uuid4().hex))
+        row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s FOR SHARE",
+                           (self.tree,)).fetchone()
+        if row is None:
+            raise _Behind(f"the PostgreSQL log {self.tree!r} is empty: append after None")
+        return str(row[0])
+
+    def replace(self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
+                check: Callable[[Iterator[Batch]], None] | None = None) -> Position:
+        """Write ``operations`` as a new generation and make it current, in one transaction
+        (see ``LogStore.replace``)."""
+        self._check_writable("be replaced")
+        generation = uuid.uuid4().hex
+        with self._guard, self._errors("be replaced"):
+            conn = self._connection()
+            with conn.transaction():
+                current = self._generation(conn)
+                end = self._end(conn, current)
+                if (after is None and end is not None) or (after is not None and (
+                        after.generation != current or end != int(after.key[0]))):  # type: ignore[call-overload]
+                    raise StorageError(f"the PostgreSQL log {self.tree!r} changed since position {after}: "
+                                       "it was not replaced")
+                rows = [(self.tree, generation, seq, op_id, *_kind_and_time(encoded), encoded)
+                        for seq, (op_id, encoded) in enumerate(operations, 1)]
+                with conn.cursor() as cursor:
+                    cursor.executemany(self._insert(), rows)
+                seq = len(rows)
+                if check is not None:
+                    check(self._read_generation(conn, generation))
+                conn.execute(f"INSERT INTO {self._table('kwtree_trees')} (tree, generation) VALUES (%s, %s) "
+                             "ON CONFLICT (tree) DO UPDATE SET generation = EXCLUDED.generation",
+                             (self.tree, generation))
+                if current is not None:
+                    conn.execute(f"DELETE FROM {self._table('kwtree_log')} WHERE tree = %s AND generation = %s",
+                                 (self.tree, current))
+                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
+            return Position(generation, (seq,))
+
+    def _insert(self) -> str:
+        return (f"INSERT INTO {self._table('kwtree_log')} (tree, generation, seq, op_id, kind, ts, data) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+
+    def _end(self, conn: psycopg.Connection[Any], generation: str | None) -> int | None:
+        """The last seq of ``generation`` (None: an empty log)."""
+        if generation is None:
+            return None
+        row = conn.execute(f"SELECT max(seq) FROM {self._table('kwtree_log')} WHERE tree = %s AND generation = %s",
+                           (self.tree, generation)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _read_generation(self, conn: psycopg.Connection[Any], generation: str) -> Iterator[Batch]:
+        """``generation``'s operations read inside the caller's transaction (for ``check``)."""
+        seq = 0
+        while True:
+            rows = self._rows_after(conn, generation, seq)
+            if rows or not seq:
+                yield self._batch(generation, rows, False)
+            if len(rows) < BATCH_OPERATIONS:
+                return
+            seq = rows[-1][0]
+
+    def size(self) -> tuple[int, int]:
+        """The bytes of the current log's operations, and 0 segments (a table has none)."""
+        with self._guard, self._errors("be measured"):
+            conn = self._connection()
+            row = conn.execute(
+                f"SELECT coalesce(sum(octet_length(l.data)), 0) FROM {self._table('kwtree_log')} l "
+                f"JOIN {self._table('kwtree_trees')} t ON t.tree = l.tree AND t.generation = l.generation "
+                "WHERE l.tree = %s", (self.tree,)).fetchone()
+        return (int(row[0]) if row else 0), 0
+
+    # --- the lock -------------------------------------------------------------------------
+
+    def locked(self) -> AbstractContextManager[None]:
+        """The cross-writer lock: a session advisory lock on a connection of its own, waited
+        for up to ``lock_timeout`` (then LockTimeoutError); not re-entrant."""
+        return self._locked()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self._held:
+            raise StorageError(f"the PostgreSQL log {self.tree!r} is already locked by this store")
+        deadline = time.monotonic() + self._lock_timeout
+        with self._errors("be locked"):
+            if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
+                self._lock_conn = self._connect()
+            while not self._try_lock(self._lock_conn):
+                if time.monotonic() >= deadline:
+                    raise LockTimeoutError(f"the PostgreSQL log {self.tree!r} stayed locked by another writer for "
+                                           f"{self._lock_timeout:g} s")
+                time.sleep(_LOCK_POLL)
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+            try:
+                self._lock_conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+            except self._psycopg.Error:  # the connection is gone, and the server freed the lock with it
+                self._lock_conn.close()
+
+    def _try_lock(self, conn: psycopg.Connection[Any]) -> bool:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
+        return bool(row and row[0])
+
+    def close(self) -> None:
+        """Close the connections (the lock with its own). Calling it twice is harmless."""
+        for conn in (self._conn, self._lock_conn):
+            if conn is not None:
+                conn.close()
+        self._conn = self._lock_conn = None
+
+
+class _Behind(StorageError):
+    """An append or replace that was not at the end of the log (nothing was written)."""
+
+
+def _kind_and_time(encoded: bytes) -> tuple[str, float]:
+    """The kind and timestamp in an operation's end row (its last line)."""
+    last = encoded.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        end = orjson.loads(last)["end"]
+        return str(end["kind"]), float(end["ts"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise InvalidInputError("an operation to append must end with its end row") from exc

@@ -1,0 +1,86 @@
+"""The PostgreSQL log store (kwtree.stores.postgres) against the log-store contract, on a real
+server (tests/postgres_server.py), and what only it has: URLs, read-only stores, a writer
+whose lock went with its connection."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from logstore_contract import LogStoreContract, StoreFactory, append_all, make_operation, read_through
+from postgres_server import ENV, server_url
+
+from kwtree.engine.events import OpClock
+from kwtree.errors import InvalidInputError, StorageError
+from kwtree.stores.logstore import LogStore
+from kwtree.stores.postgres import DEFAULT_TREE, PostgresStore, split_url
+
+URL = server_url()
+pytestmark = pytest.mark.skipif(URL is None, reason=__import__("postgres_server").why_not or "no PostgreSQL")
+
+
+def _tree_of(location: Path) -> str:
+    """The log's name for a test location: unique per test, as a directory would be."""
+    return "t" + hashlib.sha256(str(location).encode()).hexdigest()[:24]
+
+
+def open_postgres_store(location: Path, lock_timeout: float) -> LogStore:
+    return PostgresStore(os.environ[ENV], _tree_of(location), lock_timeout=lock_timeout)
+
+
+FACTORIES = [StoreFactory("postgres", "test_logstore_postgres:open_postgres_store")]
+
+
+class TestPostgresStoreContract(LogStoreContract):
+    @pytest.fixture(params=FACTORIES, ids=lambda factory: factory.name)
+    def factory(self, request: pytest.FixtureRequest) -> StoreFactory:
+        return request.param
+
+
+@pytest.mark.parametrize(("url", "conninfo", "tree", "schema"), [
+    ("postgresql://u@h/db", "postgresql://u@h/db", DEFAULT_TREE, "public"),
+    ("postgresql://u@h/db?tree=alice&sslmode=require", "postgresql://u@h/db?sslmode=require", "alice", "public"),
+    ("postgres:///db?host=/tmp&schema=memory&tree=a%20b", "postgres:///db?host=%2Ftmp", "a b", "memory"),
+])
+def test_a_url_names_the_server_the_tree_and_the_schema(url: str, conninfo: str, tree: str, schema: str) -> None:
+    assert split_url(url) == (conninfo, tree, schema)
+
+
+@pytest.mark.parametrize("url", ["mysql://h/db", "/var/data", "postgresql://h/db?schema=a-b", "postgresql://h/db?tree="])
+def test_a_bad_url_is_refused_naming_log(url: str) -> None:
+    with pytest.raises(InvalidInputError, match="log"):
+        split_url(url)
+
+
+def test_a_read_only_store_reads_and_refuses_to_write(tmp_path: Path) -> None:
+    clock = OpClock()
+    writer = open_postgres_store(tmp_path, 5.0)
+    operations = [make_operation(clock) for _ in range(3)]
+    append_all(writer, operations)
+    reader = PostgresStore(os.environ[ENV], _tree_of(tmp_path), writable=False)
+    batches, end = read_through(reader.tail(None))
+    assert sum(batch.data.count(b"\n") for batch in batches) == 3 and not any(b.checksums for b in batches)
+    with reader.locked(), pytest.raises(StorageError, match="read-only"):
+        reader.append(make_operation(clock)[1], "x", after=end)
+    writer.close()
+    reader.close()
+
+
+def test_a_writer_whose_connection_died_cannot_append_over_another(tmp_path: Path) -> None:
+    """The lock goes with the connection (as with a killed process); the position check is the
+    database's, so the first writer's stale decision is refused, not committed."""
+    clock = OpClock()
+    first, second = open_postgres_store(tmp_path, 5.0), open_postgres_store(tmp_path, 5.0)
+    append_all(first, [make_operation(clock)])
+    with first.locked():
+        _, position = read_through(first.tail(None))
+        first._lock_conn.close()  # type: ignore[attr-defined]  # the server frees the lock with it
+        append_all(second, [make_operation(clock)])
+        op_id, data = make_operation(clock)
+        with pytest.raises(StorageError, match="tail it and decide again"):
+            first.append(data, op_id, after=position)
+    assert [b.data.count(b"\n") for b in second.read(None)] == [2]
+    first.close()
+    second.close()

@@ -1,0 +1,148 @@
+"""KeywordTree over a PostgreSQL log (``log="postgresql://..."``): several processes with
+separate cache directories share one log on a real server (tests/postgres_server.py)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from postgres_server import server_url
+
+from kwtree import KeywordTree, VersionConflictError
+from kwtree.errors import InvalidInputError
+from kwtree.stores.postgres import redacted
+
+URL = server_url()
+pytestmark = pytest.mark.skipif(URL is None, reason=__import__("postgres_server").why_not or "no PostgreSQL")
+
+
+@pytest.fixture
+def log_url() -> str:
+    """A new log (its own tree name) on the session's server."""
+    assert URL is not None
+    return f"{URL}&tree=t{uuid.uuid4().hex}" if "?" in URL else f"{URL}?tree=t{uuid.uuid4().hex}"
+
+
+def test_two_machines_share_one_log_and_keep_their_own_caches(tmp_path: Path, log_url: str) -> None:
+    a = KeywordTree(tmp_path / "a", durability="none", log=log_url)
+    b = KeywordTree(tmp_path / "b", durability="none", log=log_url)
+    cats = a.create_keyword("Cats", llm_auto_place=False)
+    info = a.create_info("Tom the cat sleeps on the piano", keyword_ids=[cats.id])
+    b.refresh()
+    assert b.get_info(info.id).content == info.content and b.get_keyword(cats.id).name == "Cats"
+    dogs = b.create_keyword("Dogs", llm_auto_place=False)
+    a.refresh()
+    assert a.get_keyword(dogs.id).name == "Dogs"
+    assert [hit.info.id for hit in b.recall("piano cat")] == [info.id]  # b's own full-text index found it
+    local = [path for path in (tmp_path / "a").rglob("*") if path.is_file() and b'"op":' in path.read_bytes()]
+    assert local == []  # no operation is kept in the directory: the log lives in the database
+    a.close()
+    b.close()
+    c = KeywordTree(tmp_path / "c", read_only=True, log=log_url)  # a new machine replays the log
+    assert {k.name for k in c.find_keywords("Cats")} == {"Cats"} and c.get_info(info.id).content == info.content
+    c.close()
+
+
+def test_a_stale_version_on_another_machine_raises_version_conflict(tmp_path: Path, log_url: str) -> None:
+    a = KeywordTree(tmp_path / "a", durability="none", log=log_url)
+    b = KeywordTree(tmp_path / "b", durability="none", log=log_url)
+    info = a.create_info("draft one")
+    b.refresh()
+    a.update_info(info.id, {"content": "draft two"}, version=1)
+    with pytest.raises(VersionConflictError):
+        b.update_info(info.id, {"content": "draft three"}, version=1)  # b decided on version 1: refused
+    assert b.get_info(info.id).content == "draft two" and len(b.history(info.id)) == 2
+    a.refresh()
+    assert a.get_info(info.id).version == 2
+    a.close()
+    b.close()
+
+
+def test_undo_and_history_read_the_shared_log(tmp_path: Path, log_url: str) -> None:
+    a = KeywordTree(tmp_path / "a", durability="none", log=log_url)
+    info = a.create_info("remember the milk")
+    op = a.update_info(info.id, {"content": "remember the oat milk"})
+    b = KeywordTree(tmp_path / "b", durability="none", log=log_url)
+    b.undo(b.history(info.id)[-1].op_id)
+    a.refresh()
+    assert a.get_info(info.id).content == "remember the milk" and op.version == 2
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("log", ["mysql://h/db", 3, "postgresql://h/db?schema=a-b"])
+def test_a_bad_log_is_refused_naming_it(tmp_path: Path, log: object) -> None:
+    with pytest.raises(InvalidInputError, match="log"):
+        KeywordTree(tmp_path / "t", log=log)  # type: ignore[arg-type]
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_directory_remembers_its_log_without_the_password(tmp_path: Path, log_url: str) -> None:
+    with KeywordTree(tmp_path / "a", durability="none", log=log_url) as a:
+        info = a.create_info("kept in the database")
+    with KeywordTree(tmp_path / "a", read_only=True) as again:  # no log=: the directory's record
+        assert again.get_info(info.id).content == "kept in the database"
+    assert redacted("postgresql://ann:s3cret@db.example/mem?password=x&tree=t") == \
+        "postgresql://ann@db.example/mem?tree=t"
+    other = log_url.replace("tree=t", "tree=u")
+    with pytest.raises(InvalidInputError, match="another log"):
+        KeywordTree(tmp_path / "a", log=other)
+    with KeywordTree(tmp_path / "local", durability="none") as local:
+        local.create_info("kept in the directory")
+    with pytest.raises(InvalidInputError, match="keeps its own log"):
+        KeywordTree(tmp_path / "local", log=log_url)
+
+
+# --- DESIGN §4's invariants over a PostgreSQL log: the property machine of test_properties ------
+
+from test_properties import KwtreeMachine  # noqa: E402 - after the skip mark: the machine is heavy
+
+
+class PostgresMachine(KwtreeMachine):
+    """The invariant machine (reopen, atomicity, time travel, undo) with the log in PostgreSQL.
+    Cutting the log at a byte is the JSONL store's (a database does not tear an operation)."""
+
+    def log_option(self) -> dict[str, Any]:
+        assert URL is not None
+        return {"log": f"{URL}{'&' if '?' in URL else '?'}tree=m{uuid.uuid4().hex}"}
+
+    def truncated_log(self, pick: int, delta: int, where: str) -> None:  # not a rule here
+        raise AssertionError("the log of a database cannot be cut at a byte")
+
+    def check_log_cuts(self) -> None:
+        pass
+
+
+TestPostgresMachine = pytest.mark.slow(PostgresMachine.TestCase)
+TestPostgresMachine.settings = settings(stateful_step_count=60, max_examples=8)
+
+
+def test_what_reads_segments_says_so_and_compact_and_forget_go_through_the_database(tmp_path: Path,
+                                                                                     log_url: str) -> None:
+    """verify and repair read the directory's JSONL segments: on a PostgreSQL log they refuse,
+    naming why, instead of judging an empty directory. Compaction and forget replace the
+    log through the store: the forgotten text is gone from the database's current log."""
+    import psycopg
+
+    from kwtree import repair_directory, verify_directory
+    from kwtree.errors import StorageError
+    from kwtree.stores.postgres import split_url
+
+    tree = KeywordTree(tmp_path / "a", durability="none", log=log_url)
+    info = tree.create_info("the door code is 4711")
+    tree.create_info("the plants need water on Fridays")
+    for call in (tree.verify, tree.repair, lambda: verify_directory(tmp_path / "a"),
+                 lambda: repair_directory(tmp_path / "a")):
+        with pytest.raises(StorageError, match=r"PostgreSQL|PostgresStore"):
+            call()
+    tree.forget(info.id)
+    assert tree.compact().operations_after >= 1
+    conninfo, name, _ = split_url(log_url)
+    with psycopg.connect(conninfo) as conn:
+        rows = conn.execute("SELECT data FROM kwtree_log WHERE tree = %s", (name,)).fetchall()
+    assert rows and not any(b"4711" in bytes(data) for (data,) in rows)
+    assert any(b"plants" in bytes(data) for (data,) in rows)
+    tree.close()
