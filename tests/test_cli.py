@@ -365,6 +365,6 @@ def test_help_examples_run_in_order_after_the_setup(tmp_path: Path) -> None:
         assert tree.find_keywords("Coffee") == [] and tree.find_keywords("Rust") != []
         assert {op.kind for op in tree.history()} == {"compact"}  # compact folded the undo and all before it
         names = sorted(k.name for k in tree.get_children("root"))
-    for other in ("memory-restored", "memory-copy"):  # restore of the snapshot, import of the export
+    for other in ("memory-restored", "memory-copy", "memory-moved"):  # restore, import of the export, migrate
         with KeywordTree(tmp_path / other, read_only=True) as tree:
             assert sorted(k.name for k in tree.get_children("root")) == names

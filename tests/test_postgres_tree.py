@@ -146,3 +146,32 @@ def test_what_reads_segments_says_so_and_compact_and_forget_go_through_the_datab
     assert rows and not any(b"4711" in bytes(data) for (data,) in rows)
     assert any(b"plants" in bytes(data) for (data,) in rows)
     tree.close()
+
+
+def test_migrate_moves_a_directory_to_postgresql_and_back_with_its_history(tmp_path: Path, log_url: str) -> None:
+    from kwtree.cli.main import main
+    from kwtree.errors import StorageError
+    from kwtree.ops.migrate import migrate
+
+    with KeywordTree(tmp_path / "local", durability="none") as local:
+        cats = local.create_keyword("Cats", llm_auto_place=False)
+        info = local.create_info("Tom sleeps on the piano", keyword_ids=[cats.id])
+        local.update_info(info.id, {"content": "Tom sleeps on the warm piano"})
+        expected = [(op.op_id, op.kind) for op in local.history()]
+    done = migrate(tmp_path / "local", log_url)
+    assert done.operations == len(expected) and done.last_op_id == expected[-1][0]
+    with KeywordTree(tmp_path / "cache", durability="none", log=log_url) as shared:
+        assert [(op.op_id, op.kind) for op in shared.history()] == expected  # ids and order kept
+        shared.undo(expected[-1][0])  # before-images came along: undo works on the copy
+        assert shared.get_info(info.id).content == "Tom sleeps on the piano"
+        after_undo = [op.op_id for op in shared.history()]
+    with pytest.raises(StorageError, match="holds operations already"):
+        migrate(tmp_path / "local", log_url)
+    assert main(["migrate", str(tmp_path / "cache"), "--to", str(tmp_path / "back")]) == 0  # and back, by the CLI
+    with KeywordTree(tmp_path / "back", read_only=True) as back:
+        assert [op.op_id for op in back.history()] == after_undo
+        assert back.get_info(info.id).content == "Tom sleeps on the piano" and back.verify().ok
+    with KeywordTree(tmp_path / "local", read_only=True) as source:  # the source is unchanged
+        assert [(op.op_id, op.kind) for op in source.history()] == expected
+    with pytest.raises(InvalidInputError, match="to must be"):
+        migrate(tmp_path / "local", tmp_path / "back")  # not empty

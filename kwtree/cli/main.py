@@ -204,6 +204,22 @@ def _upgrade(_: None, args: argparse.Namespace) -> None:
     done.report.check("the upgraded log does not verify (see docs/operations.md#verify-and-repair)")
 
 
+def _migrate(_: None, args: argparse.Namespace) -> None:
+    from kwtree.ops.migrate import migrate
+
+    done = migrate(args.dir, args.to, lock_timeout=args.lock_timeout)
+    if args.json:
+        print(json.dumps({"source": done.source, "target": done.target, "operations": done.operations,
+                          "bytes": done.bytes, "last_op_id": done.last_op_id, "seconds": round(done.seconds, 3)},
+                         indent=2))
+        return
+    print(f"copied {done.operations} operations ({done.bytes:,} bytes, the last {done.last_op_id}) from "
+          f"{done.source} to {done.target} in {done.seconds:.2f} s; {done.source} is unchanged")
+    if done.target.startswith(("postgresql://", "postgres://")):
+        print("open it with KeywordTree(<a new directory>, log=...) or `kwtree <command> <that directory>` once "
+              "a tree opened it there (docs/scaling.md)")
+
+
 def _import(_: None, args: argparse.Namespace) -> None:
     with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
         counts, op_id = tree.tree_metrics(), tree.last_op_id
@@ -568,6 +584,18 @@ COMMANDS: tuple[Command, ...] = (
         example="./memory", opens="none",
         call=_upgrade,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (it must verify without errors)"),
+              arg("--json", action="store_true", help="print what was done as one JSON document"),
+              LOCK_TIMEOUT),
+    ),
+    Command(
+        "migrate", "kwtree.ops.migrate.migrate",
+        "copy DIR's log, operation ids kept, into an empty PostgreSQL log (a postgresql:// URL) or a new directory; "
+        "DIR is unchanged",
+        example="./memory --to ./memory-moved", opens="none",
+        call=_migrate,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (its own log, or a PostgreSQL one)"),
+              arg("--to", required=True, metavar="TARGET",
+                  help="a postgresql:// URL (?tree=NAME names the log) or a new or empty directory"),
               arg("--json", action="store_true", help="print what was done as one JSON document"),
               LOCK_TIMEOUT),
     ),

@@ -256,6 +256,16 @@ def with_checksum(encoded: bytes) -> bytes:
     return b"%b%b%d%b" % (body, _CRC_FIELD, zlib.crc32(body), _ROW_CLOSE)
 
 
+def without_checksum(encoded: bytes) -> bytes:
+    """``encoded`` without the ``crc`` ``with_checksum`` added to its end marker (as it is
+    when it has none): an operation as ``encode_operation`` gave it, for a store that adds its
+    own checksum or keeps none."""
+    at = encoded.rfind(_CRC_FIELD)
+    if at < 0 or not encoded.endswith(_ROW_CLOSE) or not encoded[at + len(_CRC_FIELD):-len(_ROW_CLOSE)].isdigit():
+        return encoded
+    return encoded[:at] + _ROW_CLOSE
+
+
 def checksum_problem(encoded: bytes, end: Mapping[str, Any]) -> str | None:
     """What is wrong with the checksum of one operation (its bytes as stored, its parsed end
     marker), or None when it matches; an operation without one (format 1) has no problem."""
