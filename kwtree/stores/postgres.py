@@ -34,6 +34,8 @@ it when a store is opened.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import threading
 import time
@@ -41,7 +43,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import orjson
@@ -55,6 +57,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_TREE", "LOG_RECORD", "NOTIFY_CHANNEL", "PostgresStore", "is_postgres_url", "opener", "record",
            "recorded", "redacted", "split_url"]
+
+log = logging.getLogger("kwtree.stores.postgres")
+T = TypeVar("T")
 
 #: The tree a URL names when it has no ``tree`` parameter.
 DEFAULT_TREE = "kwtree"
@@ -237,25 +242,41 @@ class PostgresStore:
         reading = None if after is None else after.generation
         while True:
             with self._guard, self._errors("be read"):
-                conn = self._connection()
-                with conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    current = self._generation(conn)
-                    restart = False
-                    if current is None:
-                        return  # nothing was ever appended
-                    if reading is not None and current != reading:
-                        if not follow:
-                            raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced while it was read; "
-                                               "read it again from the start")
-                        restart, seq = True, 0
-                    reading = current
-                    rows = self._rows_after(conn, current, seq)
+                found = self._again(functools.partial(self._next_rows, reading=reading, seq=seq))
+            if found is None:
+                return  # nothing was ever appended
+            current, rows, restart = found
+            if restart and not follow:
+                raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced while it was read; "
+                                   "read it again from the start")
+            reading = current
             if rows or restart:
                 yield self._batch(current, rows, restart)
             if len(rows) < BATCH_OPERATIONS:
                 return
             seq = rows[-1][0]
+
+    def _next_rows(self, conn: psycopg.Connection[Any], reading: str | None,
+                   seq: int) -> tuple[str, list[tuple[int, bytes]], bool] | None:
+        """In one snapshot: the current generation, its rows after ``seq`` (from its start
+        when it is not ``reading``), and whether it is not; None for a tree never written."""
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            current = self._generation(conn)
+            if current is None:
+                return None
+            restart = reading is not None and current != reading
+            return current, self._rows_after(conn, current, 0 if restart else seq), restart
+
+    def _again(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``call`` on the connection, and once more on a new one if the first failed (the
+        server restarted, the network dropped): for calls that change nothing."""
+        try:
+            return call(self._connection())
+        except self._psycopg.OperationalError:
+            if self._conn is not None:
+                self._conn.close()
+            return call(self._connection())
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
         """The whole operations after ``after``, a restart batch first when the log was
@@ -277,27 +298,64 @@ class PostgresStore:
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
         """Insert the operation at ``after``'s next place, in one transaction (see
         ``LogStore.append``); StorageError, with nothing written, when ``after`` is not the
-        end of the current log."""
+        end of the current log.
+
+        When the connection fails during the call, the commit may have happened without its
+        answer arriving: the store then reconnects and looks for ``op_id`` (unique in the
+        log). Found, the append succeeded and its position is returned; not found, nothing was
+        written (StorageError). An operation is never applied twice."""
         self._check_writable("append")
         kind, ts = _kind_and_time(encoded)
-        with self._guard, self._errors(f"append operation {op_id}"):
+        row = (kind, ts, encoded)
+        with self._guard:
+            try:
+                return self._insert_operation(op_id, row, after, sync)
+            except self._psycopg.OperationalError as exc:
+                found = self._committed(op_id)
+                if found is not None:
+                    log.warning("the connection to the PostgreSQL log %r failed while operation %s was committed "
+                                "(%s); it was committed", self.tree, op_id, exc)
+                    return found
+                raise StorageError(f"the PostgreSQL log {self.tree!r} could not append operation {op_id} (the "
+                                   f"connection failed; the operation is not in the log): {exc}") from exc
+            except self._psycopg.Error as exc:
+                raise StorageError(f"the PostgreSQL log {self.tree!r} could not append operation {op_id}: {exc}") \
+                    from exc
+
+    def _insert_operation(self, op_id: str, row: tuple[str, float, bytes], after: Position | None,
+                          sync: bool) -> Position:
+        """One transaction: the generation checked (and locked against a replace), the row
+        inserted at ``after``'s next place, the append notified."""
+        conn = self._connection()
+        with conn.transaction():
+            if not (sync and self._durable):
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
+            current = self._generation_for_update(conn, create=after is None)
+            expected = current if after is None else after.generation
+            seq = 1 if after is None else int(after.key[0]) + 1  # type: ignore[call-overload]
+            if current != expected:
+                raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
+                                   "tail it and decide again")
+            inserted = conn.execute(self._insert() + " ON CONFLICT DO NOTHING RETURNING seq",
+                                    (self.tree, current, seq, op_id, *row)).fetchone()
+            if inserted is None:
+                raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
+                              f"(or operation {op_id} already): tail it and decide again")
+            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
+        return Position(current, (seq,))
+
+    def _committed(self, op_id: str) -> Position | None:
+        """Where ``op_id`` is in the current log, asked on a new connection (None: it is not
+        there; StorageError when the database cannot be asked)."""
+        with self._errors(f"tell whether operation {op_id} was committed"):
+            if self._conn is not None:
+                self._conn.close()
             conn = self._connection()
-            with conn.transaction():
-                if not (sync and self._durable):
-                    conn.execute("SET LOCAL synchronous_commit TO OFF")
-                current = self._generation_for_update(conn, create=after is None)
-                expected = current if after is None else after.generation
-                seq = 1 if after is None else int(after.key[0]) + 1  # type: ignore[call-overload]
-                if current != expected:
-                    raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
-                                       "tail it and decide again")
-                inserted = conn.execute(self._insert() + " ON CONFLICT DO NOTHING RETURNING seq",
-                                        (self.tree, current, seq, op_id, kind, ts, encoded)).fetchone()
-                if inserted is None:
-                    raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
-                                  f"(or operation {op_id} already): tail it and decide again")
-                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
-            return Position(current, (seq,))
+            found = conn.execute(
+                f"SELECT l.generation, l.seq FROM {self._table('kwtree_log')} l JOIN {self._table('kwtree_trees')} t "
+                "ON t.tree = l.tree AND t.generation = l.generation WHERE l.tree = %s AND l.op_id = %s",
+                (self.tree, op_id)).fetchone()
+        return None if found is None else Position(str(found[0]), (int(found[1]),))
 
     def _generation_for_update(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
         """The current generation, its row locked against a concurrent ``replace`` until the
@@ -388,9 +446,7 @@ class PostgresStore:
             raise StorageError(f"the PostgreSQL log {self.tree!r} is already locked by this store")
         deadline = time.monotonic() + self._lock_timeout
         with self._errors("be locked"):
-            if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
-                self._lock_conn = self._connect()
-            while not self._try_lock(self._lock_conn):
+            while not self._try_lock():
                 if time.monotonic() >= deadline:
                     raise LockTimeoutError(f"the PostgreSQL log {self.tree!r} stayed locked by another writer for "
                                            f"{self._lock_timeout:g} s")
@@ -400,14 +456,28 @@ class PostgresStore:
             yield
         finally:
             self._held = False
-            try:
-                self._lock_conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
-            except self._psycopg.Error:  # the connection is gone, and the server freed the lock with it
-                self._lock_conn.close()
+            conn = self._lock_conn
+            if conn is not None:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+                except self._psycopg.Error:  # the connection is gone, and the server freed the lock with it
+                    conn.close()
 
-    def _try_lock(self, conn: psycopg.Connection[Any]) -> bool:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
-        return bool(row and row[0])
+    def _try_lock(self) -> bool:
+        """One try for the advisory lock, on the lock's connection (a new one if it was lost,
+        and then the lock with it)."""
+        for attempt in (1, 2):
+            conn = self._lock_conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._lock_conn = self._connect()
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
+                return bool(row and row[0])
+            except self._psycopg.OperationalError:
+                conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close the connections (the lock with its own). Calling it twice is harmless."""
