@@ -38,7 +38,6 @@ import functools
 import logging
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -70,8 +69,6 @@ BATCH_OPERATIONS = 2000
 BATCH_BYTES = 4 << 20
 #: The file in which a cache directory records where its log lives (``record``).
 LOG_RECORD = "log.json"
-#: How often a writer waiting for the lock asks again, seconds.
-_LOCK_POLL = 0.02
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -258,15 +255,19 @@ class PostgresStore:
 
     def _next_rows(self, conn: psycopg.Connection[Any], reading: str | None,
                    seq: int) -> tuple[str, list[tuple[int, bytes]], bool] | None:
-        """In one snapshot: the current generation, its rows after ``seq`` (from its start
-        when it is not ``reading``), and whether it is not; None for a tree never written."""
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            current = self._generation(conn)
-            if current is None:
-                return None
-            restart = reading is not None and current != reading
-            return current, self._rows_after(conn, current, 0 if restart else seq), restart
+        """In one statement (one snapshot, one round trip): the current generation, its rows
+        after ``seq`` (from its start when it is not ``reading``), and whether it is not; None
+        for a tree never written."""
+        found = conn.execute(
+            f"SELECT t.generation, l.seq, l.data FROM {self._table('kwtree_trees')} t LEFT JOIN LATERAL ("
+            f"SELECT seq, data FROM {self._table('kwtree_log')} WHERE tree = t.tree AND generation = t.generation "
+            "AND seq > (CASE WHEN t.generation = %s THEN %s ELSE 0 END) ORDER BY seq LIMIT %s) l ON true "
+            "WHERE t.tree = %s", (reading or "", seq, BATCH_OPERATIONS, self.tree)).fetchall()
+        if not found:
+            return None
+        current = str(found[0][0])
+        restart = reading is not None and current != reading
+        return current, [(int(s), bytes(d)) for _, s, d in found if s is not None], restart
 
     def _again(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
         """``call`` on the connection, and once more on a new one if the first failed (the
@@ -327,6 +328,19 @@ class PostgresStore:
         """One transaction: the generation checked (and locked against a replace), the row
         inserted at ``after``'s next place, the append notified."""
         conn = self._connection()
+        if after is not None and sync and self._durable:
+            # The usual append, one statement (one round trip, its own transaction): the row is
+            # inserted only while ``after``'s generation is current (locked against a replace).
+            inserted = conn.execute(
+                f"WITH t AS (SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s AND generation = %s "
+                f"FOR SHARE), ins AS ({self._insert_from('t')} ON CONFLICT DO NOTHING RETURNING seq) "
+                "SELECT seq, pg_notify(%s, %s) FROM ins",
+                (self.tree, after.generation, self.tree, int(after.key[0]) + 1, op_id, *row,  # type: ignore[call-overload]
+                 NOTIFY_CHANNEL, self.tree)).fetchone()
+            if inserted is None:
+                raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after}, was "
+                              f"replaced, or holds operation {op_id} already: tail it and decide again")
+            return Position(after.generation, (int(inserted[0]),))
         with conn.transaction():
             if not (sync and self._durable):
                 conn.execute("SET LOCAL synchronous_commit TO OFF")
@@ -400,6 +414,11 @@ class PostgresStore:
                 conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
             return Position(generation, (seq,))
 
+    def _insert_from(self, source: str) -> str:
+        """An INSERT of one log row whose generation comes from ``source``'s (a CTE's) row."""
+        return (f"INSERT INTO {self._table('kwtree_log')} (tree, generation, seq, op_id, kind, ts, data) "
+                f"SELECT %s, {source}.generation, %s, %s, %s, %s, %s FROM {source}")
+
     def _insert(self) -> str:
         return (f"INSERT INTO {self._table('kwtree_log')} (tree, generation, seq, op_id, kind, ts, data) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)")
@@ -444,13 +463,8 @@ class PostgresStore:
     def _locked(self) -> Iterator[None]:
         if self._held:
             raise StorageError(f"the PostgreSQL log {self.tree!r} is already locked by this store")
-        deadline = time.monotonic() + self._lock_timeout
         with self._errors("be locked"):
-            while not self._try_lock():
-                if time.monotonic() >= deadline:
-                    raise LockTimeoutError(f"the PostgreSQL log {self.tree!r} stayed locked by another writer for "
-                                           f"{self._lock_timeout:g} s")
-                time.sleep(_LOCK_POLL)
+            self._lock()
         self._held = True
         try:
             yield
@@ -463,21 +477,24 @@ class PostgresStore:
                 except self._psycopg.Error:  # the connection is gone, and the server freed the lock with it
                     conn.close()
 
-    def _try_lock(self) -> bool:
-        """One try for the advisory lock, on the lock's connection (a new one if it was lost,
-        and then the lock with it)."""
+    def _lock(self) -> None:
+        """Wait for the advisory lock on the lock's connection (a new one if it was lost, and
+        the lock with it), up to ``lock_timeout`` (the server's own ``lock_timeout``)."""
         for attempt in (1, 2):
             conn = self._lock_conn
             if conn is None or conn.closed or conn.broken:
                 conn = self._lock_conn = self._connect()
+                conn.execute(f"SET lock_timeout = {max(1, int(self._lock_timeout * 1000))}")
             try:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
-                return bool(row and row[0])
+                conn.execute("SELECT pg_advisory_lock(%s)", (self._key,))
+                return
+            except self._psycopg.errors.LockNotAvailable:
+                raise LockTimeoutError(f"the PostgreSQL log {self.tree!r} stayed locked by another writer for "
+                                       f"{self._lock_timeout:g} s") from None
             except self._psycopg.OperationalError:
                 conn.close()
                 if attempt == 2:
                     raise
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close the connections (the lock with its own). Calling it twice is harmless."""
