@@ -64,9 +64,8 @@ T = TypeVar("T")
 DEFAULT_TREE = "kwtree"
 #: The channel each append notifies (payload: the tree's name).
 NOTIFY_CHANNEL = "kwtree_log"
-#: A tail batch holds at most this many operations, or about this many bytes.
+#: A tail batch holds at most this many operations.
 BATCH_OPERATIONS = 2000
-BATCH_BYTES = 4 << 20
 #: The file in which a cache directory records where its log lives (``record``).
 LOG_RECORD = "log.json"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -204,6 +203,11 @@ class PostgresStore:
         return f'"{self._schema}".{name}'
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        """The tables, made on first use (a role that may only read and write them needs no
+        right to create them once they are there)."""
+        found = conn.execute("SELECT to_regclass(%s)", (self._table("kwtree_log"),)).fetchone()
+        if found is not None and found[0] is not None:
+            return
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
         conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_trees')} ("
                      "tree text PRIMARY KEY, generation text NOT NULL)")
@@ -225,13 +229,10 @@ class PostgresStore:
             "ORDER BY seq LIMIT %s", (self.tree, generation, seq, BATCH_OPERATIONS)).fetchall()]
 
     def _batch(self, generation: str, rows: list[tuple[int, bytes]], restart: bool) -> Batch:
-        data, size = [], 0
-        for _, encoded in rows:
-            data.append(encoded)
-            size += len(encoded)
         last = rows[-1][0] if rows else 0
         first = rows[0][0] if rows else 1
-        return Batch(b"".join(data), f"postgresql {self.tree!r} generation {generation} from operation {first}",
+        return Batch(b"".join(encoded for _, encoded in rows),
+                     f"postgresql {self.tree!r} generation {generation} from operation {first}",
                      first, False, Position(generation, (last,)), restart)
 
     def _scan(self, after: Position | None, *, follow: bool) -> Iterator[Batch]:
