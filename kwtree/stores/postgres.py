@@ -38,6 +38,7 @@ import functools
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -66,6 +67,8 @@ DEFAULT_TREE = "kwtree"
 NOTIFY_CHANNEL = "kwtree_log"
 #: A tail batch holds at most this many operations.
 BATCH_OPERATIONS = 2000
+#: How often an append whose outcome is unknown asks again whether it was committed, seconds.
+_RECONNECT = 0.1
 #: The file in which a cache directory records where its log lives (``record``).
 LOG_RECORD = "log.json"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -361,16 +364,27 @@ class PostgresStore:
 
     def _committed(self, op_id: str) -> Position | None:
         """Where ``op_id`` is in the current log, asked on a new connection (None: it is not
-        there; StorageError when the database cannot be asked)."""
-        with self._errors(f"tell whether operation {op_id} was committed"):
+        there). The database is asked again every ``_RECONNECT`` seconds while it does not
+        answer (a restart, a failover), for up to ``lock_timeout``; then StorageError saying
+        the outcome is unknown."""
+        deadline = time.monotonic() + self._lock_timeout
+        while True:
             if self._conn is not None:
                 self._conn.close()
-            conn = self._connection()
-            found = conn.execute(
-                f"SELECT l.generation, l.seq FROM {self._table('kwtree_log')} l JOIN {self._table('kwtree_trees')} t "
-                "ON t.tree = l.tree AND t.generation = l.generation WHERE l.tree = %s AND l.op_id = %s",
-                (self.tree, op_id)).fetchone()
-        return None if found is None else Position(str(found[0]), (int(found[1]),))
+            try:
+                conn = self._connection()
+                found = conn.execute(
+                    f"SELECT l.generation, l.seq FROM {self._table('kwtree_log')} l JOIN "
+                    f"{self._table('kwtree_trees')} t ON t.tree = l.tree AND t.generation = l.generation "
+                    "WHERE l.tree = %s AND l.op_id = %s", (self.tree, op_id)).fetchone()
+                return None if found is None else Position(str(found[0]), (int(found[1]),))
+            except self._psycopg.OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"whether operation {op_id} was committed to the PostgreSQL log {self.tree!r} is unknown: "
+                        f"the database did not answer for {self._lock_timeout:g} s ({exc}); once it does, refresh() "
+                        "shows it if it was") from exc
+                time.sleep(_RECONNECT)
 
     def _generation_for_update(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
         """The current generation, its row locked against a concurrent ``replace`` until the
