@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,27 @@ def test_a_writer_whose_connection_died_cannot_append_over_another(tmp_path: Pat
     assert [b.data.count(b"\n") for b in second.read(None)] == [2]
     first.close()
     second.close()
+
+
+def test_first_opens_at_once_create_the_tables_once(tmp_path: Path) -> None:
+    """Processes opening a new database (here a new schema) at the same instant: CREATE TABLE
+    IF NOT EXISTS is not safe against a concurrent one (a duplicate pg_type row), so the
+    first opens take turns."""
+    import threading
+
+    schema = f"s{uuid.uuid4().hex[:12]}"
+    barrier, failures = threading.Barrier(6), []
+
+    def open_one(n: int) -> None:
+        barrier.wait()
+        try:
+            PostgresStore(os.environ[ENV], f"tree{n}", schema=schema).close()
+        except StorageError as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_one, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

@@ -67,6 +67,8 @@ DEFAULT_TREE = "kwtree"
 NOTIFY_CHANNEL = "kwtree_log"
 #: A tail batch holds at most this many operations.
 BATCH_OPERATIONS = 2000
+#: The advisory lock (transaction-scoped) that first opens take while they create the tables.
+_SETUP_KEY = int.from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, "kwtree:setup").bytes[:8], "big", signed=True)
 #: How often an append whose outcome is unknown asks again whether it was committed, seconds.
 _RECONNECT = 0.1
 #: The file in which a cache directory records where its log lives (``record``).
@@ -207,17 +209,25 @@ class PostgresStore:
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
         """The tables, made on first use (a role that may only read and write them needs no
-        right to create them once they are there)."""
-        found = conn.execute("SELECT to_regclass(%s)", (self._table("kwtree_log"),)).fetchone()
-        if found is not None and found[0] is not None:
+        right to create them once they are there). First opens at once take turns: CREATE
+        ... IF NOT EXISTS is not safe against a concurrent one."""
+        if self._tables_exist(conn):
             return
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_trees')} ("
-                     "tree text PRIMARY KEY, generation text NOT NULL)")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_log')} ("
-                     "tree text NOT NULL, generation text NOT NULL, seq bigint NOT NULL, op_id text NOT NULL, "
-                     "kind text NOT NULL, ts double precision NOT NULL, data bytea NOT NULL, "
-                     "PRIMARY KEY (tree, generation, seq), UNIQUE (tree, generation, op_id))")
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_KEY,))
+            if self._tables_exist(conn):
+                return
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_trees')} ("
+                         "tree text PRIMARY KEY, generation text NOT NULL)")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {self._table('kwtree_log')} ("
+                         "tree text NOT NULL, generation text NOT NULL, seq bigint NOT NULL, op_id text NOT NULL, "
+                         "kind text NOT NULL, ts double precision NOT NULL, data bytea NOT NULL, "
+                         "PRIMARY KEY (tree, generation, seq), UNIQUE (tree, generation, op_id))")
+
+    def _tables_exist(self, conn: psycopg.Connection[Any]) -> bool:
+        found = conn.execute("SELECT to_regclass(%s)", (self._table("kwtree_log"),)).fetchone()
+        return found is not None and found[0] is not None
 
     # --- reading --------------------------------------------------------------------------
 
