@@ -109,3 +109,41 @@ def test_first_opens_at_once_create_the_tables_once(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_a_replace_never_deletes_an_append_committed_beside_it(tmp_path: Path) -> None:
+    """A writer whose lock went with its connection may still be committing an append when
+    another replaces the log: the replace must then see it and give up, not delete it with
+    the old generation."""
+    import threading
+
+    import psycopg
+
+    clock = OpClock()
+    store = open_postgres_store(tmp_path, 5.0)
+    append_all(store, [make_operation(clock)])
+    with store.locked():
+        batches, end = read_through(store.tail(None))
+        op_id, data = make_operation(clock)
+        late = psycopg.connect(os.environ[ENV])  # the lost-lock writer, mid-transaction
+        late.execute("SELECT generation FROM kwtree_trees WHERE tree = %s FOR SHARE", (store.tree,))  # type: ignore[attr-defined]
+        late.execute("INSERT INTO kwtree_log (tree, generation, seq, op_id, kind, ts, data) VALUES "
+                     "(%s, %s, 2, %s, 'create_info', 0, %s)", (store.tree, end.generation, op_id, data))  # type: ignore[attr-defined, union-attr]
+        outcome: list[BaseException | None] = []
+
+        def replace() -> None:
+            try:
+                store.replace([], after=end)
+                outcome.append(None)
+            except StorageError as exc:
+                outcome.append(exc)
+
+        replacing = threading.Thread(target=replace)
+        replacing.start()
+        replacing.join(0.5)  # it waits for the late writer's row lock
+        late.commit()
+        replacing.join()
+        late.close()
+    assert isinstance(outcome[0], StorageError)  # it saw the append and gave up
+    assert [b.data.count(b"\n") for b in store.read(None)] == [2]
+    store.close()

@@ -67,16 +67,15 @@ def _operations(engine: Engine) -> Iterator[tuple[str, bytes]]:
             yield op_id, without_checksum(b"\n".join(lines[start:stop]) + b"\n")
 
 
-def _target(to: object, lock_timeout: float) -> tuple[LogStore, str, Path | None]:
-    """The store to write, what to call it, and its directory when it is one."""
+def _target(to: object, lock_timeout: float) -> tuple[LogStore, str]:
+    """The store to write, and what to call it."""
     if isinstance(to, str) and postgres.is_postgres_url(to):
         conninfo, tree, schema = postgres.split_url(to)
-        return postgres.PostgresStore(conninfo, tree, schema=schema, lock_timeout=lock_timeout), \
-            postgres.redacted(to), None
+        return postgres.PostgresStore(conninfo, tree, schema=schema, lock_timeout=lock_timeout), postgres.redacted(to)
     directory = clean_path(to, "to")
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InvalidInputError(f"to must be a postgresql:// URL or a new or empty directory; {directory} is not")
-    return SegmentStore.create(directory, lock_timeout=lock_timeout), str(directory), directory
+    return SegmentStore.create(directory, lock_timeout=lock_timeout), str(directory)
 
 
 def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> MigrateReport:
@@ -97,7 +96,7 @@ def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_
     if isinstance(to, str) and known is not None and postgres.is_postgres_url(to) \
             and postgres.split_url(to)[1:] == postgres.split_url(known)[1:]:
         raise InvalidInputError(f"to names the log {postgres.redacted(to)}, which source already uses")
-    store, name, _ = _target(to, timeout)
+    store, name = _target(to, timeout)
     try:
         engine = _open(directory, writable=True, lock_timeout=timeout)
         try:

@@ -231,8 +231,9 @@ class PostgresStore:
 
     # --- reading --------------------------------------------------------------------------
 
-    def _generation(self, conn: psycopg.Connection[Any]) -> str | None:
-        row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s",
+    def _generation_locked(self, conn: psycopg.Connection[Any]) -> str | None:
+        """The current generation, its row locked until the caller's transaction ends."""
+        row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s FOR UPDATE",
                            (self.tree,)).fetchone()
         return None if row is None else str(row[0])
 
@@ -417,7 +418,10 @@ class PostgresStore:
         with self._guard, self._errors("be replaced"):
             conn = self._connection()
             with conn.transaction():
-                current = self._generation(conn)
+                # The tree's row locked first: an append committing beside this (from a writer
+                # that lost its lock) is either counted in ``end`` below, or finds the row
+                # changed and writes nothing; it is never deleted with the old generation.
+                current = self._generation_locked(conn)
                 end = self._end(conn, current)
                 if (after is None and end is not None) or (after is not None and (
                         after.generation != current or end != int(after.key[0]))):  # type: ignore[call-overload]
