@@ -41,6 +41,34 @@ QUOTING_STEPS = {
 }
 #: Steps after which the log is the new one.
 NEW_LOG = {"swapped", "purging"}
+#: Moments inside the purge and rebuild of the full-text index, each the first file-system
+#: change of that kind under ``cache/fulltext``: the child stops right after it.
+FULLTEXT_MOMENTS = {
+    "fulltext-removing": ("unlink", "/fulltext/index/"),  # a file of tantivy's, mid-removal
+    "fulltext-folder": ("mkdir", "/fulltext/index"),  # the rebuilt index's folder exists
+    "fulltext-meta": ("replace", "/fulltext/"),  # kwtree's meta.json is written
+}
+
+
+def _pause_at_fulltext_moment(step: str) -> None:
+    """Wrap os's file-system calls so that the child prints ``P <step>`` and waits after the
+    first call of the moment's kind whose path matches (rmtree passes names relative to a
+    directory descriptor; /proc names the directory)."""
+    import os
+
+    kind, where = FULLTEXT_MOMENTS[step]
+    real = getattr(os, kind)
+
+    def paused(path: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real(path, *args, **kwargs)
+        dir_fd = kwargs.get("dir_fd") or kwargs.get("src_dir_fd")
+        full = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path) if dir_fd is not None else str(path)
+        if where in full:
+            print("P", step, flush=True)
+            sys.stdin.readline()  # killed here
+        return result
+
+    setattr(os, kind, paused)
 
 
 def _child(directory: str, step: str, kind: str, target: str) -> None:
@@ -65,6 +93,8 @@ def _child(directory: str, step: str, kind: str, target: str) -> None:
 
         setattr(module, name, paused)
     tree = KeywordTree(directory, worker=False)
+    if step in FULLTEXT_MOMENTS:
+        _pause_at_fulltext_moment(step)
     print("B", flush=True)
     if kind == "scope":
         tree.forget(scope=target)
@@ -123,6 +153,21 @@ def test_a_forget_killed_at_each_step_leaves_a_valid_log_and_a_rerun_finishes(
     in_log = any("/log/" in path for path in holders(directory))
     assert in_log == (step not in NEW_LOG), f"after {step} the log should be the {'new' if in_log else 'old'} one"
     _after_the_kill(directory, expected, kind, target)
+
+
+@pytest.mark.parametrize("step", list(FULLTEXT_MOMENTS))
+def test_a_forget_killed_while_it_rebuilds_the_fulltext_index_leaves_a_valid_directory(
+        prepared: tuple[Path, dict[str, str], dict[str, Any]], tmp_path: Path, children, step: str) -> None:
+    """The full-text index is removed and created so that a kill at any moment leaves it
+    whole or absent, never an index that verify (and a reader) finds broken."""
+    base, _, expected = prepared
+    directory = shutil.copytree(base, tmp_path / "tree")
+    child = children(str(HERE), directory, step, "scope", "user:alice")
+    child.expect("B")
+    child.expect(f"P {step}")
+    child.kill()
+    assert kwtree.verify_directory(directory).ok
+    _after_the_kill(directory, expected, "scope", "user:alice")
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -51,7 +51,7 @@ from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
-from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
 from kwtree.stores.fulltext import FullTextIndex, copy_committed, is_panic
 from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vectors import META_FILE, VectorStore
@@ -634,7 +634,7 @@ class Indexes:
             with contextlib.suppress(BaseException):  # a broken index may fail to close, too
                 index.close()
         if remove_files and (self._write_locks is not None or self._private_dir is not None):
-            shutil.rmtree(self._fulltext_dir, ignore_errors=True)
+            remove_cache_dir(self._fulltext_dir)
         with self._lock:
             self._expected_ops = None  # a full scan feeds the new index
 

@@ -51,6 +51,7 @@ from kwtree.stores.files import (
     PRIVATE_FILE_MODE,
     fsync_directory,
     make_dir,
+    remove_cache_dir,
     write_new_file,
 )
 from kwtree.stores.lock import run_locked
@@ -118,7 +119,7 @@ def _repair(directory: Path) -> Report:
     # a valid-looking one afterwards while it still lacks what it skipped.
     for cache in exam.caches:
         if cache.has_watermark or cache.problem is not None:
-            shutil.rmtree(cache.directory, ignore_errors=True)
+            remove_cache_dir(cache.directory)
             done.add("info", "removed-cache", str(cache.directory.relative_to(directory)), None,
                      "deleted the cache; the tree rebuilds it from the log when it opens")
     return _examine(directory).report(done.items)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,8 @@ from typing import BinaryIO
 
 __all__ = [
     "LOW_SPACE_BYTES", "PRIVATE_FILE_MODE", "dir_mode", "fsync_directory", "low_on_space", "make_dir", "mode_in",
-    "open_file", "read_after", "read_data", "read_until_nul", "write_all", "write_atomically", "write_new_file",
+    "open_file", "read_after", "read_data", "read_until_nul", "remove_cache_dir", "write_all", "write_atomically",
+    "write_new_file",
 ]
 
 #: Free bytes below which a write that failed without an errno (tantivy and hnswlib report
@@ -96,6 +98,17 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_cache_dir(directory: Path) -> None:
+    """Delete a cache's folder so that a process killed at any moment leaves the cache
+    whole or without its ``meta.json``. A cache is known by that file (verify and the
+    opening tree take a folder without it for no cache, and rebuild it), so it goes first,
+    durably, and the rest after. Errors are ignored: what stays is rebuilt or removed next."""
+    with contextlib.suppress(OSError):
+        (directory / "meta.json").unlink()
+        fsync_directory(directory)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 #: Numbers the temporary files of this process's ``write_atomically`` calls apart.

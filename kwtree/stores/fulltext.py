@@ -37,7 +37,7 @@ from kwtree.errors import (
     storage_error,
 )
 from kwtree.normalize import terms
-from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, write_atomically
+from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, remove_cache_dir, write_atomically
 
 __all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
 
@@ -164,13 +164,14 @@ class FullTextIndex:
 
     def _create(self) -> None:
         try:
+            # meta.json goes first and comes last: a process killed between leaves a folder
+            # that is no index, never one whose meta.json stands for a broken one.
+            remove_cache_dir(self._dir)
             path = self._dir / "index"
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
             path.unlink(missing_ok=True)  # a file or a link in its place
             make_dir(path, self._file_mode, parents=True)
-            self._write_meta(None)
             self._open_index(tantivy.Index(self._schema, path=str(path)))
+            self._write_meta(None)
         except (OSError, ValueError) as exc:
             what = f"cannot create the full-text index in {self._dir}"
             if isinstance(exc, ValueError) and low_on_space(self._dir):
