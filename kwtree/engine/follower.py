@@ -1,7 +1,7 @@
 """Keeping a State in step with the durable log, through the log-store seam
 (``kwtree.stores.logstore``): the initial replay on open, tailing what other processes
-appended, starting over on a log that was replaced, and the op-id-ordered replay that merged
-logs need.
+appended, starting over on a log that was replaced, the op-id-ordered replay that merged
+logs need, and the background follower of a shared log that announces its appends.
 
 The store hands out whole operations only: what follows them (a torn tail, which is withheld;
 damage in the middle of the log, CorruptLogError) is the store's to judge (for the JSONL store,
@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable, Iterator
 
 from kwtree.engine.events import Bound
 from kwtree.engine.replay import (
@@ -25,11 +26,15 @@ from kwtree.engine.replay import (
     replay_sorted,
 )
 from kwtree.engine.state import State
+from kwtree.errors import ClosedError, KwtreeError
 from kwtree.stores.logstore import LogStore, Position
 
-__all__ = ["follow", "replay_store"]
+__all__ = ["FOLLOW_POLL", "BackgroundFollower", "follow", "replay_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
+
+#: How often a background follower asks the log when no append was announced, seconds.
+FOLLOW_POLL = 1.0
 
 
 def follow(
@@ -92,3 +97,49 @@ def _replay_store_sorted(store: LogStore, bound: Bound | None) -> tuple[State, P
     state = State()
     replay_sorted(state, operations, bound)
     return state, position
+
+
+class BackgroundFollower:
+    """A daemon thread that applies what other processes append to a shared log as the log
+    announces it (``kwtree.stores.logstore.Announcing.changes``), and at least every
+    ``poll`` seconds when no announcement comes: it calls ``catch_up`` (what ``refresh()``
+    does). A catch-up that fails (the database unreachable) is logged once, until one
+    succeeds again, and retried at the next announcement or poll; the thread ends when
+    ``catch_up`` raises ClosedError or ``stop`` is called."""
+
+    def __init__(self, changes: Callable[[threading.Event, float], Iterator[bool]], catch_up: Callable[[], int],
+                 name: str, poll: float = FOLLOW_POLL) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(changes(self._stop, poll), catch_up),
+                                        name=f"kwtree-follower {name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, changes: Iterator[bool], catch_up: Callable[[], int]) -> None:
+        failing = False
+        try:
+            for _ in changes:
+                if self._stop.is_set():
+                    return
+                try:
+                    catch_up()
+                except ClosedError:
+                    return
+                except KwtreeError as exc:
+                    if not failing:
+                        log.warning("following the shared log failed (%s); trying again at its next change", exc)
+                    failing = True
+                else:
+                    if failing:
+                        log.info("following the shared log again")
+                    failing = False
+        finally:
+            close = getattr(changes, "close", None)
+            if close is not None:
+                close()  # the listening connection
+
+    def stop(self) -> None:
+        """Stop following and wait for the thread to end (at most about one listening tick
+        and a catch-up in progress)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

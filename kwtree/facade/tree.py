@@ -24,6 +24,7 @@ from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, HashEmbedder
 from kwtree.engine.engine import Engine
 from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
+from kwtree.engine.follower import BackgroundFollower
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
@@ -140,7 +141,12 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     ``log`` (a ``postgresql://`` URL; ``?tree=NAME`` names the log among those the database
     holds, ``&schema=S`` its schema) keeps the event log in PostgreSQL, shared by every
     process on every machine that opens it, and ``data_dir`` then holds only this process's
-    caches (``kwtree.stores.postgres``; ``pip install 'kwtree[postgres]'``).
+    caches (``kwtree.stores.postgres``; ``pip install 'kwtree[postgres]'``). Such a tree
+    follows the log by itself: a background thread applies what other processes append as
+    the database announces it (``LISTEN``), and at least once a second without an
+    announcement, so reads see other machines' writes without ``refresh()``; ``follow=False``
+    leaves that to ``refresh()`` and to writes (a tree with its log in ``data_dir`` follows
+    only then, whatever ``follow`` says).
 
     ``limits`` (a :class:`kwtree.Limits`) bounds the size of every stored field and of
     queries; a write over a limit raises LimitExceededError and writes nothing. Every
@@ -170,6 +176,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         file_mode: int | None = None,
         limits: Limits | None = None,
         log: str | None = None,
+        follow: bool = True,
     ) -> None:
         data_path = clean_path(data_dir, "data_dir")
         log_store = _log_store(log, data_path)
@@ -181,6 +188,8 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         self._limits.check_text("actor", self._actor, "label_bytes")
         bound = _clean_as_of(as_of)
         clean_flag(read_only, "read_only")
+        clean_flag(follow, "follow")
+        self._follower: BackgroundFollower | None = None
         if llm_client is not None and not callable(getattr(llm_client, "chat", None)):
             raise InvalidInputError(
                 "llm_client must have a chat(messages, json_schema) method (an LLMClient), "
@@ -230,6 +239,9 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             engine.add_commit_listener(self._note_commit)
             if writable and ROOT_ID not in engine.state.keywords:
                 self._commit("init", _create_root)
+            changes = engine.changes() if follow else None
+            if changes is not None:
+                self._follower = BackgroundFollower(changes, engine.catch_up, str(data_path))
         except BaseException as exc:
             if indexes is not None:
                 indexes.close()
@@ -246,6 +258,8 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         log never carries padding into git or backups); calling close twice is harmless."""
         if self._engine.closed:
             return
+        if self._follower is not None:
+            self._follower.stop()
         self._indexes.close()  # before the engine: it commits the full-text index under its locks
         self._engine.close()
 

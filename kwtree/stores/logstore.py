@@ -23,12 +23,13 @@ generation and makes it current in one transaction, and ``locked`` is an advisor
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Batch", "LogStore", "Position"]
+__all__ = ["Announcing", "Batch", "LogStore", "Position"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,4 +158,19 @@ class LogStore(Protocol):
         that read its log through first trims the padding of its newest segment under the
         lock (a failure is only logged; one whose last read stopped at damage, as a failed
         open does, leaves the files as they are). Calling it twice is harmless."""
+        ...
+
+
+@runtime_checkable
+class Announcing(Protocol):
+    """A log store shared across machines that announces appends (PostgreSQL's ``NOTIFY``),
+    so that a reader can follow the log without asking it again and again."""
+
+    def changes(self, stop: threading.Event, poll: float) -> Iterator[bool]:
+        """Yield whenever the log may have changed, until ``stop`` is set: True when an
+        append was announced, False when ``poll`` seconds passed without an announcement
+        (the fallback for announcements that never arrive) and each time the listening
+        connection was (re)made (what was appended while nobody listened). The listening
+        connection is the generator's own; a lost one is made again, waiting up to ``poll``
+        seconds between attempts. Never raises for the store being unreachable."""
         ...

@@ -23,7 +23,9 @@ even by a writer that lost its lock with its connection. Every replica reads the
 The cross-writer lock is a session advisory lock (released by the server when its connection
 ends, a SIGKILL included). ``replace`` writes a new generation, lets ``check`` read it, makes
 it current and deletes the old one in ONE transaction. Each append also sends
-``NOTIFY kwtree_log`` with the tree's name, for readers that wait on ``LISTEN``.
+``NOTIFY kwtree_log`` with the tree's name (in its transaction: heard once it committed);
+``changes`` listens for them on a connection of its own, for a background follower
+(``kwtree.engine.follower.BackgroundFollower``), and says when to ask the log anyway.
 
 Readers tail with one indexed query (rows after their ``seq``); a database cannot tear an
 operation, so a batch never carries checksums (``Batch.checksums`` False).
@@ -71,6 +73,8 @@ BATCH_OPERATIONS = 2000
 _SETUP_KEY = int.from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, "kwtree:setup").bytes[:8], "big", signed=True)
 #: How often an append whose outcome is unknown asks again whether it was committed, seconds.
 _RECONNECT = 0.1
+#: How often a listener waiting for announcements looks at its stop event, seconds.
+_LISTEN_TICK = 0.05
 #: The file in which a cache directory records where its log lives (``record``).
 LOG_RECORD = "log.json"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -177,6 +181,7 @@ class PostgresStore:
         self._durable = durable
         self._lock_timeout = lock_timeout
         self._conn: psycopg.Connection[Any] | None = None
+        self._backend = 0  # the server process of ``_conn``, which appends: its NOTIFYs are our own
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._held = False
         self._guard = threading.Lock()  # one call at a time on the connection
@@ -194,6 +199,7 @@ class PostgresStore:
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = self._connect()
+            self._backend = self._conn.info.backend_pid
         return self._conn
 
     @contextmanager
@@ -480,6 +486,46 @@ class PostgresStore:
                 f"JOIN {self._table('kwtree_trees')} t ON t.tree = l.tree AND t.generation = l.generation "
                 "WHERE l.tree = %s", (self.tree,)).fetchone()
         return (int(row[0]) if row else 0), 0
+
+    # --- announcements --------------------------------------------------------------------
+
+    def changes(self, stop: threading.Event, poll: float) -> Iterator[bool]:
+        """Yield when the log may have changed (``kwtree.stores.logstore.Announcing``): True
+        for a ``NOTIFY`` naming this tree sent by another connection than this store's (its
+        own appends are in its state already), False after ``poll`` quiet seconds and after
+        each (re)connection of the ``LISTEN`` connection, which is this generator's own."""
+        conn: psycopg.Connection[Any] | None = None
+        wait = _RECONNECT
+        quiet_since = time.monotonic()
+        try:
+            while not stop.is_set():
+                try:
+                    if conn is None:
+                        conn = self._connect()
+                        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                        wait = _RECONNECT
+                        quiet_since = time.monotonic()
+                        yield False  # what was appended while nobody listened
+                        continue
+                    heard = [note.payload for note in conn.notifies(timeout=_LISTEN_TICK, stop_after=1)
+                             if note.pid != self._backend]  # not this store's own appends
+                except self._psycopg.Error as exc:
+                    log.debug("the PostgreSQL log %r lost its listener (%s); listening again", self.tree, exc)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    stop.wait(wait)
+                    wait = min(2 * wait, poll)
+                    continue
+                if self.tree in heard:
+                    quiet_since = time.monotonic()
+                    yield True
+                elif time.monotonic() - quiet_since >= poll:
+                    quiet_since = time.monotonic()
+                    yield False
+        finally:
+            if conn is not None:
+                conn.close()
 
     # --- the lock -------------------------------------------------------------------------
 
