@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import settings
 from postgres_server import server_url
@@ -120,32 +121,52 @@ TestPostgresMachine = pytest.mark.slow(PostgresMachine.TestCase)
 TestPostgresMachine.settings = settings(stateful_step_count=60, max_examples=8)
 
 
-def test_what_reads_segments_says_so_and_compact_and_forget_go_through_the_database(tmp_path: Path,
-                                                                                     log_url: str) -> None:
-    """verify and repair read the directory's JSONL segments: on a PostgreSQL log they refuse,
-    naming why, instead of judging an empty directory. Compaction and forget replace the
-    log through the store: the forgotten text is gone from the database's current log."""
+def test_verify_reads_the_log_through_the_database_and_repair_rebuilds_the_caches(tmp_path: Path,
+                                                                                   log_url: str) -> None:
+    """verify checks a PostgreSQL log's operations (rows, versions, the tree, references) and
+    the directory's caches against it; repair deletes a cache that disagrees. upgrade, which
+    rewrites segment files, refuses. Compaction and forget replace the log through the
+    store: the forgotten text is gone from the database's current log."""
     import psycopg
 
     from kwtree import repair_directory, verify_directory
     from kwtree.errors import StorageError
+    from kwtree.ops.upgrade import upgrade_directory
     from kwtree.stores.postgres import split_url
 
     tree = KeywordTree(tmp_path / "a", durability="none", log=log_url)
     info = tree.create_info("the door code is 4711")
     tree.create_info("the plants need water on Fridays")
-    for call in (tree.verify, tree.repair, lambda: verify_directory(tmp_path / "a"),
-                 lambda: repair_directory(tmp_path / "a")):
-        with pytest.raises(StorageError, match=r"PostgreSQL|PostgresStore"):
-            call()
+    assert tree.recall("plants water") and tree.wait_indexed(30)
+    report = verify_directory(tmp_path / "a")
+    assert report.ok and report.operations == 3 and report.segments == 0, report
+    assert tree.verify().ok and tree.repair().ok
+    assert tree.recall("plants water")  # the full-text index repair deleted is rebuilt
+    with pytest.raises(StorageError, match="PostgreSQL"):
+        upgrade_directory(tmp_path / "a")
+    tree.close()
+
+    meta = tmp_path / "a" / "cache" / "fulltext" / "meta.json"  # a watermark naming no operation of the log
+    meta.write_bytes(orjson.dumps({**orjson.loads(meta.read_bytes()), "watermark": "f" * 32}))
+    assert [f.code for f in verify_directory(tmp_path / "a").errors] == ["cache-watermark"]
+    repaired = repair_directory(tmp_path / "a")
+    assert repaired.ok and "removed-cache" in [f.code for f in repaired.findings]
+    assert not meta.exists()
+
+    tree = KeywordTree(tmp_path / "a", durability="none", log=log_url)
     tree.forget(info.id)
     assert tree.compact().operations_after >= 1
-    conninfo, name, _ = split_url(log_url)
-    with psycopg.connect(conninfo) as conn:
-        rows = conn.execute("SELECT data FROM kwtree_log WHERE tree = %s", (name,)).fetchall()
-    assert rows and not any(b"4711" in bytes(data) for (data,) in rows)
-    assert any(b"plants" in bytes(data) for (data,) in rows)
     tree.close()
+    conninfo, name, _ = split_url(log_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute("SELECT data FROM kwtree_log WHERE tree = %s", (name,)).fetchall()
+        assert rows and not any(b"4711" in bytes(data) for (data,) in rows)
+        assert any(b"plants" in bytes(data) for (data,) in rows)
+        conn.execute("UPDATE kwtree_log SET data = %s WHERE tree = %s",  # rows changed behind kwtree's back
+                     (b'{"not": "a row"}\n', name))
+    damaged = verify_directory(tmp_path / "a")
+    assert not damaged.ok and any("postgresql" in (f.file or "") for f in damaged.errors), damaged
+    assert "log-elsewhere" in [f.code for f in damaged.findings]  # says where to mend it
 
 
 def test_migrate_moves_a_directory_to_postgresql_and_back_with_its_history(tmp_path: Path, log_url: str) -> None:
@@ -175,3 +196,15 @@ def test_migrate_moves_a_directory_to_postgresql_and_back_with_its_history(tmp_p
         assert [(op.op_id, op.kind) for op in source.history()] == expected
     with pytest.raises(InvalidInputError, match="to must be"):
         migrate(tmp_path / "local", tmp_path / "back")  # not empty
+
+
+def test_a_snapshot_of_a_postgresql_log_is_refused_saying_what_to_do_instead(tmp_path: Path, log_url: str) -> None:
+    """A snapshot archives JSONL segments: a PostgreSQL log has none. It refuses, naming the
+    database's backups and `kwtree migrate`, and writes no archive."""
+    from kwtree.errors import StorageError
+
+    with KeywordTree(tmp_path / "a", durability="none", log=log_url) as tree:
+        tree.create_info("kept in the database")
+        with pytest.raises(StorageError, match="kwtree migrate"):
+            tree.snapshot(tmp_path / "a.kwsnap")
+    assert not (tmp_path / "a.kwsnap").exists() and not list(tmp_path.glob(".a.kwsnap*"))

@@ -325,20 +325,15 @@ class Engine:
         """True when the log now read (its first batch) is not the one this engine followed."""
         return bool(first) and self._position is not None and first[0].end.generation != self._position.generation
 
-    def require_segments(self, what: str) -> None:
-        """StorageError (saying ``what`` needs them) unless the log is in JSONL segments in
-        the directory: the calls that read or repair the segment files themselves."""
-        if not isinstance(self._store, SegmentStore):
-            raise StorageError(f"{what} reads the JSONL segments of a tree's directory; the log of {self._dir} is "
-                               f"in {type(self._store).__name__}, which does not offer them (docs/scaling.md)")
-
     def _segment_store(self) -> SegmentStore:
-        """The JSONL store, for the calls that read its segment files (StorageError with
-        another store)."""
+        """The JSONL store, for the calls that read its segment files (a snapshot's cut):
+        StorageError, saying what to do instead, with another store."""
         store = self._store
         if not isinstance(store, SegmentStore):
-            raise StorageError(f"this needs the log of {self._dir} in JSONL segments; {type(store).__name__} "
-                               f"does not offer it")
+            raise StorageError(f"this reads the JSONL segments of a tree's directory; the log of {self._dir} is in "
+                               f"{type(store).__name__}, which does not offer them: back a PostgreSQL log up with "
+                               "the database's tools, or copy it into a directory of its own with `kwtree migrate "
+                               "DIR --to NEW_DIR` and snapshot that (docs/scaling.md)")
         return store
 
     def find_operation(self, op_id: str) -> Operation | None:

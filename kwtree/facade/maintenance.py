@@ -131,12 +131,12 @@ class MaintenanceMethods(TreeCore):
         """Check this tree's directory as ``kwtree.ops.verify.verify_directory`` does — every log
         line, the tree replay gives, the manifest, the caches' watermarks — and return the
         findings. Reads the files (so it sees what other processes wrote too), never writes and
-        never takes the writer lock. ``report.ok`` is False when there is an error. StorageError
-        for a tree whose log is in PostgreSQL (the database checks its own pages)."""
+        never takes the writer lock. ``report.ok`` is False when there is an error. A tree whose
+        log is in PostgreSQL has that log read through the database (StorageError when it
+        cannot be reached) and checked the same way, with its caches."""
         from kwtree.ops.verify import verify_directory
 
         self._check_open()
-        self._engine.require_segments("verify")
         return verify_directory(self._engine.directory)
 
     def repair(self) -> Report:
@@ -145,13 +145,13 @@ class MaintenanceMethods(TreeCore):
         go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt; the vector
         store is read again from its files and every text without a vector is queued for the
         embedding worker (``wait_indexed`` waits for it). Then the tree replays the repaired log.
-        Returns what was done followed by what a verify then finds.
+        Returns what was done followed by what a verify then finds. A tree whose log is in
+        PostgreSQL has only its caches repaired (the database's log is not rewritten).
         Raises ReadOnlyError on a read-only tree or ``as_of`` view, LockTimeoutError, FormatError
         (a newer format), StorageError."""
         from kwtree.ops.repair import repair_under_lock
 
         engine = self._engine
-        engine.require_segments("repair")
         with engine.locked():
             try:
                 report = repair_under_lock(engine.directory)

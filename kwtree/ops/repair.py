@@ -61,6 +61,7 @@ from kwtree.stores.manifest import (
     OLDEST_FORMAT,
     Manifest,
 )
+from kwtree.stores.postgres import opener, recorded
 from kwtree.validate import clean_seconds
 from kwtree.writes.infos import retire_link, retire_relation
 
@@ -80,8 +81,16 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     that have the tree open replay the repaired log at their next refresh or write."""
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
+    elsewhere = recorded(directory)
     try:
-        return run_locked(directory, timeout, repair_under_lock)
+        if elsewhere is None:
+            return run_locked(directory, timeout, repair_under_lock)
+        store = opener(elsewhere)(directory, writable=True, durable=True, lock_timeout=timeout)
+        try:
+            with store.locked():  # the writers' lock: they write the caches under it
+                return _repair_caches(directory)
+        finally:
+            store.close()
     except OSError as exc:
         raise StorageError(f"could not repair {directory}: {exc}") from exc
 
@@ -91,7 +100,7 @@ def repair_under_lock(directory: Path) -> Report:
     (``KeywordTree.repair``). A failing disk raises StorageError: every step before it is
     complete (quarantined bytes are synced before the log changes; the log swap is atomic)."""
     try:
-        return _repair(directory)
+        return _repair(directory) if recorded(directory) is None else _repair_caches(directory)
     except OSError as exc:
         raise StorageError(f"could not repair {directory}: {exc}; run verify to see where it stands") from exc
 
@@ -114,15 +123,31 @@ def _repair(directory: Path) -> Report:
         _swap_log(directory, bodies, root)
         exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
     _retire_dangling(directory, exam, done)
-    # Every cache that follows the log by a watermark is rebuilt, not only those whose
-    # watermark is visibly wrong: an index that trusted a watermark ahead of the log commits
-    # a valid-looking one afterwards while it still lacks what it skipped.
+    _remove_caches(directory, exam, done)
+    return _examine(directory).report(done.items)
+
+
+def _repair_caches(directory: Path) -> Report:
+    """Repair for a directory whose log is in PostgreSQL (a database tears no operation, and
+    its log is not this directory's to rewrite): the caches are rebuilt; what verify finds
+    in the log itself is reported."""
+    done = _Findings()
+    exam = _examine(directory)
+    if exam.manifest_problem == "newer":
+        raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
+    _remove_caches(directory, exam, done)
+    return _examine(directory).report(done.items)
+
+
+def _remove_caches(directory: Path, exam: _Examination, done: _Findings) -> None:
+    """Delete every cache that follows the log by a watermark, not only those whose
+    watermark is visibly wrong (an index that trusted a watermark ahead of the log commits a
+    valid-looking one afterwards while it still lacks what it skipped), and every unreadable one."""
     for cache in exam.caches:
         if cache.has_watermark or cache.problem is not None:
             remove_cache_dir(cache.directory)
             done.add("info", "removed-cache", str(cache.directory.relative_to(directory)), None,
                      "deleted the cache; the tree rebuilds it from the log when it opens")
-    return _examine(directory).report(done.items)
 
 
 def _quarantine_spans(directory: Path, segment: Segment, done: _Findings) -> bytes:

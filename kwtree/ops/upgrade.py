@@ -25,7 +25,7 @@ import orjson
 from kwtree.engine.events import CRC_KEY, checksum_problem, with_checksum
 from kwtree.engine.replay import parse_operations
 from kwtree.errors import DamagedDirectoryError, StorageError
-from kwtree.ops.verify import Report, _clean_directory, verify_directory
+from kwtree.ops.verify import Report, segments_directory, verify_directory
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
     LOG_DIR,
@@ -68,7 +68,7 @@ def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.
     FormatError for a newer or unreadable manifest, DamagedDirectoryError when verify finds
     an error or a torn tail (run ``kwtree repair`` first; nothing is changed), LockTimeoutError,
     StorageError when the disk fails (the old log stays in place)."""
-    directory = _clean_directory(path)
+    directory = segments_directory(path, "upgrade")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:
         return run_locked(directory, timeout, _upgrade)

@@ -62,13 +62,14 @@ from kwtree.stores import logswap
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
-from kwtree.stores.postgres import recorded
+from kwtree.stores.postgres import opener, recorded
 from kwtree.validate import clean_path
 
 __all__ = [
     "SEVERITIES",
     "Finding",
     "Report",
+    "segments_directory",
     "verify_directory",
 ]
 
@@ -226,10 +227,17 @@ def _clean_directory(path: object) -> Path:
         raise InvalidInputError(f"{directory} is a file, not a directory; pass the data directory of a tree")
     if not (directory / MANIFEST_NAME).exists() and not (directory / LOG_DIR).is_dir():
         raise NotFoundError(f"{directory} is not a kwtree directory (it has neither {MANIFEST_NAME} nor {LOG_DIR}/)")
+    return directory
+
+
+def segments_directory(path: object, what: str) -> Path:
+    """``path`` cleaned as verify takes it, for a call that rewrites JSONL segment files
+    (``what``): StorageError for a directory whose log is in PostgreSQL."""
+    directory = _clean_directory(path)
     elsewhere = recorded(directory)
     if elsewhere is not None:
-        raise StorageError(f"{directory} holds only caches: its log is in PostgreSQL ({elsewhere}), which this reads "
-                           "no segments of (docs/scaling.md)")
+        raise StorageError(f"{what} rewrites the JSONL segments of a tree's directory; {directory} holds only caches: "
+                           f"its log is in PostgreSQL ({elsewhere}) (docs/scaling.md)")
     return directory
 
 
@@ -327,6 +335,25 @@ def _read_log(exam: _Examination, validator: Validator) -> list[RawOperation]:
         reader.read()
         exam.bytes += segment.data_end
         found.extend(reader.operations)
+    return found
+
+
+def _read_store(exam: _Examination, validator: Validator, url: str) -> list[RawOperation]:
+    """Read the log kept in PostgreSQL (``url``, which the directory recorded) through a
+    read-only store; each batch of operations is checked as a segment's are (a database
+    tears nothing: there are no seals, torn tails or checksums). StorageError when the
+    database cannot be reached."""
+    store = opener(url)(exam.directory, writable=False, durable=True, lock_timeout=10.0)
+    found: list[RawOperation] = []
+    try:
+        for batch in store.read(None):
+            source = Segment(batch.source, batch.source, newest=True)
+            reader = SegmentReader(source, batch.data, validator, exam.findings, checksums=batch.checksums)
+            reader.read()
+            exam.bytes += len(batch.data)
+            found.extend(reader.operations)
+    finally:
+        store.close()
     return found
 
 
@@ -586,14 +613,23 @@ def _check_swap(exam: _Examination) -> None:
 
 def _examine(directory: Path) -> _Examination:
     exam = _Examination(directory, _Findings())
+    elsewhere = recorded(directory)  # a log in PostgreSQL: the directory holds caches only
     _check_manifest(exam)
-    _check_swap(exam)
+    if elsewhere is None:
+        _check_swap(exam)
     if exam.manifest_problem == "newer":
         return exam  # another format: its log is not ours to judge
     _read_caches(exam)
     validator = Validator()
-    found = _read_log(exam, validator)
-    _check_chain(exam)
+    if elsewhere is None:
+        found = _read_log(exam, validator)
+        _check_chain(exam)
+    else:
+        exam.findings.add("info", "log-elsewhere", None, None,
+                          f"the log is in PostgreSQL ({elsewhere}) and was read through the database; this directory "
+                          "holds caches only, which `kwtree repair` rebuilds; damage in the log's rows is mended in "
+                          "the database (from its backups), not by repair")
+        found = _read_store(exam, validator, elsewhere)
     _check_operations(exam, found)
     stored = _check_versions(exam)
     state = exam.state = _replay(exam, validator)
@@ -609,6 +645,8 @@ def _examine(directory: Path) -> _Examination:
 def verify_directory(path: str | os.PathLike[str]) -> Report:
     """Check the data directory at ``path`` — manifest, every log segment, the tree replay
     gives, cache watermarks — and return a :class:`Report`. Never writes, never locks, and
-    works on directories that cannot be opened. Raises NotFoundError if ``path`` is not a
+    works on directories that cannot be opened. A directory whose log is in PostgreSQL has
+    that log's operations read through the database and checked the same way (StorageError
+    when it cannot be reached); it has no segments. Raises NotFoundError if ``path`` is not a
     kwtree directory (no manifest and no log), InvalidInputError if it is a file."""
     return _examine(_clean_directory(path)).report()
