@@ -15,7 +15,7 @@ from postgres_server import ENV, server_url
 
 from kwtree.engine.events import OpClock
 from kwtree.errors import InvalidInputError, StorageError
-from kwtree.stores.logstore import LogStore
+from kwtree.stores.logstore import Behind, LogStore
 from kwtree.stores.postgres import DEFAULT_TREE, PostgresStore, split_url
 
 URL = server_url()
@@ -147,3 +147,70 @@ def test_a_replace_never_deletes_an_append_committed_beside_it(tmp_path: Path) -
     assert isinstance(outcome[0], StorageError)  # it saw the append and gave up
     assert [b.data.count(b"\n") for b in store.read(None)] == [2]
     store.close()
+
+
+def test_an_unlocked_append_behind_the_end_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """append_unlocked needs no lock: the primary key refuses a place another writer took."""
+    clock = OpClock()
+    mine, other = open_postgres_store(tmp_path, 5.0), open_postgres_store(tmp_path, 5.0)
+    assert isinstance(mine, PostgresStore) and isinstance(other, PostgresStore)
+    first = make_operation(clock)
+    start = mine.append_unlocked(first[1], first[0], after=None)  # the first append of a log, too
+    taken = make_operation(clock)
+    other.append_unlocked(taken[1], taken[0], after=start)
+    op_id, data = make_operation(clock)
+    with pytest.raises(Behind, match="tail it and decide again"):
+        mine.append_unlocked(data, op_id, after=start)
+    _, end = read_through(mine.tail(start))
+    assert mine.append_unlocked(data, op_id, after=end).key == (3,)
+    assert [b.data.count(b"\n") for b in mine.read(None)] == [3]
+    mine.close()
+    other.close()
+
+
+def test_an_unlocked_append_waits_for_a_holder_of_the_lock_and_never_lands_behind_its_replace(
+        tmp_path: Path) -> None:
+    """A compaction or a forget holds locked() while it decides and replaces the log: an
+    unlocked append waits for it (up to lock_timeout), then finds the log replaced (Behind),
+    never written into the generation the replace deleted."""
+    import threading
+
+    clock = OpClock()
+    holder, writer = open_postgres_store(tmp_path, 5.0), open_postgres_store(tmp_path, 5.0)
+    assert isinstance(writer, PostgresStore)
+    (end,) = append_all(holder, [make_operation(clock)])
+    op_id, data = make_operation(clock)
+    outcome: list[BaseException | object] = []
+
+    def append() -> None:
+        try:
+            outcome.append(writer.append_unlocked(data, op_id, after=end))
+        except StorageError as exc:
+            outcome.append(exc)
+
+    with holder.locked():
+        appending = threading.Thread(target=append)
+        appending.start()
+        appending.join(0.5)
+        assert appending.is_alive() and outcome == []  # it waits for the lock's holder
+        holder.replace([], after=end)
+    appending.join()
+    assert isinstance(outcome[0], Behind)
+    assert [b.data for b in holder.read(None)] in ([], [b""])  # the replaced log holds nothing of it
+    holder.close()
+    writer.close()
+
+
+def test_an_unlocked_append_gives_up_after_the_lock_timeout(tmp_path: Path) -> None:
+    from kwtree.errors import LockTimeoutError
+
+    clock = OpClock()
+    holder, writer = open_postgres_store(tmp_path, 5.0), open_postgres_store(tmp_path, 0.2)
+    assert isinstance(writer, PostgresStore)
+    (end,) = append_all(holder, [make_operation(clock)])
+    op_id, data = make_operation(clock)
+    with holder.locked(), pytest.raises(LockTimeoutError, match="not appended"):
+        writer.append_unlocked(data, op_id, after=end)
+    assert [b.data.count(b"\n") for b in holder.read(None)] == [1]
+    holder.close()
+    writer.close()

@@ -208,3 +208,66 @@ def test_a_snapshot_of_a_postgresql_log_is_refused_saying_what_to_do_instead(tmp
         with pytest.raises(StorageError, match="kwtree migrate"):
             tree.snapshot(tmp_path / "a.kwsnap")
     assert not (tmp_path / "a.kwsnap").exists() and not list(tmp_path.glob(".a.kwsnap*"))
+
+
+def _engine(directory: Path, url: str) -> Any:
+    """An engine on the log (its root written by a tree first), to call commit with a decider."""
+    from kwtree.engine.engine import Engine
+    from kwtree.stores.postgres import opener
+
+    KeywordTree(directory.with_name(directory.name + "-setup"), durability="none", log=url, follow=False).close()
+    return Engine(directory, writable=True, durable=False, log_store=opener(url), caches_only=True)
+
+
+def _info(content: str) -> Any:
+    from kwtree.models import EMPTY_METADATA, Change, Info
+
+    def decide(state: Any, stamp: Any) -> list[Change]:
+        info = Info(uuid.uuid4().hex, content, "", EMPTY_METADATA, 1, stamp.timestamp, stamp.timestamp, False,
+                    stamp.op_id)
+        return [Change(info, None)]
+
+    return decide
+
+
+def test_a_write_that_loses_the_race_decides_again_on_the_state_that_won(tmp_path: Path, log_url: str) -> None:
+    """Writes to a PostgreSQL log take no lock: each decides on the state it followed, and the
+    database refuses the one that lost the race; it catches up and decides again, so what it
+    writes was decided on the log's latest state."""
+    mine, other = _engine(tmp_path / "mine", log_url), _engine(tmp_path / "other", log_url)
+    seen: list[int] = []
+
+    def decide(state: Any, stamp: Any) -> Any:
+        seen.append(state.op_count)
+        if len(seen) == 1:  # another machine appends between this decision and its append
+            other.commit("create_info", _info("the other machine's write"))
+        return _info(f"decided after {state.op_count} operations")(state, stamp)
+
+    op = mine.commit("create_info", decide)
+    assert seen == [1, 2]  # the root; then the root and the other write
+    assert op is not None and op.changes[0].after.content == "decided after 2 operations"
+    other.catch_up()
+    assert other.state.op_count == mine.state.op_count == 3
+    mine.close()
+    other.close()
+
+
+def test_a_writer_that_keeps_losing_takes_the_lock(tmp_path: Path, log_url: str) -> None:
+    """After UNLOCKED_TRIES refusals the write takes the cross-writer lock, under which no
+    other append can land: it is not starved."""
+    from kwtree.engine.engine import UNLOCKED_TRIES
+
+    mine, other = _engine(tmp_path / "mine", log_url), _engine(tmp_path / "other", log_url)
+    calls = [0]
+
+    def decide(state: Any, stamp: Any) -> Any:
+        calls[0] += 1
+        if calls[0] <= UNLOCKED_TRIES:  # the other writer wins every unlocked race
+            other.commit("create_info", _info(f"winner {calls[0]}"))
+        return _info("the patient write")(state, stamp)
+
+    op = mine.commit("create_info", decide)
+    assert calls[0] == UNLOCKED_TRIES + 1 and op is not None
+    assert mine.state.op_count == 1 + UNLOCKED_TRIES + 1 and mine.state.last_op_id == op.op_id
+    mine.close()
+    other.close()

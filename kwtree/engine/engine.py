@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -51,7 +53,7 @@ from kwtree.models import Change, Operation
 from kwtree.stores import leftovers
 from kwtree.stores.directory import create_directory
 from kwtree.stores.files import PRIVATE_FILE_MODE
-from kwtree.stores.logstore import Announcing, Batch, LogStore, Position
+from kwtree.stores.logstore import Announcing, Batch, Behind, LogStore, Position, UnlockedAppends
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 from kwtree.stores.modes import apply_file_mode
 from kwtree.stores.segments import SegmentStore
@@ -59,6 +61,13 @@ from kwtree.stores.segments import SegmentStore
 __all__ = ["CommitListener", "Decide", "Engine", "LogCut", "LogSize", "LogStoreFactory"]
 
 T = TypeVar("T")
+#: How many times a write to a store without a cross-writer lock (``UnlockedAppends``) may
+#: find that another writer appended first before it takes the lock instead.
+UNLOCKED_TRIES = 8
+#: The first wait (seconds, at random up to it, doubling with each refusal up to 32 times
+#: it) after a write found that another writer appended first: losers spread out instead
+#: of racing again.
+UNLOCKED_BACKOFF = 0.0005
 #: A decider: the changes one operation makes, decided against the current state.
 Decide = Callable[[State, Stamp], list[Change]]
 #: Told of every operation this engine commits, with the state it was applied to, while the
@@ -274,17 +283,25 @@ class Engine:
         if state.last_op_id is not None:
             self._clock.observe(state.last_op_id, state.last_timestamp)
 
-    def catch_up(self) -> int:
+    def catch_up(self, until: Position | None = None) -> int:
         """Apply the operations other processes appended since the last look; returns how
-        many. Never takes the writer lock. A view does not move and returns 0."""
+        many. Never takes the writer lock. A view does not move and returns 0. With
+        ``until`` (the end of the log an announcement named), nothing is read when the state
+        reflects the log that far already (a write of this process followed past it)."""
         self.check_open()
-        if self._bound is not None:
+        if self._bound is not None or (until is not None and self._covers(until)):
             return 0
         with self._mutex:
+            if until is not None and self._covers(until):
+                return 0
             before = self.state.op_count
             return self._follow().op_count - before
 
-    def changes(self) -> Callable[[threading.Event, float], Iterator[bool]] | None:
+    def _covers(self, position: Position) -> bool:
+        mine = self._position
+        return mine is not None and mine.generation == position.generation and mine.key >= position.key
+
+    def changes(self) -> Callable[[threading.Event, float], Iterator[Position | None]] | None:
         """The store's announcements of appends (``Announcing.changes``) for a background
         follower, when the store makes them and this engine follows the log (not a view)."""
         store = self._store
@@ -423,28 +440,65 @@ class Engine:
         changes (nothing is written). Durable on return when the engine is. What raises before
         the operation is appended (the decider, LimitExceededError) or the append itself (the
         disk) leaves the log and the state as they were; a commit listener that raises does so
-        after the operation was applied."""
+        after the operation was applied.
+
+        ``decide`` is always given the log's latest state, and may be called again: a store
+        that refuses a stale append itself (``UnlockedAppends``, PostgreSQL) is written
+        without the cross-writer lock, and when another writer appended first the state is
+        caught up and ``decide`` asked again (after ``UNLOCKED_TRIES`` refusals, the write
+        takes the lock, so a writer that keeps losing the race is not starved)."""
+        store = self._store
+        if isinstance(store, UnlockedAppends):
+            self.check_writable()
+            with self._mutex:
+                self.check_writable()
+                for attempt in range(UNLOCKED_TRIES):
+                    if attempt:  # lost a race: let the winners through before trying again
+                        time.sleep(random.uniform(0, UNLOCKED_BACKOFF * 2 ** min(attempt, 5)))
+                    state = self._follow()
+                    op = self._decide(kind, decide, audit, state)
+                    if op is None:
+                        return None
+                    try:
+                        self._position = store.append_unlocked(encode_operation(op), op.op_id, after=self._position,
+                                                               sync=self._durable)
+                    except Behind:
+                        continue  # another writer appended first: catch up and decide again
+                    self._applied(op, state)
+                    return op
         state = self._begin_write(catch_up=True)  # what ``writing()`` does, without its generator
         try:
-            op_id, timestamp = self._clock.next()
-            changes = decide(state, Stamp(op_id, timestamp, self._actor))
-            if not changes:
+            op = self._decide(kind, decide, audit, state)
+            if op is None:
                 return None
-            self._limits.check_changes(changes)
-            op = Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
-            self._position = self._store.append(encode_operation(op), op_id, after=self._position,
+            self._position = self._store.append(encode_operation(op), op.op_id, after=self._position,
                                                 sync=self._durable)
-            with self.state_lock:
-                apply(state, op)
-            for listener in self._listeners:
-                listener(op, state)
+            self._applied(op, state)
         finally:
             self._end_write()
         return op
 
+    def _decide(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None, state: State) -> Operation | None:
+        """The operation ``decide`` makes of ``state`` with the next op id, checked against
+        the limits; None when it changes nothing."""
+        op_id, timestamp = self._clock.next()
+        changes = decide(state, Stamp(op_id, timestamp, self._actor))
+        if not changes:
+            return None
+        self._limits.check_changes(changes)
+        return Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
+
+    def _applied(self, op: Operation, state: State) -> None:
+        """Apply an appended operation to the state and tell the listeners."""
+        with self.state_lock:
+            apply(state, op)
+        for listener in self._listeners:
+            listener(op, state)
+
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call ``listener(op, state)`` after each operation this engine commits, under the
-        write locks; what it raises reaches the writer (the operation is durable already)."""
+        write mutex (and the cross-writer lock, for a store that has writers take it); what it
+        raises reaches the writer (the operation is durable already)."""
         self._listeners.append(listener)
 
     def cut_log(self, take: LogCut[T]) -> T:

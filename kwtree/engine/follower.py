@@ -103,25 +103,26 @@ class BackgroundFollower:
     """A daemon thread that applies what other processes append to a shared log as the log
     announces it (``kwtree.stores.logstore.Announcing.changes``), and at least every
     ``poll`` seconds when no announcement comes: it calls ``catch_up`` (what ``refresh()``
-    does). A catch-up that fails (the database unreachable) is logged once, until one
-    succeeds again, and retried at the next announcement or poll; the thread ends when
-    ``catch_up`` raises ClosedError or ``stop`` is called."""
+    does), given the announced end of the log (it reads nothing when the state reflects it).
+    A catch-up that fails (the database unreachable) is logged once, until one succeeds
+    again, and retried at the next announcement or poll; the thread ends when ``catch_up``
+    raises ClosedError or ``stop`` is called."""
 
-    def __init__(self, changes: Callable[[threading.Event, float], Iterator[bool]], catch_up: Callable[[], int],
-                 name: str, poll: float = FOLLOW_POLL) -> None:
+    def __init__(self, changes: Callable[[threading.Event, float], Iterator[Position | None]],
+                 catch_up: Callable[[Position | None], int], name: str, poll: float = FOLLOW_POLL) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(changes(self._stop, poll), catch_up),
                                         name=f"kwtree-follower {name}", daemon=True)
         self._thread.start()
 
-    def _run(self, changes: Iterator[bool], catch_up: Callable[[], int]) -> None:
+    def _run(self, changes: Iterator[Position | None], catch_up: Callable[[Position | None], int]) -> None:
         failing = False
         try:
-            for _ in changes:
+            for announced in changes:
                 if self._stop.is_set():
                     return
                 try:
-                    catch_up()
+                    catch_up(announced)
                 except ClosedError:
                     return
                 except KwtreeError as exc:

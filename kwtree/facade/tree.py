@@ -466,8 +466,9 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             chosen, descent = self._place(name, description)
             audit: dict[str, Any] = {"agent": descent.audit()}
 
-            def decide(state: State, stamp: Stamp) -> list[Change]:
+            def decide(state: State, stamp: Stamp) -> list[Change]:  # (may be asked again, on a newer state)
                 parent = chosen
+                audit["agent"].pop("parent_fallback", None)
                 if state.live_keyword(parent) is None:  # deleted by another writer meanwhile
                     audit["agent"]["parent_fallback"] = f"{parent} was deleted before the write; placed under the root"
                     parent = ROOT_ID

@@ -29,7 +29,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Announcing", "Batch", "LogStore", "Position"]
+from kwtree.errors import StorageError
+
+__all__ = ["Announcing", "Batch", "Behind", "LogStore", "Position", "UnlockedAppends"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +168,31 @@ class Announcing(Protocol):
     """A log store shared across machines that announces appends (PostgreSQL's ``NOTIFY``),
     so that a reader can follow the log without asking it again and again."""
 
-    def changes(self, stop: threading.Event, poll: float) -> Iterator[bool]:
-        """Yield whenever the log may have changed, until ``stop`` is set: True when an
-        append was announced, False when ``poll`` seconds passed without an announcement
-        (the fallback for announcements that never arrive) and each time the listening
-        connection was (re)made (what was appended while nobody listened). The listening
-        connection is the generator's own; a lost one is made again, waiting up to ``poll``
-        seconds between attempts. Never raises for the store being unreachable."""
+    def changes(self, stop: threading.Event, poll: float) -> Iterator[Position | None]:
+        """Yield whenever the log may have changed, until ``stop`` is set: the position at
+        the end of the log an announced append (or replace) left, or None when ``poll``
+        seconds passed without an announcement (the fallback for announcements that never
+        arrive) and each time the listening connection was (re)made (what was appended while
+        nobody listened). The listening connection is the generator's own; a lost one is made
+        again, waiting up to ``poll`` seconds between attempts. Never raises for the store
+        being unreachable."""
+        ...
+
+
+class Behind(StorageError):
+    """An append (or replace) at a position that is not the end of the log: another writer
+    appended first, or the log was replaced. Nothing was written; tail and decide again."""
+
+
+@runtime_checkable
+class UnlockedAppends(Protocol):
+    """A log store that refuses a stale append by itself (a database's unique key), so a
+    writer needs no cross-writer lock around its decision: it decides on the state it has
+    followed and appends; refused (:class:`Behind`), it follows the log and decides again."""
+
+    def append_unlocked(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
+        """``LogStore.append`` without holding ``locked()``: the operation is inserted only
+        if ``after`` is still the end of the log (else Behind, nothing written). It waits
+        while another holds ``locked()`` (a compaction, a forget), up to the lock timeout
+        (then LockTimeoutError), so a holder's decisions are never appended behind."""
         ...

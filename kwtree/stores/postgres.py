@@ -20,10 +20,16 @@ durable, ordered, concurrent appends.
 ``(tree, generation, seq)`` refuses an append behind the end of the log (another writer's
 operation holds that place), so a decision taken on a stale state can never be committed,
 even by a writer that lost its lock with its connection. Every replica reads the same order.
-The cross-writer lock is a session advisory lock (released by the server when its connection
-ends, a SIGKILL included). ``replace`` writes a new generation, lets ``check`` read it, makes
-it current and deletes the old one in ONE transaction. Each append also sends
-``NOTIFY kwtree_log`` with the tree's name (in its transaction: heard once it committed);
+So a writer needs no lock (``append_unlocked``, ``kwtree.stores.logstore.UnlockedAppends``):
+it decides on the state it followed and the database refuses the append if another took
+that place first (``Behind``). The cross-writer lock, for what decides over several steps
+(compaction, forget), is a session advisory lock held exclusively (released by the server
+when its connection ends, a SIGKILL included); every unlocked append takes it shared in its
+own statement, so it waits for such a holder and lands after it.
+
+``replace`` writes a new generation, lets ``check`` read it, makes it current and deletes
+the old one in ONE transaction. Each append also sends ``NOTIFY kwtree_log`` with the new
+end of the log and the tree's name (in its transaction: heard once it committed);
 ``changes`` listens for them on a connection of its own, for a background follower
 (``kwtree.engine.follower.BackgroundFollower``), and says when to ask the log anyway.
 
@@ -52,7 +58,7 @@ import orjson
 
 from kwtree.errors import InvalidInputError, LockTimeoutError, StorageError
 from kwtree.stores.files import write_atomically
-from kwtree.stores.logstore import Batch, Position
+from kwtree.stores.logstore import Batch, Behind, Position
 
 if TYPE_CHECKING:
     import psycopg
@@ -185,21 +191,27 @@ class PostgresStore:
         self._lock_conn: psycopg.Connection[Any] | None = None
         self._held = False
         self._guard = threading.Lock()  # one call at a time on the connection
+        self._options = ""
         self._key = int.from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, f"kwtree:{schema}:{tree}").bytes[:8], "big",
                                    signed=True)
         with self._errors("open"):
+            given = self._psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""  # the URL's own, kept
+            self._options = f"{given} -c lock_timeout={max(1, int(lock_timeout * 1000))}".strip()
             self._setup(self._connection())
 
     # --- connections ----------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] = self._psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        """A new autocommitting connection whose every lock wait (the advisory lock, a row a
+        replace holds) ends after ``lock_timeout`` (LockNotAvailable)."""
+        conn: psycopg.Connection[Any] = self._psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10,
+                                                              options=self._options)
         return conn
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = self._connect()
-            self._backend = self._conn.info.backend_pid
+            conn = self._conn = self._connect()
+            self._backend = conn.info.backend_pid
         return self._conn
 
     @contextmanager
@@ -311,27 +323,42 @@ class PostgresStore:
 
     # --- writing --------------------------------------------------------------------------
 
-    def _check_writable(self, what: str) -> None:
+    def _check_writable(self, what: str, *, locked: bool = True) -> None:
         if not self._writable:
             raise StorageError(f"the PostgreSQL log {self.tree!r} was opened read-only: it cannot {what}")
-        if not self._held:
+        if locked and not self._held:
             raise StorageError(f"the PostgreSQL log {self.tree!r} cannot {what} outside locked()")
 
     def append(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
         """Insert the operation at ``after``'s next place, in one transaction (see
-        ``LogStore.append``); StorageError, with nothing written, when ``after`` is not the
-        end of the current log.
+        ``LogStore.append``); Behind (a StorageError), with nothing written, when ``after``
+        is not the end of the current log.
 
         When the connection fails during the call, the commit may have happened without its
         answer arriving: the store then reconnects and looks for ``op_id`` (unique in the
         log). Found, the append succeeded and its position is returned; not found, nothing was
         written (StorageError). An operation is never applied twice."""
         self._check_writable("append")
+        return self._append(encoded, op_id, after, sync, shared=False)
+
+    def append_unlocked(self, encoded: bytes, op_id: str, *, after: Position | None, sync: bool = True) -> Position:
+        """``append`` without ``locked()`` (``kwtree.stores.logstore.UnlockedAppends``): the
+        same transaction also takes the advisory lock *shared*, so it waits while a holder of
+        ``locked()`` (which takes it exclusively) decides and writes, up to ``lock_timeout``
+        (LockTimeoutError), and appends behind nobody: the primary key refuses a place that
+        another append took (Behind). One statement, one round trip."""
+        self._check_writable("append", locked=False)
+        return self._append(encoded, op_id, after, sync, shared=True)
+
+    def _append(self, encoded: bytes, op_id: str, after: Position | None, sync: bool, *, shared: bool) -> Position:
         kind, ts = _kind_and_time(encoded)
         row = (kind, ts, encoded)
         with self._guard:
             try:
-                return self._insert_operation(op_id, row, after, sync)
+                return self._insert_operation(op_id, row, after, sync, shared)
+            except self._psycopg.errors.LockNotAvailable:
+                raise LockTimeoutError(f"the PostgreSQL log {self.tree!r} stayed locked by another writer for "
+                                       f"{self._lock_timeout:g} s; operation {op_id} was not appended") from None
             except self._psycopg.OperationalError as exc:
                 found = self._committed(op_id)
                 if found is not None:
@@ -345,38 +372,45 @@ class PostgresStore:
                     from exc
 
     def _insert_operation(self, op_id: str, row: tuple[str, float, bytes], after: Position | None,
-                          sync: bool) -> Position:
-        """One transaction: the generation checked (and locked against a replace), the row
-        inserted at ``after``'s next place, the append notified."""
+                          sync: bool, shared: bool) -> Position:
+        """One transaction: with ``shared``, the advisory lock taken shared first; the
+        generation checked (and locked against a replace), the row inserted at ``after``'s
+        next place, the append notified."""
         conn = self._connection()
         if after is not None and sync and self._durable:
             # The usual append, one statement (one round trip, its own transaction): the row is
             # inserted only while ``after``'s generation is current (locked against a replace).
+            # The shared advisory lock is a filter of the scan below the row lock, so it is
+            # waited for before the row is locked (a replace, under the exclusive lock, locks
+            # that row for update), and a generation replaced meanwhile fails the re-check.
+            waits = f" AND pg_advisory_xact_lock_shared({self._key})::text = ''" if shared else ""
             inserted = conn.execute(
-                f"WITH t AS (SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s AND generation = %s "
-                f"FOR SHARE), ins AS ({self._insert_from('t')} ON CONFLICT DO NOTHING RETURNING seq) "
-                "SELECT seq, pg_notify(%s, %s) FROM ins",
+                f"WITH t AS (SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s AND generation = %s"
+                f"{waits} FOR SHARE), ins AS ({self._insert_from('t')} ON CONFLICT DO NOTHING RETURNING seq) "
+                "SELECT seq, pg_notify(%s, %s || seq || %s) FROM ins",
                 (self.tree, after.generation, self.tree, int(after.key[0]) + 1, op_id, *row,  # type: ignore[call-overload]
-                 NOTIFY_CHANNEL, self.tree)).fetchone()
+                 NOTIFY_CHANNEL, f"{after.generation} ", f" {self.tree}")).fetchone()
             if inserted is None:
-                raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after}, was "
-                              f"replaced, or holds operation {op_id} already: tail it and decide again")
+                raise Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after}, was "
+                             f"replaced, or holds operation {op_id} already: tail it and decide again")
             return Position(after.generation, (int(inserted[0]),))
         with conn.transaction():
             if not (sync and self._durable):
                 conn.execute("SET LOCAL synchronous_commit TO OFF")
+            if shared:
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._key,))
             current = self._generation_for_update(conn, create=after is None)
             expected = current if after is None else after.generation
             seq = 1 if after is None else int(after.key[0]) + 1  # type: ignore[call-overload]
             if current != expected:
-                raise StorageError(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
-                                   "tail it and decide again")
+                raise Behind(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
+                             "tail it and decide again")
             inserted = conn.execute(self._insert() + " ON CONFLICT DO NOTHING RETURNING seq",
                                     (self.tree, current, seq, op_id, *row)).fetchone()
             if inserted is None:
-                raise _Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
-                              f"(or operation {op_id} already): tail it and decide again")
-            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
+                raise Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
+                             f"(or operation {op_id} already): tail it and decide again")
+            self._announce(conn, current, seq)
         return Position(current, (seq,))
 
     def _committed(self, op_id: str) -> Position | None:
@@ -412,7 +446,7 @@ class PostgresStore:
         row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s FOR SHARE",
                            (self.tree,)).fetchone()
         if row is None:
-            raise _Behind(f"the PostgreSQL log {self.tree!r} is empty: append after None")
+            raise Behind(f"the PostgreSQL log {self.tree!r} is empty: append after None")
         return str(row[0])
 
     def replace(self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
@@ -446,8 +480,12 @@ class PostgresStore:
                 if current is not None:
                     conn.execute(f"DELETE FROM {self._table('kwtree_log')} WHERE tree = %s AND generation = %s",
                                  (self.tree, current))
-                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.tree))
+                self._announce(conn, generation, seq)
             return Position(generation, (seq,))
+
+    def _announce(self, conn: psycopg.Connection[Any], generation: str, seq: int) -> None:
+        """NOTIFY, in the caller's transaction, that the log now ends at (generation, seq)."""
+        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"{generation} {seq} {self.tree}"))
 
     def _insert_from(self, source: str) -> str:
         """An INSERT of one log row whose generation comes from ``source``'s (a CTE's) row."""
@@ -489,11 +527,12 @@ class PostgresStore:
 
     # --- announcements --------------------------------------------------------------------
 
-    def changes(self, stop: threading.Event, poll: float) -> Iterator[bool]:
-        """Yield when the log may have changed (``kwtree.stores.logstore.Announcing``): True
-        for a ``NOTIFY`` naming this tree sent by another connection than this store's (its
-        own appends are in its state already), False after ``poll`` quiet seconds and after
-        each (re)connection of the ``LISTEN`` connection, which is this generator's own."""
+    def changes(self, stop: threading.Event, poll: float) -> Iterator[Position | None]:
+        """Yield when the log may have changed (``kwtree.stores.logstore.Announcing``): the
+        end of the log a ``NOTIFY`` of this tree announced (the last of those heard at once;
+        not those of this store's own connection: its appends are in its state already), None
+        after ``poll`` quiet seconds and after each (re)connection of the ``LISTEN``
+        connection, which is this generator's own."""
         conn: psycopg.Connection[Any] | None = None
         wait = _RECONNECT
         quiet_since = time.monotonic()
@@ -505,7 +544,7 @@ class PostgresStore:
                         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                         wait = _RECONNECT
                         quiet_since = time.monotonic()
-                        yield False  # what was appended while nobody listened
+                        yield None  # what was appended while nobody listened
                         continue
                     heard = [note.payload for note in conn.notifies(timeout=_LISTEN_TICK, stop_after=1)
                              if note.pid != self._backend]  # not this store's own appends
@@ -517,15 +556,25 @@ class PostgresStore:
                     stop.wait(wait)
                     wait = min(2 * wait, poll)
                     continue
-                if self.tree in heard:
+                ours = [position for mine, position in map(self._announced, heard) if mine]
+                if ours:
                     quiet_since = time.monotonic()
-                    yield True
+                    yield None if None in ours else ours[-1]
                 elif time.monotonic() - quiet_since >= poll:
                     quiet_since = time.monotonic()
-                    yield False
+                    yield None
         finally:
             if conn is not None:
                 conn.close()
+
+    def _announced(self, payload: str) -> tuple[bool, Position | None]:
+        """Whether an announcement (``"<generation> <seq> <tree>"``) is this tree's, and the
+        end of the log it names (None when it names none: ask the log)."""
+        generation, _, rest = payload.partition(" ")
+        seq, _, tree = rest.partition(" ")
+        if tree == self.tree and seq.isdigit():
+            return True, Position(generation, (int(seq),))
+        return payload == self.tree, None
 
     # --- the lock -------------------------------------------------------------------------
 
@@ -559,7 +608,6 @@ class PostgresStore:
             conn = self._lock_conn
             if conn is None or conn.closed or conn.broken:
                 conn = self._lock_conn = self._connect()
-                conn.execute(f"SET lock_timeout = {max(1, int(self._lock_timeout * 1000))}")
             try:
                 conn.execute("SELECT pg_advisory_lock(%s)", (self._key,))
                 return
@@ -577,10 +625,6 @@ class PostgresStore:
             if conn is not None:
                 conn.close()
         self._conn = self._lock_conn = None
-
-
-class _Behind(StorageError):
-    """An append or replace that was not at the end of the log (nothing was written)."""
 
 
 def _kind_and_time(encoded: bytes) -> tuple[str, float]:
