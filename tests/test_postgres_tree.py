@@ -271,3 +271,23 @@ def test_a_writer_that_keeps_losing_takes_the_lock(tmp_path: Path, log_url: str)
     assert mine.state.op_count == 1 + UNLOCKED_TRIES + 1 and mine.state.last_op_id == op.op_id
     mine.close()
     other.close()
+
+
+def test_a_search_keeps_its_own_caches_while_another_machine_holds_the_trees_lock(tmp_path: Path,
+                                                                                  log_url: str) -> None:
+    """A cache directory is this process's own: bringing its full-text index up to date
+    takes a lock of the directory, not the tree's lock that every machine shares, so a
+    compaction or a forget elsewhere never holds up a search here."""
+    from kwtree.stores.postgres import PostgresStore, split_url
+
+    writer = KeywordTree(tmp_path / "writer", durability="none", log=log_url, follow=False)
+    reader = KeywordTree(tmp_path / "reader", durability="none", log=log_url, lock_timeout=1.0)
+    info = writer.create_info("the boiler is serviced every October")
+    conninfo, name, schema = split_url(log_url)
+    elsewhere = PostgresStore(conninfo, name, schema=schema)
+    with elsewhere.locked():  # another machine compacting
+        reader.refresh()
+        assert [hit.info.id for hit in reader.recall("boiler serviced October")] == [info.id]
+    elsewhere.close()
+    writer.close()
+    reader.close()

@@ -53,6 +53,7 @@ from kwtree.models import Change, Operation
 from kwtree.stores import leftovers
 from kwtree.stores.directory import create_directory
 from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.logstore import Announcing, Batch, Behind, LogStore, Position, UnlockedAppends
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 from kwtree.stores.modes import apply_file_mode
@@ -424,6 +425,29 @@ class Engine:
             yield state
         finally:
             self._end_write()
+
+    def caches_locked(self) -> AbstractContextManager[State]:
+        """The locks under which this process writes the caches of its directory. With the
+        log in the directory, ``locked()``: its caches are shared by every process that opens
+        it, as the log is. With the log elsewhere (PostgreSQL), the directory holds this
+        process's caches only: the write mutex and the directory's own lock file, so that
+        another machine holding the tree's lock (a compaction) never holds up a search here.
+        ClosedError, ReadOnlyError, LockTimeoutError."""
+        if isinstance(self._store, SegmentStore):
+            return self.locked()
+        return self._directory_locked()
+
+    @contextlib.contextmanager
+    def _directory_locked(self) -> Iterator[State]:
+        self.check_writable()
+        with self._mutex:
+            self.check_writable()
+            lock = WriterLock(self._dir / LOCK_NAME, self._lock_timeout, file_mode=self.file_mode)
+            try:
+                with lock:
+                    yield self.state
+            finally:
+                lock.close()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[State]:

@@ -68,7 +68,8 @@ class TreeCore:
         """The caches of the engine's directory, as this tree's options want them."""
         embedder, worker, embed_async = self._index_options
         engine = self._engine
-        return Indexes(engine.directory, embedder, engine.read, write_locks=engine.locked if engine.writable else None,
+        return Indexes(engine.directory, embedder, engine.read,
+                       write_locks=engine.caches_locked if engine.writable else None,
                        worker=worker, embed_async=embed_async, file_mode=engine.file_mode)
 
     def _note_commit(self, op: Operation, state: State) -> None:

@@ -61,7 +61,7 @@ from kwtree.stores.manifest import (
     OLDEST_FORMAT,
     Manifest,
 )
-from kwtree.stores.postgres import opener, recorded
+from kwtree.stores.postgres import recorded
 from kwtree.validate import clean_seconds
 from kwtree.writes.infos import retire_link, retire_relation
 
@@ -81,16 +81,8 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     that have the tree open replay the repaired log at their next refresh or write."""
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
-    elsewhere = recorded(directory)
-    try:
-        if elsewhere is None:
-            return run_locked(directory, timeout, repair_under_lock)
-        store = opener(elsewhere)(directory, writable=True, durable=True, lock_timeout=timeout)
-        try:
-            with store.locked():  # the writers' lock: they write the caches under it
-                return _repair_caches(directory)
-        finally:
-            store.close()
+    try:  # (with the log in PostgreSQL, the directory's lock is the one its caches are written under)
+        return run_locked(directory, timeout, repair_under_lock)
     except OSError as exc:
         raise StorageError(f"could not repair {directory}: {exc}") from exc
 
