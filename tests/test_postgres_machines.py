@@ -36,12 +36,13 @@ from kwtree.errors import KwtreeError
 cache, log, counter_id, name, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
 tree = KeywordTree(Path(cache), log=log, worker=False, lock_timeout=60)
 rng = random.Random(name)
-increments, created, conflicts, failures = 0, [], 0, 0
+increments, created, conflicts, failures, last_write = 0, [], 0, 0, 0.0
 deadline = time.time() + seconds
 while time.time() < deadline:
     try:
         if rng.random() < 0.5:
             created.append(tree.create_info(f"{name} memory {len(created)}").id)
+            last_write = time.time()
             continue
         while True:  # read, add one, write back at the version read: a stale version is refused
             tree.refresh()
@@ -49,22 +50,28 @@ while time.time() < deadline:
             try:
                 tree.update_info(counter_id, {"content": str(int(counter.content) + 1)}, version=counter.version)
                 increments += 1
+                last_write = time.time()
                 break
             except VersionConflictError:
                 conflicts += 1
     except KwtreeError:  # the server is restarting: the write was not made (or it would have returned)
         failures += 1
         time.sleep(0.05)
-print(json.dumps({"increments": increments, "created": created, "conflicts": conflicts, "failures": failures}),
-      flush=True)
-target = sys.stdin.readline().strip()  # the last op id of the log, once every machine stopped
-started = time.perf_counter()
-while tree.last_op_id != target and time.perf_counter() - started < 60:  # (bench/postgres.py times the lag)
-    time.sleep(0.005)  # no refresh(): the tree's follower applies what the others wrote
-converged = time.perf_counter() - started
+print(json.dumps({"increments": increments, "created": created, "conflicts": conflicts, "failures": failures,
+                  "last_write": last_write}), flush=True)
+import threading
+target = []  # the last op id of the log, once every machine stopped
+threading.Thread(target=lambda: target.append(sys.stdin.readline().strip()), daemon=True).start()
+changes, last, deadline = [], None, time.time() + 90
+while not (target and last == target[0]) and time.time() < deadline:
+    if tree.last_op_id != last:  # no refresh(): the tree's follower applies what the others wrote
+        last = tree.last_op_id
+        changes.append((last, time.time()))
+    time.sleep(0.001)
 counts = tree.tree_metrics()
-print(json.dumps({"seconds": converged, "last": tree.last_op_id, "counter": tree.get_info(counter_id).content,
-                  "infos": counts["infos"], "keywords": counts["keywords"]}), flush=True)
+print(json.dumps({"reached": next((at for op_id, at in changes if op_id == last), None), "last": tree.last_op_id,
+                  "counter": tree.get_info(counter_id).content, "infos": counts["infos"],
+                  "keywords": counts["keywords"]}), flush=True)
 """
 
 
@@ -95,6 +102,9 @@ def test_four_machines_write_at_once_lose_no_update_and_converge(tmp_path: Path)
         for machine in machines:
             machine.kill()
             machine.wait(10)
+    # Reported, not asserted (no wall-clock threshold in a test): the issue's "within a second".
+    lag = max(s["reached"] for s in seen) - max(w["last_write"] for w in work)
+    print(f"every machine had the final state {lag * 1000:.1f} ms after the last write returned")
     assert sum(w["increments"] for w in work) > 0 and sum(w["conflicts"] for w in work) > 0  # they did contend
     assert {(s["last"], s["counter"], s["infos"], s["keywords"]) for s in seen} == {
         (last, str(sum(w["increments"] for w in work)), 1 + len(created), 0)}
