@@ -9,7 +9,9 @@ through the :class:`kwtree.engine.engine.Engine` it holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from kwtree.agent.descend import DescendLoop
@@ -19,6 +21,7 @@ from kwtree.engine.engine import Decide, Engine
 from kwtree.engine.state import State
 from kwtree.limits import Limits
 from kwtree.models import Keyword, Operation
+from kwtree.stores.lock import LOCK_NAME, WriterLock
 
 __all__ = ["TreeCore"]
 
@@ -69,9 +72,32 @@ class TreeCore:
         embedder, worker, embed_async = self._index_options
         engine = self._engine
         return Indexes(engine.directory, embedder, engine.read,
-                       write_locks=engine.caches_locked if engine.writable else None,
+                       write_locks=self._caches_locked if engine.writable else None,
                        worker=worker, embed_async=embed_async, file_mode=engine.file_mode)
+
+    def _caches_locked(self) -> AbstractContextManager[State]:
+        """The locks under which this process writes its directory's caches. With the log in
+        the directory, the engine's writer locks: every process that opens it shares its
+        caches, as the log. With the log elsewhere (PostgreSQL), the directory holds this
+        process's caches only: the write mutex and the directory's own lock file, so that
+        another machine holding the tree's lock (a compaction) never holds up a search here.
+        ClosedError, ReadOnlyError, LockTimeoutError."""
+        engine = self._engine
+        return _directory_locked(engine) if engine.caches_only else engine.locked()
 
     def _note_commit(self, op: Operation, state: State) -> None:
         """The engine's commit listener: the caches note what to index."""
         self._indexes.note(op, state)
+
+
+@contextlib.contextmanager
+def _directory_locked(engine: Engine) -> Iterator[State]:
+    """The engine's write mutex, then the lock file of its directory."""
+    engine.check_writable()
+    with engine.exclusive() as state:
+        lock = WriterLock(engine.directory / LOCK_NAME, engine.lock_timeout, file_mode=engine.file_mode)
+        try:
+            with lock:
+                yield state
+        finally:
+            lock.close()

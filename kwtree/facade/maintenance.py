@@ -152,7 +152,7 @@ class MaintenanceMethods(TreeCore):
         from kwtree.ops.repair import repair_under_lock
 
         engine = self._engine
-        with engine.caches_locked():  # the writer locks; only the directory's, with the log in PostgreSQL
+        with self._caches_locked():  # the writer locks; only the directory's, with the log in PostgreSQL
             try:
                 report = repair_under_lock(engine.directory)
             finally:  # the log may have been replaced even if a later step failed
