@@ -35,6 +35,8 @@ log = logging.getLogger("kwtree.engine.replay")
 
 #: How often a background follower asks the log when no append was announced, seconds.
 FOLLOW_POLL = 1.0
+#: How long closing a tree waits for its follower to end, seconds.
+STOP_WAIT = 2.0
 
 
 def follow(
@@ -139,8 +141,10 @@ class BackgroundFollower:
                 close()  # the listening connection
 
     def stop(self) -> None:
-        """Stop following and wait for the thread to end (at most about one listening tick
-        and a catch-up in progress)."""
+        """Stop following and wait for the thread to end: about one listening tick and a
+        catch-up in progress, at most ``STOP_WAIT`` seconds (a thread still connecting to an
+        unreachable server is left to end by itself: it is a daemon, it closes its own
+        connection, and a catch-up on a closed tree ends it)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(STOP_WAIT)
