@@ -7,11 +7,13 @@ Profiles: ``default`` keeps the whole suite within a few minutes on 2 cores;
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import Child
 from hypothesis import HealthCheck, settings
+from messages_api import FakeMessagesAPI
 
 settings.register_profile(
     "default",
@@ -57,3 +59,15 @@ def children():
     yield start
     for child in started:
         child.cleanup()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeMessagesAPI]:
+    """A fake Anthropic Messages API on 127.0.0.1 (tests/messages_api.py), shut down after the test."""
+    fake = FakeMessagesAPI()
+    fake.thread.start()
+    yield fake
+    fake.released.set()
+    fake.server.shutdown()
+    fake.server.server_close()
+    fake.thread.join()

@@ -4,16 +4,13 @@ and no test sleeps: every client records its backoff waits instead of sleeping t
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from messages_api import FakeMessagesAPI, Reply, error
 
 from kwtree.agent import anthropic_client
 from kwtree.agent.anthropic_client import DEFAULT_MODEL, AnthropicLLMClient
@@ -42,16 +39,6 @@ MESSAGES = [
 GOOD = {"action": "descend", "child": 2, "reasons": ["drinks"]}
 
 
-@dataclass
-class Reply:
-    """One scripted answer of the fake API; ``body`` is JSON-encoded unless it is bytes."""
-
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
 def message(answer: Any = GOOD, *, stop_reason: str = "tool_use", name: str = "decide") -> Reply:
     content = [{"type": "tool_use", "id": "toolu_01", "name": name, "input": answer}]
     return Reply(body={
@@ -61,54 +48,6 @@ def message(answer: Any = GOOD, *, stop_reason: str = "tool_use", name: str = "d
     })
 
 
-def error(status: int, kind: str, text: str, headers: dict[str, str] | None = None) -> Reply:
-    return Reply(status, {"type": "error", "error": {"type": kind, "message": text}}, headers or {})
-
-
-class FakeMessagesAPI:
-    """A ThreadingHTTPServer that answers ``POST /v1/messages`` from a queue of replies and
-    records every request's path, headers (lower-cased names) and JSON body."""
-
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.requests: list[dict[str, Any]] = []
-        self.released = threading.Event()  # set at teardown, ends any scripted delay early
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-                api.requests.append({
-                    "path": self.path,
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                    "body": json.loads(raw),
-                })
-                reply = api.replies.popleft() if api.replies else error(500, "api_error", "nothing scripted")
-                api.released.wait(reply.delay)
-                data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for key, value in reply.headers.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up waiting (the timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        # a short poll interval, so shutdown() at teardown returns at once rather than in 0.5 s
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
-
-    def script(self, *replies: Reply) -> None:
-        self.replies.extend(replies)
-
-
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No key, model, endpoint or proxy from the developer's shell leaks into a test."""
@@ -116,17 +55,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
                  "KWTREE_ANTHROPIC_MODEL", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                  "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def api() -> Iterator[FakeMessagesAPI]:
-    fake = FakeMessagesAPI()
-    fake.thread.start()
-    yield fake
-    fake.released.set()
-    fake.server.shutdown()
-    fake.server.server_close()
-    fake.thread.join()
 
 
 @pytest.fixture

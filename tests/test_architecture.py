@@ -228,8 +228,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "memory": {"ground", "kwtree.engine.state", "kwtree.engine.events", "writes", "retrieval", "agent"},
     # "may import every package below it; only the CLI and kwtree/__init__.py import it"
     "facade": {"ground", "engine", "writes", "stores", "caches", "retrieval", "agent", "ops", "memory"},
+    # "on the facade's public methods (and the scope paths and commit options they take) ...; only the CLI imports it"
+    "integrations": {"ground", "retrieval", "memory", "agent", "facade"},
     # "It sits on top and may import anything; nothing in the library imports it"
-    "cli": {"ground", "engine", "writes", "stores", "caches", "retrieval", "agent", "ops", "memory", "facade", "top"},
+    "cli": {"ground", "engine", "writes", "stores", "caches", "retrieval", "agent", "ops", "memory", "facade", "top",
+            "integrations"},
     "top": {"ground", "engine", "writes", "stores", "caches", "retrieval", "agent", "ops", "memory", "facade"},
     "__main__": {"cli"},  # python -m kwtree
     # kwtree/testing.py: checkers and strategies for users' trees; the facade's docstring names it

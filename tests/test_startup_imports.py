@@ -47,7 +47,9 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
     assert kwtree_modules <= {"kwtree", "kwtree.errors", "kwtree.models", "kwtree.normalize", "kwtree.cli",
                               "kwtree.cli.main", "kwtree.cli.output", "kwtree.cli.table",
                               "kwtree.cli.memory", "kwtree.cli.forget",  # the table's rows of the agent-memory commands
-                              "kwtree.cli.abstracts"}  # and of the keyword-abstracts command
+                              "kwtree.cli.abstracts",  # and of the keyword-abstracts command
+                              "kwtree.cli.agents", "kwtree.cli.env",  # of mcp and hook, and the LLM they read
+                              "kwtree.integrations", "kwtree.integrations.bounded"}  # the result budget's default
     assert _top_level(loaded).isdisjoint(HEAVY)
 
 

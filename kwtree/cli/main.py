@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
-from kwtree.cli import abstracts, forget, memory
+from kwtree.cli import abstracts, agents, forget, memory
+from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import (
     agent_warning,
     line,
@@ -639,6 +640,8 @@ COMMANDS: tuple[Command, ...] = (
               arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
     ),
     *forget.COMMANDS,
+    # --- attaching to agents (kwtree/cli/agents.py) -------------------------------------------
+    *agents.COMMANDS,
 )
 
 
@@ -696,43 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _llm_client() -> Any:
-    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none. For
-    Anthropic, KWTREE_LLM_TIMEOUT (seconds per attempt) and KWTREE_LLM_MAX_RETRIES bound how
-    long a failing API is waited for before the agent falls back."""
-    choice = os.environ.get("KWTREE_LLM", "offline").strip().lower()
-    if choice in ("", "offline"):
-        return None
-    if choice == "anthropic":
-        from kwtree.agent.anthropic_client import AnthropicLLMClient
-
-        limits: dict[str, Any] = {}
-        for variable, setting, kind in (("KWTREE_LLM_TIMEOUT", "timeout", float),
-                                        ("KWTREE_LLM_MAX_RETRIES", "max_retries", int)):
-            text = os.environ.get(variable, "").strip()
-            if text:
-                try:
-                    limits[setting] = kind(text)
-                except ValueError:
-                    raise InvalidInputError(f"{variable} must be a {kind.__name__}, got {text!r}") from None
-        return AnthropicLLMClient(**limits)
-    raise InvalidInputError(f"KWTREE_LLM must be 'anthropic' or 'offline', got {choice!r}")
-
-
-def _on_agent_failure() -> str:
-    """KWTREE_ON_AGENT_FAILURE: "fallback" (default: warn and go on) or "raise" (exit 1)."""
-    from kwtree.facade.agent import ON_AGENT_FAILURE
-
-    choice = os.environ.get("KWTREE_ON_AGENT_FAILURE", "").strip().lower() or "fallback"
-    if choice not in ON_AGENT_FAILURE:
-        raise InvalidInputError(f"KWTREE_ON_AGENT_FAILURE must be 'fallback' or 'raise', got {choice!r}")
-    return choice
-
-
 def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
     from kwtree.stores.manifest import MANIFEST_NAME
 
-    agent = {"llm_client": _llm_client(), "on_agent_failure": _on_agent_failure()}
+    agent = {"llm_client": llm_client(), "on_agent_failure": on_agent_failure()}
     if command.opens == "read":
         return kwtree.KeywordTree(args.dir, read_only=True, as_of=args.as_of, **agent)
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from kwtree.caches.embed import Embedder
     from kwtree.ops.forget import ForgetReport
 
-__all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory"]
+__all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory", "verbatim_options"]
 
 #: The scope kind of each id, in the order a scope path holds them.
 ID_KINDS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
@@ -105,6 +105,13 @@ def _verbatim(messages: Sequence[Message], context: ExtractContext) -> list[Cand
     return found
 
 
+def verbatim_options(metadata: Mapping[str, Any] | None = None) -> CommitOptions:
+    """The options of a commit that stores each new message (system messages aside) as one
+    memory, word for word, under the scope's ``memories`` branch, keeping no turns: what
+    ``add(infer=False)`` and the agents' ``remember`` tool write."""
+    return CommitOptions(keep_turns=False, extractor=_verbatim, policies=_VERBATIM_POLICIES, metadata=metadata)
+
+
 class Memory:
     """mem0's ``Memory`` calls over a KeywordTree in ``path`` (created when new), which it owns:
     ``close()`` (or a ``with`` block) releases it. ``llm`` (a kwtree LLMClient) makes extraction,
@@ -160,10 +167,7 @@ class Memory:
             messages = [messages]
         cleaned = clean_messages(messages)
         extra = dict(clean_metadata(metadata)) if metadata is not None else None
-        if not clean_flag(infer, "infer"):
-            options = CommitOptions(keep_turns=False, extractor=_verbatim, policies=_VERBATIM_POLICIES, metadata=extra)
-        else:
-            options = CommitOptions(metadata=extra)
+        options = CommitOptions(metadata=extra) if clean_flag(infer, "infer") else verbatim_options(extra)
         session_id = f"{'add' if infer else 'verbatim'}-{digest(cleaned)[:16]}"
         result = self.tree.commit_session(cleaned, session_id=session_id, scope=scope, options=options)
         op_ids = [result.op_id] if result.op_id is not None else []

@@ -1,0 +1,83 @@
+"""The commands that attach kwtree to agents: ``mcp`` (a Model Context Protocol server over
+stdio, ``kwtree.integrations.mcp``) and ``hook`` (Claude Code's hooks,
+``kwtree.integrations.claude_code``).
+
+Rows of the command table (``kwtree.cli.table.Command``) that ``kwtree.cli.main.COMMANDS``
+takes in. Both open the tree themselves ("none"): the server holds it for as long as the
+client stays, and a hook's output is the JSON Claude Code reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kwtree.cli.env import llm_client, on_agent_failure
+from kwtree.cli.table import Command, arg
+from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
+
+__all__ = ["COMMANDS"]
+
+
+def _mcp(_: None, args: argparse.Namespace) -> None:
+    from kwtree.integrations.mcp import serve
+
+    serve(args.dir, scope=args.scope, read_only=args.read_only, actor=args.actor, durability=args.durability,
+          llm_client=llm_client(), on_agent_failure=on_agent_failure(), max_result_chars=args.max_result_chars)
+
+
+def _hook(_: None, args: argparse.Namespace) -> None:
+    from kwtree.facade.tree import KeywordTree
+    from kwtree.integrations import claude_code
+
+    payload = claude_code.read_hook_input(sys.stdin.read())
+    with KeywordTree(args.dir, actor=args.actor, llm_client=llm_client(),
+                     on_agent_failure=on_agent_failure()) as tree:
+        if args.event == "stop":
+            claude_code.stop(tree, payload, args.scope)
+            return
+        if args.event == "session-start":
+            output = claude_code.session_start(tree, payload, args.scope, args.max_tokens or 800)
+        else:
+            output = claude_code.submitted_prompt(tree, payload, args.scope, args.max_tokens or 1500)
+    if output is not None:
+        print(json.dumps(output, ensure_ascii=False))
+
+
+_DIR = arg("dir", metavar="DIR", help="the tree's directory (created when new)")
+_ACTOR = arg("--actor", default="agent", metavar="NAME", help="who writes, kept in the history (default: agent)")
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "mcp", "kwtree.integrations.mcp.serve",
+        "serve the tree's memory tools to an agent over the Model Context Protocol (stdio) until the client leaves",
+        example="./memory --scope user:alice --read-only < /dev/null", opens="none", call=_mcp,
+        args=(_DIR,
+              arg("--scope", metavar="SCOPE", help="pin the server to one scope, e.g. user:alice: every read and "
+                                                   "write stays inside it"),
+              arg("--read-only", action="store_true", help="offer only the reading tools and refuse writes"),
+              _ACTOR,
+              arg("--durability", choices=("full", "none"), default="full",
+                  help="full (default): each write synced to disk before its call returns"),
+              arg("--max-result-chars", type=int, default=DEFAULT_MAX_CHARS, metavar="N",
+                  help=f"the most characters one tool result holds (default: {DEFAULT_MAX_CHARS:,}; "
+                       "longer ones are cut with a 'truncated' note)")),
+    ),
+    Command(
+        "hook", "kwtree.integrations.claude_code",
+        "answer a Claude Code hook (its JSON on stdin): session-start and prompt print context, stop commits "
+        "the transcript",
+        example=("session-start ./memory --scope user:alice <<< "
+                 "'{\"session_id\": \"s1\", \"hook_event_name\": \"SessionStart\", \"source\": \"startup\"}'"),
+        opens="none", call=_hook,
+        args=(arg("event", choices=("session-start", "prompt", "stop"), metavar="EVENT",
+                  help="session-start (SessionStart), prompt (UserPromptSubmit) or stop (Stop)"),
+              _DIR,
+              arg("--scope", default="user:default", metavar="SCOPE",
+                  help="whose memory, e.g. user:alice or project:kwtree (default: user:default)"),
+              _ACTOR,
+              arg("--max-tokens", type=int, metavar="N",
+                  help="the budget of the context printed (default: 800 at session-start, 1500 for a prompt)")),
+    ),
+)

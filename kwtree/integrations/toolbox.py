@@ -1,0 +1,460 @@
+"""The memory tools at work: a :class:`ToolBox` runs the catalog's tools
+(``kwtree.integrations.catalog``) on one open KeywordTree, for any door that hands tools to a
+model (the MCP server, the Anthropic tool-use loop, a hook).
+
+What a toolbox promises, whatever the door:
+
+- **Scopes.** Every read and write takes a ``scope``. A toolbox pinned to a scope
+  (``scope="user:alice"``) reads and writes only inside it: an omitted scope is the pin, a
+  scope outside it is refused, and an id outside it is "not found" (a pinned model cannot
+  learn what other scopes hold, nor file into them, relate to them, undo their operations or
+  forget them). An unpinned toolbox reads everything unless a call names a scope, and then
+  holds that call to it the same way. The checks read the tree as it is when the call starts;
+  another process moving a keyword out of the scope in the same instant is not excluded.
+- **Read-only.** A ``read_only`` toolbox lists no writing tools and refuses them by name.
+- **Errors.** ``call`` never raises a kwtree error: it returns a reply marked as an error whose
+  text is the error's class and message (naming the argument), and nothing was written.
+- **Bounded.** A reply is at most ``max_result_chars`` characters, with a ``truncated`` note when
+  something was cut (``kwtree.integrations.bounded``).
+- **Fresh.** Each call first applies what other processes appended to the directory, so several
+  servers on one directory see each other's writes.
+- **Whole or nothing.** Each writing tool is one kwtree operation: a call interrupted by a
+  client that went away, or a process killed, leaves it written entirely or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, ReadOnlyError
+from kwtree.integrations import catalog
+from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, dumps, fit
+from kwtree.models import ROOT_ID, Info, Keyword, Operation, SearchResult
+from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
+from kwtree.validate import clean_int, shown
+
+if TYPE_CHECKING:
+    from kwtree.facade.tree import KeywordTree
+
+__all__ = ["ToolBox", "ToolReply"]
+
+#: The scope of a write that names none on an unpinned toolbox (``commit_session``'s default).
+DEFAULT_SCOPE = "user:default"
+#: ``tree`` shows at most this many keywords; ``show`` this many children, memories and relations.
+MAX_OUTLINE = 400
+MAX_LISTED = 50
+#: ``history`` shows at most this many changes of one operation.
+MAX_CHANGES = 20
+#: A memory count at this size or more is shown as "N+".
+_COUNTED = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """What one tool call gives back: ``text`` for the model (JSON, or prompt-ready text for
+    ``context``, ``assemble`` and ``tree``), ``is_error`` when the call was refused (then
+    ``text`` is the error), and ``data`` the result as JSON data (None on an error)."""
+
+    text: str
+    is_error: bool = False
+    data: dict[str, Any] | None = None
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _path_text(path: Sequence[Keyword]) -> str:
+    return " › ".join(keyword.name for keyword in path if keyword.id != ROOT_ID) or "(root)"
+
+
+def _when(value: str | None) -> str | float | None:
+    """A ``since``/``until`` argument: epoch seconds given as text become a number."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+class ToolBox:
+    """The catalog's tools over ``tree`` (which the toolbox does not own or close).
+
+    ``scope`` pins every call to one scope path; ``read_only`` refuses the writing tools;
+    ``max_result_chars`` bounds each reply (at least 1,000). InvalidInputError for a bad
+    argument."""
+
+    def __init__(self, tree: KeywordTree, *, scope: str | None = None, read_only: bool = False,
+                 max_result_chars: int = DEFAULT_MAX_CHARS) -> None:
+        self.tree = tree
+        self.pinned = None if scope is None else clean_scope(scope)
+        if type(read_only) is not bool:
+            raise InvalidInputError(f"read_only must be True or False, got {shown(read_only)}")
+        self.read_only = read_only
+        self.max_result_chars = clean_int(max_result_chars, "max_result_chars", MIN_MAX_CHARS)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The tools this toolbox runs, as ``{"name", "description", "input_schema"}``."""
+        return catalog.definitions(read_only=self.read_only, pinned=self.pinned)
+
+    def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
+        """Run tool ``name``; a kwtree error comes back as an error reply (nothing written)."""
+        try:
+            result = self.run(name, arguments)
+        except KwtreeError as exc:
+            return ToolReply(f"{type(exc).__name__}: {exc}", is_error=True)
+        result = fit(result, self.max_result_chars)
+        if set(result) <= {"text", "truncated"} and "text" in result:
+            note = f"\n\n[truncated: {result['truncated']}]" if "truncated" in result else ""
+            return ToolReply(result["text"] + note, data=result)
+        return ToolReply(dumps(result), data=result)
+
+    def run(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Run tool ``name`` and return its whole result as JSON data (not bounded); raises the
+        KwtreeError that refused it."""
+        spec = catalog.spec_of(name)
+        if spec.writes and self.read_only:
+            raise ReadOnlyError(f"{name} writes, and this memory is read-only (opened with --read-only); "
+                                f"the tools here only read")
+        checked = catalog.check_arguments(spec, arguments)
+        self.tree.refresh()
+        result: dict[str, Any] = getattr(self, f"_{name}")(**checked)
+        return result
+
+    # --- scopes ------------------------------------------------------------------------------
+
+    def _inside_pin(self, scope: str, field: str) -> str:
+        if self.pinned is not None and scope != self.pinned and not scope.startswith(self.pinned + "/"):
+            raise InvalidInputError(f"{field} {scope!r} is outside this server's scope {self.pinned!r}; "
+                                    f"use {self.pinned!r} or a scope nested in it")
+        return scope
+
+    def _read_scopes(self, scope: object) -> tuple[str, ...] | None:
+        """The scopes a read is held to: the call's (inside the pin), the pin, or None (all)."""
+        scopes = clean_scopes(scope)
+        if scopes is None:
+            return None if self.pinned is None else (self.pinned,)
+        return tuple(self._inside_pin(one, "scope") for one in scopes)
+
+    def _write_scope(self, scope: object) -> str | None:
+        """The scope a write is held to: the call's (inside the pin), the pin, or None."""
+        if scope is None:
+            return self.pinned
+        return self._inside_pin(clean_scope(scope), "scope")
+
+    def _scope_keyword(self, scope: str) -> Keyword | None:
+        parent = ROOT_ID
+        found: Keyword | None = None
+        for path in segments(scope):
+            name = path.rsplit("/", 1)[-1]
+            found = next((keyword for keyword in self.tree.find_keywords(name)
+                          if keyword.parent_id == parent and keyword.metadata.get(SCOPE_KEY) == path), None)
+            if found is None:
+                return None
+            parent = found.id
+        return found
+
+    def _tops(self, scopes: Iterable[str]) -> set[str]:
+        return {keyword.id for keyword in map(self._scope_keyword, scopes) if keyword is not None}
+
+    def _keyword_inside(self, keyword_id: str, tops: set[str]) -> bool:
+        return any(keyword.id in tops for keyword in self.tree.get_path(keyword_id))
+
+    def _info_inside(self, info_id: str, tops: set[str]) -> bool:
+        return any(self._keyword_inside(keyword.id, tops) for keyword, _ in self.tree.get_keywords_of_info(info_id))
+
+    def _require(self, entity_id: str, scopes: tuple[str, ...] | None, field: str, kind: str = "keyword") -> None:
+        """NotFoundError unless keyword (or info) ``entity_id`` is inside ``scopes`` (None: anywhere)."""
+        if scopes is None:
+            return
+        tops = self._tops(scopes)
+        try:
+            inside = (self._keyword_inside if kind == "keyword" else self._info_inside)(entity_id, tops)
+        except NotFoundError:
+            inside = False
+        if not inside:
+            raise NotFoundError(f"{field}: no {kind} {entity_id} in scope {' or '.join(map(repr, scopes))}")
+
+    def _scope_parent(self, scope: str, name: str, aliases: list[str] | None, description: str) -> Keyword:
+        """Create ``name`` under the keyword of ``scope``, creating the scope's keywords that are
+        missing in the same operation."""
+        specs: list[dict[str, Any]] = []
+        parent: dict[str, Any] = {"parent_id": ROOT_ID}
+        for path in segments(scope):
+            existing = self._scope_keyword(path)
+            if existing is not None:
+                parent = {"parent_id": existing.id}
+                continue
+            specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
+            parent = {"parent_ref": path}
+        specs.append({"name": name, "aliases": aliases or [], "description": description, **parent})
+        return self.tree.batch_create_keywords(specs)[-1]
+
+    # --- what a model sees of an entity ------------------------------------------------------
+
+    def _keyword_brief(self, keyword: Keyword) -> dict[str, Any]:
+        return {"id": keyword.id, "name": keyword.name, "path": _path_text(self.tree.get_path(keyword.id))}
+
+    @staticmethod
+    def _info_brief(info: Info) -> dict[str, Any]:
+        brief: dict[str, Any] = {"id": info.id, "text": info.content}
+        happened = info.metadata.get("happened_at")
+        if isinstance(happened, (int, float)) and not isinstance(happened, bool):
+            brief["happened_at"] = _iso(happened)
+        brief["stored_at"] = _iso(info.created_at)
+        if info.source:
+            brief["source"] = info.source
+        return brief
+
+    def _filed_under(self, info_id: str, tops: set[str] | None) -> list[dict[str, Any]]:
+        return [{**self._keyword_brief(keyword), "relation": relation.value}
+                for keyword, relation in self.tree.get_keywords_of_info(info_id)
+                if tops is None or self._keyword_inside(keyword.id, tops)]
+
+    # --- reading tools -----------------------------------------------------------------------
+
+    def _recall(self, query: str, k: int = 10, scope: object = None, since: str | None = None,
+                until: str | None = None, min_score: float = 0.35) -> dict[str, Any]:
+        hits = self.tree.recall(query, k, scope=self._read_scopes(scope), min_score=min_score,
+                                since=_when(since), until=_when(until))
+        found = []
+        for hit in hits:
+            memory = self._info_brief(hit.info)
+            memory["relevance"] = round(hit.relevance, 3)
+            memory["filed_under"] = [_path_text(linked.path) for linked in hit.keywords]
+            found.append(memory)
+        return {"memories": found}
+
+    def _context(self, query: str, max_tokens: int = 1500, scope: object = None, since: str | None = None,
+                 until: str | None = None) -> dict[str, Any]:
+        text = self.tree.context(query, max_tokens, scope=self._read_scopes(scope), since=_when(since),
+                                 until=_when(until))
+        return {"text": text or "(no stored memory is relevant to this query)"}
+
+    def _assemble(self, query: str, scope: str | None = None, max_tokens: int = 1500) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is None:
+            raise InvalidInputError("assemble: scope is required (whose memory, e.g. 'user:alice')")
+        text = self.tree.assemble(query, chosen, max_tokens)
+        return {"text": text or f"(scope {chosen!r} holds no memory yet)"}
+
+    def _search(self, query: str, scope: object = None) -> dict[str, Any]:
+        result: SearchResult = self.tree.search(query, scope=self._read_scopes(scope))
+        found: dict[str, Any] = {"status": result.status.value}
+        if result.node is not None:
+            found["keyword"] = self._keyword_brief(result.node)
+            found["memories"] = [self._info_brief(info) for info in result.infos]
+        if result.candidates:
+            found["candidates"] = [self._keyword_brief(keyword) for keyword in result.candidates]
+        if result.suggested_parent_id is not None:
+            found["suggested_parent"] = self._keyword_brief(self.tree.get_keyword(result.suggested_parent_id))
+            found["suggested_name"] = result.suggested_name
+        if result.reason:
+            found["reason"] = result.reason
+        return found
+
+    def _show(self, id: str, scope: object = None) -> dict[str, Any]:
+        scopes = self._read_scopes(scope)
+        tops = None if scopes is None else self._tops(scopes)
+        try:
+            keyword = self.tree.get_keyword(id)
+        except (NotFoundError, InvalidInputError):
+            keyword = None
+        if keyword is None:
+            self._require(id, scopes, "id", "keyword or memory")
+            info = self.tree.get_info(id)
+            return {"memory": {**self._info_brief(info), "metadata": dict(info.metadata), "version": info.version},
+                    "filed_under": self._filed_under(id, tops)}
+        self._require(id, scopes, "id", "keyword or memory")
+        relations = []
+        for relation in self.tree.get_relations(id, direction="both"):
+            other = relation.to_id if relation.from_id == id else relation.from_id
+            if tops is None or self._keyword_inside(other, tops):
+                relations.append({"type": relation.type, "direction": "out" if relation.from_id == id else "in",
+                                  "keyword": self._keyword_brief(self.tree.get_keyword(other)),
+                                  "weight": relation.weight, "reason": relation.reason})
+        children = self.tree.get_children(id)
+        memories = self.tree.get_infos_of_keyword(id, size=MAX_LISTED + 1)
+        return {
+            "keyword": {**self._keyword_brief(keyword), "aliases": list(keyword.aliases),
+                        "description": keyword.description, "metadata": dict(keyword.metadata),
+                        "version": keyword.version},
+            "children": [{"id": child.id, "name": child.name} for child in children[:MAX_LISTED]],
+            "children_count": len(children),
+            "memories": [self._info_brief(info) for info in memories[:MAX_LISTED]],
+            "more_memories": len(memories) > MAX_LISTED,
+            "relations": relations[:MAX_LISTED],
+        }
+
+    def _tree(self, keyword_id: str | None = None, depth: int = 3, scope: object = None) -> dict[str, Any]:
+        scopes = self._read_scopes(scope)
+        if keyword_id is not None:
+            self._require(keyword_id, scopes, "keyword_id")
+            starts = [keyword_id]
+        elif scopes is not None:
+            starts = sorted(self._tops(scopes))
+            if not starts:
+                return {"text": f"(scope {' or '.join(map(repr, scopes))} holds nothing yet)"}
+        else:
+            starts = [ROOT_ID]
+        lines: list[str] = []
+        left = [0]
+
+        def walk(keyword: Keyword, level: int) -> None:
+            if len(lines) >= MAX_OUTLINE:
+                left[0] += 1
+                return
+            count = len(self.tree.get_infos_of_keyword(keyword.id, size=_COUNTED))
+            held = f", {count}{'+' if count >= _COUNTED else ''} memor{'y' if count == 1 else 'ies'}" if count else ""
+            lines.append(f"{'  ' * level}- {keyword.name} [{keyword.id}{held}]")
+            if level < depth:
+                for child in self.tree.get_children(keyword.id):
+                    walk(child, level + 1)
+
+        for start in starts:
+            lines.append(f"{_path_text(self.tree.get_path(start))}")
+            for child in self.tree.get_children(start):
+                walk(child, 0)
+            if len(lines) == 1:
+                lines.append("  (no keywords below)")
+        if left[0]:
+            lines.append(f"… {left[0]} more keyword(s) not shown: start lower (keyword_id) or lower the depth")
+        return {"text": "\n".join(lines)}
+
+    def _history(self, entity_id: str | None = None, limit: int = 20, scope: object = None) -> dict[str, Any]:
+        operations = self.tree.history(entity_id, limit, scope=self._read_scopes(scope))
+        return {"operations": [self._operation(op) for op in operations]}
+
+    @staticmethod
+    def _operation(op: Operation) -> dict[str, Any]:
+        changes = []
+        for change in op.changes[:MAX_CHANGES]:
+            entity = change.after
+            what = "deleted" if entity.deleted else ("created" if change.before is None else "changed")
+            kind = type(entity).__name__.lower()
+            if isinstance(entity, Keyword):
+                changes.append({"keyword": entity.id, "name": entity.name, "what": what})
+            elif isinstance(entity, Info):
+                changes.append({"memory": entity.id, "text": entity.content[:120], "what": what})
+            else:
+                changes.append({kind: change.key, "what": what})  # a link or a relation
+        summary: dict[str, Any] = {"op_id": op.op_id, "kind": op.kind, "actor": op.actor, "time": _iso(op.timestamp),
+                                   "changes": changes}
+        if len(op.changes) > MAX_CHANGES:
+            summary["more_changes"] = len(op.changes) - MAX_CHANGES
+        return summary
+
+    # --- writing tools -----------------------------------------------------------------------
+
+    def _remember(self, text: str, scope: str | None = None) -> dict[str, Any]:
+        from kwtree.facade.mem0 import verbatim_options
+        from kwtree.memory.messages import digest
+
+        chosen = self._write_scope(scope) or DEFAULT_SCOPE
+        messages = [{"role": "user", "content": text}]
+        result = self.tree.commit_session(messages, session_id=f"remember-{digest(messages)[:16]}", scope=chosen,
+                                          options=verbatim_options())
+        ids = [decision.info_id for decision in result.decisions if decision.info_id is not None]
+        return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids,
+                "stored": result.op_id is not None or bool(ids)}
+
+    def _commit_session(self, messages: list[dict[str, Any]], session_id: str, scope: str | None = None,
+                        dry_run: bool = False) -> dict[str, Any]:
+        from kwtree.memory.commit import CommitOptions
+
+        chosen = self._write_scope(scope) or DEFAULT_SCOPE
+        result = self.tree.commit_session(messages, session_id=session_id, scope=chosen,
+                                          options=CommitOptions(dry_run=dry_run))
+        return {
+            "op_id": result.op_id, "scope": chosen, "dry_run": result.dry_run,
+            "new_messages": result.seen - result.first_new,
+            "counts": {"extracted": result.extracted, "created": result.created, "appended": result.appended,
+                       "merged": result.merged, "superseded": result.superseded, "skipped": result.skipped},
+            "decisions": [{"action": decision.action, "category": decision.category, "text": decision.content,
+                           "memory_id": decision.info_id, "reason": decision.reason}
+                          for decision in result.decisions],
+        }
+
+    def _create_keyword(self, name: str, parent_id: str | None = None, aliases: list[str] | None = None,
+                        description: str = "", scope: str | None = None) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is not None and parent_id is None:
+            top = self._scope_keyword(chosen)
+            keyword = (self._scope_parent(chosen, name, aliases, description) if top is None
+                       else self.tree.create_keyword(name, top.id, aliases, description))
+        else:
+            if chosen is not None and parent_id is not None:
+                self._require(parent_id, (chosen,), "parent_id")
+            keyword = self.tree.create_keyword(name, parent_id, aliases, description)
+        return {"op_id": keyword.op_id, "keyword": self._keyword_brief(keyword)}
+
+    def _create_info(self, content: str, keyword_ids: list[str] | None = None, source: str = "",
+                     auto_link: bool = False, scope: str | None = None) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is not None:
+            if auto_link:
+                raise InvalidInputError("create_info: auto_link may file a memory outside the scope "
+                                        f"{chosen!r}; give keyword_ids inside it (or use remember)")
+            if not keyword_ids:
+                raise InvalidInputError(f"create_info: keyword_ids is required in the scope {chosen!r} "
+                                        "(or use remember, which files a fact in the scope by itself)")
+            for index, keyword_id in enumerate(keyword_ids):
+                self._require(keyword_id, (chosen,), f"keyword_ids[{index}]")
+        info = self.tree.create_info(content, source, keyword_ids, auto_link=auto_link)
+        return {"op_id": info.op_id, "memory": self._info_brief(info), "filed_under": self._filed_under(info.id, None)}
+
+    def _link_info(self, info_id: str, keyword_id: str, relation: str = "primary",
+                   scope: str | None = None) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is not None:
+            self._require(info_id, (chosen,), "info_id", "memory")
+            self._require(keyword_id, (chosen,), "keyword_id")
+        link = self.tree.link_info(info_id, keyword_id, relation)
+        return {"op_id": link.op_id, "memory_id": info_id, "keyword": self._keyword_brief(self.tree.get_keyword(
+            keyword_id)), "relation": link.relation.value}
+
+    def _relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0, reason: str = "",
+                scope: str | None = None) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is not None:
+            self._require(from_id, (chosen,), "from_id")
+            self._require(to_id, (chosen,), "to_id")
+        relation = self.tree.relate(from_id, to_id, type, weight, reason)
+        return {"op_id": relation.op_id, "from": self._keyword_brief(self.tree.get_keyword(from_id)),
+                "to": self._keyword_brief(self.tree.get_keyword(to_id)), "type": relation.type,
+                "weight": relation.weight}
+
+    def _forget(self, id: str | None = None, scope: str | None = None) -> dict[str, Any]:
+        if (id is None) == (scope is None):
+            raise InvalidInputError("forget: give exactly one of id (a memory or keyword) and scope")
+        if scope is not None:
+            report = self.tree.forget(scope=self._inside_pin(clean_scope(scope), "scope"))
+        else:
+            assert id is not None
+            if self.pinned is not None:
+                try:
+                    self.tree.get_keyword(id)
+                    kind = "keyword"
+                except (NotFoundError, InvalidInputError):
+                    kind = "memory"
+                self._require(id, (self.pinned,), "id", kind)
+            report = self.tree.forget(id)
+        return {"op_id": report.op_id, "target": report.target, "memories_erased": len(report.infos),
+                "keywords_erased": len(report.keywords), "memories_kept": len(report.kept),
+                "already_forgotten_by": report.already_forgotten_by,
+                "copies_not_reached": [copy.what for copy in report.unreachable]}
+
+    def _undo(self, op_id: str, force: bool = False, scope: str | None = None) -> dict[str, Any]:
+        chosen = self._write_scope(scope)
+        if chosen is not None:
+            whole = [op for op in self.tree.history() if op.op_id == op_id]
+            inside = [op for op in self.tree.history(scope=chosen) if op.op_id == op_id]
+            if not whole or not inside or len(inside[0].changes) != len(whole[0].changes):
+                raise NotFoundError(f"op_id: no operation {op_id} wholly inside scope {chosen!r}")
+        op = self.tree.undo(op_id, force)
+        return {"op_id": None if op is None else op.op_id, "undid": op_id,
+                "note": "" if op is not None else "everything it wrote already was as before it: nothing written"}
