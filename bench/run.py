@@ -33,6 +33,7 @@ import floor
 import forget
 import locomo
 import locomo_memory
+import mcp_recall
 import memory_commit
 import memory_hooks
 import peers
@@ -180,6 +181,10 @@ def _run_postgres(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"seconds": seconds, "writers": list(postgres.WRITERS)}, postgres.run(seconds, work)
 
 
+def _run_mcp(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"conversations": 1 if quick else 2, "k": 10}, mcp_recall.run(quick, work)
+
+
 def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return dataclasses.asdict(peers.plan(quick)), peers.run(quick, work)
 
@@ -194,6 +199,7 @@ SUITES = {
     "locomo_memory": (_run_locomo_memory, locomo_memory.markdown),
     "memory_commit": (_run_memory_commit, memory_commit.markdown),
     "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
+    "mcp": (_run_mcp, mcp_recall.markdown),
     "floor": (_run_floor, floor.markdown),
     "abstracts": (_run_abstracts, abstracts.markdown),
     "compaction": (_run_compaction, compaction.markdown),

@@ -213,15 +213,16 @@ def test_two_servers_on_one_directory_see_each_other_and_lose_no_write(tmp_path:
                 for i in range(15):
                     await call(session, "remember", text=f"{who} fact number {i}.", scope=f"user:{who}")
 
-            async with anyio.create_task_group() as group:
+            async with anyio.create_task_group() as group:  # concurrent calls, on one server and across both
                 group.start_soon(writes, first, "carol")
+                group.start_soon(writes, first, "erin")
                 group.start_soon(writes, second, "dave")
             newest = [(await call(session, "history", limit=1))["operations"] for session in (first, second)]
             assert newest[0] == newest[1]  # each server sees the other's last write
 
     run(main)
     with KeywordTree(tmp_path / "memory", read_only=True) as tree:
-        assert len(tree.memories("user:carol")) == 15 and len(tree.memories("user:dave")) == 15
+        assert [len(tree.memories(f"user:{who}")) for who in ("carol", "dave", "erin")] == [15, 15, 15]
         assert tree.verify().ok
 
 

@@ -107,9 +107,11 @@ def _verbatim(messages: Sequence[Message], context: ExtractContext) -> list[Cand
 
 def verbatim_options(metadata: Mapping[str, Any] | None = None) -> CommitOptions:
     """The options of a commit that stores each new message (system messages aside) as one
-    memory, word for word, under the scope's ``memories`` branch, keeping no turns: what
+    memory, word for word, under the scope's ``memories`` branch, keeping neither the turns nor
+    a session summary (the session's keyword stays, so the same messages are stored once): what
     ``add(infer=False)`` and the agents' ``remember`` tool write."""
-    return CommitOptions(keep_turns=False, extractor=_verbatim, policies=_VERBATIM_POLICIES, metadata=metadata)
+    return CommitOptions(keep_turns=False, keep_summary=False, extractor=_verbatim, policies=_VERBATIM_POLICIES,
+                         metadata=metadata)
 
 
 class Memory:

@@ -153,7 +153,7 @@ class MemoryMethods(AgentMethods):
         audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
                                  "seen": len(messages), "candidates": len(candidates)}
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
-                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata)
+                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata, opts.keep_summary)
         self._place_holders(plan)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
         use_llm = opts.dedup == "llm" or (opts.dedup == "auto" and self._llm_client is not None)
@@ -315,6 +315,7 @@ def _clean_options(options: object) -> CommitOptions:
     if not isinstance(options, CommitOptions):
         raise InvalidInputError(f"options must be a kwtree.CommitOptions, got {shown(options)}")
     clean_flag(options.keep_turns, "options.keep_turns")
+    clean_flag(options.keep_summary, "options.keep_summary")
     clean_flag(options.dry_run, "options.dry_run")
     if options.extractor is not None and not callable(options.extractor):
         raise InvalidInputError("options.extractor must be a function (messages, context) -> list[Candidate]")

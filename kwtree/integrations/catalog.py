@@ -261,7 +261,7 @@ def _wanted(schema: Mapping[str, Any]) -> str:
         return " or ".join(_wanted(option) for option in schema["anyOf"])
     kind = schema.get("type", "any value")
     if kind == "array" and "items" in schema:
-        return f"an array of {_wanted(schema['items'])}s"
+        return f"an array of {_wanted(schema['items']).split(' ', 1)[1]}s"
     return {"integer": "an integer", "object": "an object", "array": "an array"}.get(kind, f"a {kind}")
 
 

@@ -359,8 +359,9 @@ class ToolBox:
         result = self.tree.commit_session(messages, session_id=f"remember-{digest(messages)[:16]}", scope=chosen,
                                           options=verbatim_options())
         ids = [decision.info_id for decision in result.decisions if decision.info_id is not None]
-        return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids,
-                "stored": result.op_id is not None or bool(ids)}
+        if result.op_id is None:  # the same text was remembered before: say which memory holds it
+            ids = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
+        return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids, "already_stored": result.op_id is None}
 
     def _commit_session(self, messages: list[dict[str, Any]], session_id: str, scope: str | None = None,
                         dry_run: bool = False) -> dict[str, Any]:

@@ -57,6 +57,9 @@ class CommitOptions:
     """How ``commit_session`` works.
 
     ``keep_turns`` stores each message as a turn info under the session keyword;
+    ``keep_summary`` keeps the session's summary info (a commit that only stores facts word
+    for word, as ``remember`` does, has nothing to summarise: recall and the hooks' "last
+    session" would show an empty summary);
     ``dry_run`` returns the plan and writes nothing; ``extractor`` finds the candidates (None:
     ``kwtree.memory.extract.default_extractor`` with the tree's LLM client); ``policies`` maps
     each category to its write policy; ``thresholds`` are the offline dedup cut-offs;
@@ -68,6 +71,7 @@ class CommitOptions:
     operation."""
 
     keep_turns: bool = True
+    keep_summary: bool = True
     dry_run: bool = False
     extractor: Extractor | None = None
     policies: Mapping[str, Policy] = field(default_factory=lambda: POLICIES)
@@ -152,6 +156,8 @@ class CommitPlan:
     audit: dict[str, Any] = field(default_factory=dict)
     #: the caller's metadata for every memory written (``CommitOptions.metadata``)
     user_metadata: Mapping[str, Any] | None = None
+    #: whether the session keeps a summary info (``CommitOptions.keep_summary``)
+    keep_summary: bool = True
     #: filled by commit_changes
     decisions: list[CommitDecision] = field(default_factory=list)
     session_keyword_id: str | None = None
@@ -285,15 +291,16 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
     plan.session_keyword_id = session_kw.id
     summary_info = next((info for info in draft.infos_of(session_kw.id)
                          if info.metadata.get("kind") == SUMMARY_KIND), None)
-    if summary_info is None:  # first, so that it leads the session's infos
+    if summary_info is None and plan.keep_summary:  # first, so that it leads the session's infos
         summary_info = draft.info(f"Session {plan.session_id}.", session_kw.id,
                                   {"kind": SUMMARY_KIND, "session_id": plan.session_id})
     turn_ids = _turns(draft, plan, session_kw, session_time)
     for index, candidate in enumerate(plan.candidates):
         _route(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
-    summary = summarise(plan.messages, plan.first_new, plan.candidates, summary_info.metadata)
-    draft.update_info(summary_info, summary_text(plan.session_id, summary),
-                      {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary})
+    if summary_info is not None:
+        summary = summarise(plan.messages, plan.first_new, plan.candidates, summary_info.metadata)
+        draft.update_info(summary_info, summary_text(plan.session_id, summary),
+                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary})
     metadata: dict[str, Any] = {**session_kw.metadata, "session_id": plan.session_id,
                                 "seen": len(plan.messages), "digest": digest(plan.messages)}
     if session_time is not None:
