@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import dir_bytes, snapshot
-from test_anthropic_client import FakeMessagesAPI, Reply, error
-from test_anthropic_client import api as fake_messages_api
+from messages_api import FakeMessagesAPI, Reply, error
 
 from kwtree import (
     AgentError,
@@ -35,8 +34,6 @@ from kwtree.cli.main import main
 
 DOWN = LLMUnavailableError("the Anthropic API could not be reached: connection refused")
 
-
-api = fake_messages_api  # the fixture: a fake Messages API on 127.0.0.1
 
 
 @pytest.fixture(autouse=True)
