@@ -111,3 +111,14 @@ def test_a_bad_hook_input_is_an_error_that_does_not_block_claude_code(tmp_path: 
     done = hook("Stop", stop, tmp_path)
     assert done.returncode == 1 and "InvalidInputError" not in done.stdout and "messages" in done.stderr
     assert sorted(p.read_bytes() for p in (tmp_path / ".kwtree" / "memory" / "log").glob("*.jsonl")) == before
+
+
+def test_an_empty_prompt_adds_nothing_and_a_zero_budget_is_an_error(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    empty = subprocess.run([str(SCRIPT), "hook", "prompt", str(memory), "--scope", "user:me"],
+                           input=json.dumps({"session_id": "s", "prompt": "  "}), capture_output=True, text=True,
+                           timeout=120)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, "", "")
+    zero = subprocess.run([str(SCRIPT), "hook", "session-start", str(memory), "--max-tokens", "0"],
+                          input=json.dumps({"session_id": "s"}), capture_output=True, text=True, timeout=120)
+    assert zero.returncode == 1 and "max_tokens" in zero.stderr

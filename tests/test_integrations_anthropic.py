@@ -107,3 +107,24 @@ def test_a_tool_the_agent_owns_ends_the_loop_for_the_agent_to_answer(tmp_path: P
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(InvalidInputError, match="tree"):
         memory_tools(None)  # type: ignore[arg-type]
+
+
+def test_a_tool_use_the_loop_hands_back_has_not_run(tmp_path: Path, api: FakeMessagesAPI,
+                                                    client: anthropic.Anthropic) -> None:
+    """The last round's tool uses, and a message that also asks for the agent's own tool, come
+    back unrun: the caller answers them, and nothing runs twice (a review found both ran)."""
+    weather = {"name": "weather", "description": "The weather.", "input_schema": {"type": "object"}}
+    with KeywordTree(tmp_path / "memory") as tree:
+        memory = memory_tools(tree, scope="user:alice")
+        before = len(tree.history())
+        api.script(said(tool_use("remember", {"text": "Alice likes rain."}), stop_reason="tool_use"))
+        last = memory.run(client, model="claude-test", max_tokens=64, max_rounds=1,
+                          messages=[{"role": "user", "content": "hi"}])
+        assert last.stop_reason == "tool_use" and len(tree.history()) == before
+        api.script(said(tool_use("remember", {"text": "Alice likes snow."}, "toolu_a"),
+                        tool_use("weather", {}, "toolu_b"), stop_reason="tool_use"))
+        mixed = memory.run(client, model="claude-test", max_tokens=64, tools=[weather],
+                           messages=[{"role": "user", "content": "hi"}])
+        assert len(tree.history()) == before
+        answered = memory.results(mixed)  # the caller answers ours; weather is its own
+        assert [block["tool_use_id"] for block in answered] == ["toolu_a"] and len(tree.history()) == before + 1

@@ -135,3 +135,102 @@ def test_a_refused_call_names_the_argument_and_writes_nothing(tmp_path: Path) ->
             ToolBox(tree, max_result_chars=10)
         reply = ToolBox(tree, max_result_chars=1000).call("tree", {})
         assert not reply.is_error and json.dumps(reply.data)
+
+
+# --- defects a review found, each reproduced before its fix --------------------------------------
+
+
+def test_a_scoped_show_of_a_keyword_inside_the_scope_shows_it(two_scopes) -> None:
+    tree, box, ids = two_scopes
+    alice = ToolBox(tree, scope="user:alice")
+    assert alice.run("show", {"id": ids["alice"]})["keyword"]["name"] == "Notes"
+    assert box.run("show", {"id": ids["alice"], "scope": "user:alice"})["keyword"]["id"] == ids["alice"]
+    assert alice.call("show", {"id": ids["bob"]}).text.startswith("NotFoundError: id: no keyword")
+    assert box.call("show", {"id": "f" * 32}).text == f"NotFoundError: id: no keyword or memory {'f' * 32}"
+
+
+def test_a_pinned_undo_never_reaches_what_lies_outside_the_scope_now(two_scopes) -> None:
+    tree, box, ids = two_scopes
+    alice, bob = ToolBox(tree, scope="user:alice"), ToolBox(tree, scope="user:bob")
+    project = alice.run("create_keyword", {"name": "project"})
+    moved = tree.move_keyword(project["keyword"]["id"], ids["bob"])  # someone moves it to bob
+    moved_op = tree.history(limit=1)[0].op_id
+    bob.run("create_info", {"content": "Bob's bank PIN is 4321.", "keyword_ids": [moved.id]})
+    before = log_bytes(tree.data_dir)
+    for op_id, force in ((moved_op, False), (project["op_id"], True)):  # pull it back in; delete it from bob
+        reply = alice.call("undo", {"op_id": op_id, "force": force})
+        assert reply.is_error and reply.text.startswith("NotFoundError: op_id: no operation"), reply.text
+    diary = bob.run("create_keyword", {"name": "diary"})
+    tree.move_keyword(diary["keyword"]["id"], ids["alice"])  # bob's keyword moved into alice's scope
+    pushed = tree.history(limit=1)[0].op_id
+    alice.run("create_info", {"content": "Alice's diary entry.", "keyword_ids": [diary["keyword"]["id"]]})
+    before = log_bytes(tree.data_dir)
+    assert alice.call("undo", {"op_id": pushed}).is_error  # would push alice's entry out to bob
+    assert log_bytes(tree.data_dir) == before
+    own = alice.run("remember", {"text": "Alice likes rain."})
+    assert alice.run("undo", {"op_id": own["op_id"]})["op_id"]  # an operation wholly hers: undone
+
+
+def test_a_pinned_forget_of_a_memory_filed_in_another_scope_too_is_refused(two_scopes) -> None:
+    tree, box, ids = two_scopes
+    box.run("link_info", {"info_id": ids["bob_info"], "keyword_id": ids["alice"]})
+    alice = ToolBox(tree, scope="user:alice")
+    before = log_bytes(tree.data_dir)
+    assert alice.call("forget", {"id": ids["bob_info"]}).text.startswith("NotFoundError: id: no memory")
+    assert log_bytes(tree.data_dir) == before
+    assert alice.run("forget", {"id": ids["alice_info"]})["memories_erased"] == 1
+
+
+def test_every_reply_error_and_resource_stays_within_the_budget(tmp_path: Path) -> None:
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        keyword = tree.create_keyword("n", "root")
+        info = tree.create_info("hi", keyword_ids=[keyword.id],
+                                metadata={f"{n}" + "k" * 200: "v" * 2000 for n in range(6)})
+        box = ToolBox(tree, max_result_chars=3000)
+        assert len(box.call("show", {"id": info.id}).text) <= 3000
+        scopes = ["/".join(f"k{i}:" + "n" * 190 for i in range(8))] * 64
+        error = ToolBox(tree, max_result_chars=1000).call("show", {"id": "0" * 32, "scope": scopes})
+        assert error.is_error and len(error.text) <= 1000
+        deep = box.call("create_info", {"content": "x", "keyword_ids": "[" * 100_000})
+        assert deep.is_error and deep.text.startswith("InvalidInputError: create_info: keyword_ids must be")
+
+
+def test_a_long_text_keeps_most_of_the_budget(tmp_path: Path) -> None:
+    cut = fit({"text": "word " * 5000}, 20_000)
+    assert len(cut["text"]) >= 18_000 and len(dumps(cut)) <= 20_000
+    listed = fit({"memories": [{"text": "word " * 200} for _ in range(100)]}, 20_000)
+    assert 10 <= len(listed["memories"]) < 100 and "memories: " in listed["truncated"]
+
+
+def test_tree_depth_counts_the_levels_below_the_start(tmp_path: Path) -> None:
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        parent = "root"
+        for name in "abcde":
+            parent = tree.create_keyword(name, parent).id
+        box = ToolBox(tree)
+        names = [line.strip().split(" ")[1] for line in box.run("tree", {"depth": 1})["text"].splitlines()[1:]]
+        assert names == ["a"]
+        assert len(box.run("tree", {"depth": 3})["text"].splitlines()) == 1 + 3
+
+
+def test_remember_after_forget_stores_the_fact_again_and_refuses_white_space(tmp_path: Path) -> None:
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        alice = ToolBox(tree, scope="user:alice")
+        first = alice.run("remember", {"text": "Alice owns a cat."})
+        alice.run("forget", {"id": first["memory_ids"][0]})
+        again = alice.run("remember", {"text": "Alice owns a cat."})
+        assert again["op_id"] and not again["already_stored"]
+        assert [info.content for info in tree.memories("user:alice")] == ["Alice owns a cat."]
+        before = log_bytes(tree.data_dir)
+        assert alice.call("remember", {"text": "   "}).text.startswith("InvalidInputError: remember: text")
+        assert log_bytes(tree.data_dir) == before
+
+
+def test_nested_arguments_are_checked_and_null_means_omitted(tmp_path: Path) -> None:
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        box = ToolBox(tree)
+        bogus = box.call("commit_session", {"session_id": "s", "messages": [{"role": "bogus", "content": "hi"}]})
+        assert bogus.text == ("InvalidInputError: commit_session: messages[0].role must be one of user, assistant, "
+                              "system, got 'bogus'")
+        assert not box.call("recall", {"query": "tea", "k": None, "scope": None}).is_error
+        assert "required" in box.call("recall", {"query": None}).text

@@ -37,10 +37,10 @@ def _hook(_: None, args: argparse.Namespace) -> None:
         if args.event == "stop":
             claude_code.stop(tree, payload, args.scope)
             return
-        if args.event == "session-start":
-            output = claude_code.session_start(tree, payload, args.scope, args.max_tokens or 800)
-        else:
-            output = claude_code.submitted_prompt(tree, payload, args.scope, args.max_tokens or 1500)
+        starting = args.event == "session-start"
+        budget = args.max_tokens if args.max_tokens is not None else 800 if starting else 1500
+        answer = claude_code.session_start if starting else claude_code.submitted_prompt
+        output = answer(tree, payload, args.scope, budget)
     if output is not None:
         print(json.dumps(output, ensure_ascii=False))
 

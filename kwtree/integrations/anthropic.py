@@ -71,21 +71,24 @@ class MemoryTools:
 
     def run(self, client: anthropic.Anthropic, *, messages: Sequence[Mapping[str, Any]],
             max_rounds: int = MAX_ROUNDS, **create: Any) -> Message:
-        """Ask ``client.messages.create(messages=..., tools=..., **create)`` until the model stops
-        asking for tools (at most ``max_rounds`` times); returns its last message. ``messages`` is
-        not changed; ``create["tools"]``, if given, are offered besides these, and a tool use
-        naming one of them ends the loop there (the caller answers it)."""
+        """Ask ``client.messages.create(messages=..., tools=..., **create)`` and answer the model's
+        uses of these tools, until it stops asking (at most ``max_rounds`` requests); returns its
+        last message. ``messages`` is not changed; ``create["tools"]``, if given, are offered
+        besides these. A message that also asks for one of the caller's tools, and the last
+        round's message, come back with none of their tool uses run: the caller answers them
+        (``results(response)`` runs the ones naming these tools), so nothing runs twice."""
         rounds = clean_int(max_rounds, "max_rounds", 1)
         conversation: list[Any] = list(messages)
         tools = [*create.pop("tools", ()), *self.definitions]
-        for _ in range(rounds):
+        for round in range(rounds):
             response: Message = client.messages.create(messages=conversation, tools=tools, **create)
-            results = self.results(response)
-            asked = sum(1 for block in response.content if block.type == "tool_use")
-            if response.stop_reason != "tool_use" or not results or len(results) < asked:
+            uses = [block for block in response.content if block.type == "tool_use"]
+            if response.stop_reason != "tool_use" or not uses or round == rounds - 1 or not all(
+                    self.handles(block.name) for block in uses):
                 return response
-            conversation += [{"role": "assistant", "content": response.content}, {"role": "user", "content": results}]
-        return response
+            conversation += [{"role": "assistant", "content": response.content},
+                             {"role": "user", "content": self.results(response)}]
+        raise AssertionError("unreachable: the last round returns")  # pragma: no cover
 
 
 def memory_tools(tree: KeywordTree, *, scope: str | None = None, read_only: bool = False,

@@ -9,11 +9,12 @@ the model knows to ask for less (a smaller ``k``, a narrower scope, one ``show``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-__all__ = ["DEFAULT_MAX_CHARS", "MIN_MAX_CHARS", "dumps", "fit"]
+__all__ = ["DEFAULT_MAX_CHARS", "MIN_MAX_CHARS", "clip", "dumps", "fit"]
 
 #: The default budget of one result, in characters of its JSON (about 5,000 tokens).
 DEFAULT_MAX_CHARS = 20_000
@@ -21,9 +22,8 @@ DEFAULT_MAX_CHARS = 20_000
 MIN_MAX_CHARS = 1_000
 #: A text longer than a budget's share is cut first, before any list loses an item.
 _TEXT_SHARE = 8
-#: Room kept for the note itself; at most this many cuts are named in it.
+#: Room kept for the note itself (the cuts it names are as many as fit).
 _NOTE_ROOM = 600
-_NOTED = 6
 
 
 def dumps(value: Any) -> str:
@@ -48,24 +48,53 @@ def _cut(value: Any, items: int | None, chars: int, path: str, notes: list[str])
     return value
 
 
-def _longest_list(value: Any) -> int:
+def _longest(value: Any, kind: type) -> int:
+    """The length of the longest list (``kind`` list) or text (``kind`` str) inside ``value``."""
+    here = len(value) if isinstance(value, (list, str)) and isinstance(value, kind) else 0
     if isinstance(value, list):
-        return max([len(value), *(_longest_list(item) for item in value)])
+        return max([here, *(_longest(item, kind) for item in value)])
     if isinstance(value, dict):
-        return max((_longest_list(item) for item in value.values()), default=0)
-    return 0
+        return max([here, *(_longest(item, kind) for item in value.values())])
+    return here
+
+
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+    """The largest x in low..high with ``fits(x)`` (which holds up to some x and not above it);
+    None when not even ``low`` fits."""
+    if not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _note(notes: list[str]) -> str:
-    named = "; ".join(notes[:_NOTED]) + (f"; and {len(notes) - _NOTED} more" if len(notes) > _NOTED else "")
-    return f"{named}. Ask for less to see the rest (a smaller k or depth, a narrower scope, one id with show)."
+    """What was cut, naming as many of the cuts as the note's room allows."""
+    advice = " Ask for less to see the rest (a smaller k or depth, a narrower scope, one id with show)."
+    named = [note if len(note) <= 120 else note[:117] + "…" for note in notes]
+    for count in range(len(named), -1, -1):
+        more = f"; and {len(named) - count} more cut(s)" if count < len(named) else ""
+        text = "; ".join(named[:count]) + more + "." + advice
+        if len(dumps(text)) <= _NOTE_ROOM - 20:
+            return text
+    return advice.strip()
+
+
+def clip(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters (ending in "…" when cut)."""
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 def fit(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
     """``result`` whole when its JSON is at most ``max_chars`` characters; otherwise a copy
-    with its long texts and lists cut (texts first, then every list to the same length, as
-    long as fits) and a ``truncated`` note saying what was cut. Never longer than
-    ``max_chars`` (``max_chars`` ≥ ``MIN_MAX_CHARS``)."""
+    cut to fit, with a ``truncated`` note saying what was cut: first only long texts, each
+    keeping as much as fits; when that would leave less than an eighth of the budget to each,
+    every list is cut to the same length too (as long as fits) and the texts keep what room is
+    left. Never longer than ``max_chars`` (``max_chars`` ≥ ``MIN_MAX_CHARS``)."""
     if len(dumps(result)) <= max_chars:
         return result
     budget = max_chars - _NOTE_ROOM
@@ -75,20 +104,19 @@ def fit(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
         cut = _cut(result, items, chars, "", notes)
         return (cut, notes) if len(dumps(cut)) <= budget else None
 
-    chars = max(budget // _TEXT_SHARE, 64)
-    found = attempt(None, chars)
-    if found is None:  # the most items of every list that fit, found by bisection
-        low, high = 0, _longest_list(result)
-        while low < high:
-            middle = (low + high + 1) // 2
-            if attempt(middle, chars) is None:
-                high = middle - 1
-            else:
-                low = middle
-        found = attempt(low, chars)
-        while found is None and chars > 16:  # even empty lists are too long: shorter texts
-            chars //= 2
-            found = attempt(0, chars)
+    longest_text = max(_longest(result, str), 16)
+    share = max(budget // _TEXT_SHARE, 64)
+    items: int | None = None
+    chars = _largest(lambda c: attempt(None, c) is not None, 16, longest_text)
+    if chars is None or chars < min(share, longest_text):
+        found_items = _largest(lambda n: attempt(n, share) is not None, 0, _longest(result, list))
+        if found_items is not None:
+            items = found_items
+            chars = _largest(lambda c: attempt(items, c) is not None, share, longest_text)
+        else:  # even empty lists are too long at that share: shorter texts
+            items = 0
+            chars = _largest(lambda c: attempt(0, c) is not None, 16, share)
+    found = None if chars is None else attempt(items, chars)
     if found is None:
         return {"truncated": f"the result is too large to show in {max_chars:,} characters; "
                              "ask for less (a smaller k or depth, a narrower scope, one id with show)."}

@@ -241,21 +241,6 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _fits(value: Any, schema: Mapping[str, Any]) -> bool:
-    if "anyOf" in schema:
-        return any(_fits(value, option) for option in schema["anyOf"])
-    kind = schema.get("type")
-    if kind is None:
-        return True
-    if isinstance(value, bool) and kind in ("integer", "number"):
-        return False
-    if not isinstance(value, _JSON_TYPES[kind]):
-        return False
-    if isinstance(value, list) and "items" in schema:
-        return all(_fits(item, schema["items"]) for item in value)
-    return True
-
-
 def _wanted(schema: Mapping[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(_wanted(option) for option in schema["anyOf"])
@@ -265,38 +250,71 @@ def _wanted(schema: Mapping[str, Any]) -> str:
     return {"integer": "an integer", "object": "an object", "array": "an array"}.get(kind, f"a {kind}")
 
 
+def _problem(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
+    """What is wrong with ``value`` against ``schema`` (the first thing found), or None."""
+    if "anyOf" in schema:
+        if all(_problem(value, option, where) for option in schema["anyOf"]):
+            return f"{where} must be {_wanted(schema)}, got {shown(value)}"
+        return None
+    kind = schema.get("type")
+    if kind is not None and (not isinstance(value, _JSON_TYPES[kind])
+                             or (isinstance(value, bool) and kind in ("integer", "number"))):
+        return f"{where} must be {_wanted(schema)}, got {shown(value)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where} must be one of {', '.join(map(str, schema['enum']))}, got {shown(value)}"
+    if kind == "integer" and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+        return f"{where} must be between {schema['minimum']} and {schema['maximum']}, got {value}"
+    if kind == "array":
+        if len(value) < schema.get("minItems", 0):
+            return f"{where} must hold at least {schema['minItems']} item(s)"
+        if "items" in schema:
+            return next((found for index, item in enumerate(value)
+                         if (found := _problem(item, schema["items"], f"{where}[{index}]"))), None)
+    if kind == "object" and "properties" in schema:
+        missing = [name for name in schema.get("required", ()) if name not in value]
+        if missing:
+            return f"{where} has no {missing[0]!r}"
+        return next((found for name, item in value.items() if name in schema["properties"]
+                     if (found := _problem(item, schema["properties"][name], f"{where}.{name}"))), None)
+    return None
+
+
+def _parsed(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A list, object or number a client sent as JSON text (some do), parsed when that gives
+    what the schema asks for; otherwise ``value`` as it came."""
+    if not isinstance(value, str) or _problem(value, schema, "") is None:
+        return value
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        return value
+    return parsed if _problem(parsed, schema, "") is None else value
+
+
 def check_arguments(spec: ToolSpec, arguments: object) -> dict[str, Any]:
-    """``arguments`` held to ``spec``'s schema (names, required ones, JSON types, enums and
-    integer bounds), as a new dict. A client that sends a list, an object or a number as a
-    JSON string (some do) has it parsed when that gives the type the schema asks for."""
+    """``arguments`` held to ``spec``'s schema (names, required ones, JSON types, enums, bounds,
+    and the same inside lists and objects), as a new dict; an optional argument given as null
+    counts as omitted. InvalidInputError naming the tool and the argument otherwise."""
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, Mapping):
         raise InvalidInputError(f"{spec.name}: the arguments must be an object, got {shown(arguments)}")
     properties: Mapping[str, Any] = spec.schema["properties"]
+    required = spec.schema["required"]
     unknown = [name for name in arguments if name not in properties]
     if unknown:
         raise InvalidInputError(f"{spec.name}: unknown argument {shown(unknown[0])}; it takes "
                                 f"{', '.join(properties) or 'no arguments'}")
-    missing = [name for name in spec.schema["required"] if name not in arguments]
+    missing = [name for name in required if arguments.get(name) is None]
     if missing:
         raise InvalidInputError(f"{spec.name}: the argument {missing[0]!r} is required")
     checked: dict[str, Any] = {}
     for name, value in arguments.items():
-        schema = properties[name]
-        if isinstance(value, str) and not _fits(value, schema):
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                parsed = value
-            value = parsed if _fits(parsed, schema) else value
-        if not _fits(value, schema):
-            raise InvalidInputError(f"{spec.name}: {name} must be {_wanted(schema)}, got {shown(value)}")
-        if "enum" in schema and value not in schema["enum"]:
-            raise InvalidInputError(f"{spec.name}: {name} must be one of {', '.join(schema['enum'])}, "
-                                    f"got {shown(value)}")
-        if schema.get("type") == "integer" and not schema["minimum"] <= value <= schema["maximum"]:
-            raise InvalidInputError(f"{spec.name}: {name} must be between {schema['minimum']} and "
-                                    f"{schema['maximum']}, got {value}")
+        if value is None:
+            continue
+        value = _parsed(value, properties[name])
+        problem = _problem(value, properties[name], name)
+        if problem is not None:
+            raise InvalidInputError(f"{spec.name}: {problem}")
         checked[name] = value
     return checked

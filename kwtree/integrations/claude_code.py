@@ -108,8 +108,11 @@ def session_start(tree: KeywordTree, payload: dict[str, Any], scope: str,
 def submitted_prompt(tree: KeywordTree, payload: dict[str, Any], scope: str,
                      max_tokens: int = 1500) -> dict[str, Any] | None:
     """The ``UserPromptSubmit`` hook's output: the scope's ``assemble`` block for the prompt;
-    None when nothing is relevant."""
-    return _context("UserPromptSubmit", tree.assemble(_field(payload, "prompt"), scope, max_tokens))
+    None when nothing is relevant (or the prompt is empty)."""
+    prompt = payload.get("prompt")
+    if not isinstance(prompt, str):
+        raise InvalidInputError(f"the hook's input has no prompt (a string), got {shown(prompt)}")
+    return _context("UserPromptSubmit", tree.assemble(prompt, scope, max_tokens)) if prompt.strip() else None
 
 
 def stop(tree: KeywordTree, payload: dict[str, Any], scope: str) -> CommitResult:

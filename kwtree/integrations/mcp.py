@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import KwtreeError, NotFoundError
+from kwtree.errors import NotFoundError
 from kwtree.integrations import catalog
-from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, dumps
+from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
 from kwtree.integrations.toolbox import ToolBox
 
 if TYPE_CHECKING:
@@ -106,11 +106,11 @@ def build_server(box: ToolBox) -> MCPServer[Any]:
     )
 
     def read(name: str, arguments: dict[str, Any]) -> str:
-        try:
-            result = box.run(name, arguments)
-        except KwtreeError as exc:
-            raise ResourceError(f"{type(exc).__name__}: {exc}") from None
-        return result["text"] if set(result) == {"text"} else dumps(result)
+        """The tool's reply as the resource's text; a refusal is a resource error (bounded alike)."""
+        reply = box.call(name, arguments)
+        if reply.is_error:
+            raise ResourceError(reply.text)
+        return reply.text
 
     @server.resource("kwtree://outline", name="outline", mime_type="text/plain",
                      description="The keyword outline of the memory this server may read (3 levels, with ids).")

@@ -9,8 +9,8 @@ What a toolbox promises, whatever the door:
   scope outside it is refused, and an id outside it is "not found" (a pinned model cannot
   learn what other scopes hold, nor file into them, relate to them, undo their operations or
   forget them). An unpinned toolbox reads everything unless a call names a scope, and then
-  holds that call to it the same way. The checks read the tree as it is when the call starts;
-  another process moving a keyword out of the scope in the same instant is not excluded.
+  holds that call to it the same way. ``kwtree.integrations.guard`` says what "inside" means
+  for a memory filed in two scopes and for an undo, and what the checks cannot exclude.
 - **Read-only.** A ``read_only`` toolbox lists no writing tools and refuses them by name.
 - **Errors.** ``call`` never raises a kwtree error: it returns a reply marked as an error whose
   text is the error's class and message (naming the argument), and nothing was written.
@@ -24,16 +24,17 @@ What a toolbox promises, whatever the door:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, ReadOnlyError
 from kwtree.integrations import catalog
-from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, dumps, fit
+from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, dumps, fit
+from kwtree.integrations.guard import ScopeGuard
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, SearchResult
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
+from kwtree.retrieval.scopes import clean_scope
 from kwtree.validate import clean_int, shown
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class ToolBox:
                  max_result_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.tree = tree
         self.pinned = None if scope is None else clean_scope(scope)
+        self.guard = ScopeGuard(tree, self.pinned)
         if type(read_only) is not bool:
             raise InvalidInputError(f"read_only must be True or False, got {shown(read_only)}")
         self.read_only = read_only
@@ -106,7 +108,7 @@ class ToolBox:
         try:
             result = self.run(name, arguments)
         except KwtreeError as exc:
-            return ToolReply(f"{type(exc).__name__}: {exc}", is_error=True)
+            return ToolReply(clip(f"{type(exc).__name__}: {exc}", self.max_result_chars), is_error=True)
         result = fit(result, self.max_result_chars)
         if set(result) <= {"text", "truncated"} and "text" in result:
             note = f"\n\n[truncated: {result['truncated']}]" if "truncated" in result else ""
@@ -124,75 +126,6 @@ class ToolBox:
         self.tree.refresh()
         result: dict[str, Any] = getattr(self, f"_{name}")(**checked)
         return result
-
-    # --- scopes ------------------------------------------------------------------------------
-
-    def _inside_pin(self, scope: str, field: str) -> str:
-        if self.pinned is not None and scope != self.pinned and not scope.startswith(self.pinned + "/"):
-            raise InvalidInputError(f"{field} {scope!r} is outside this server's scope {self.pinned!r}; "
-                                    f"use {self.pinned!r} or a scope nested in it")
-        return scope
-
-    def _read_scopes(self, scope: object) -> tuple[str, ...] | None:
-        """The scopes a read is held to: the call's (inside the pin), the pin, or None (all)."""
-        scopes = clean_scopes(scope)
-        if scopes is None:
-            return None if self.pinned is None else (self.pinned,)
-        return tuple(self._inside_pin(one, "scope") for one in scopes)
-
-    def _write_scope(self, scope: object) -> str | None:
-        """The scope a write is held to: the call's (inside the pin), the pin, or None."""
-        if scope is None:
-            return self.pinned
-        return self._inside_pin(clean_scope(scope), "scope")
-
-    def _scope_keyword(self, scope: str) -> Keyword | None:
-        parent = ROOT_ID
-        found: Keyword | None = None
-        for path in segments(scope):
-            name = path.rsplit("/", 1)[-1]
-            found = next((keyword for keyword in self.tree.find_keywords(name)
-                          if keyword.parent_id == parent and keyword.metadata.get(SCOPE_KEY) == path), None)
-            if found is None:
-                return None
-            parent = found.id
-        return found
-
-    def _tops(self, scopes: Iterable[str]) -> set[str]:
-        return {keyword.id for keyword in map(self._scope_keyword, scopes) if keyword is not None}
-
-    def _keyword_inside(self, keyword_id: str, tops: set[str]) -> bool:
-        return any(keyword.id in tops for keyword in self.tree.get_path(keyword_id))
-
-    def _info_inside(self, info_id: str, tops: set[str]) -> bool:
-        return any(self._keyword_inside(keyword.id, tops) for keyword, _ in self.tree.get_keywords_of_info(info_id))
-
-    def _require(self, entity_id: str, scopes: tuple[str, ...] | None, field: str, kind: str = "keyword") -> None:
-        """NotFoundError unless keyword (or info) ``entity_id`` is inside ``scopes`` (None: anywhere)."""
-        if scopes is None:
-            return
-        tops = self._tops(scopes)
-        try:
-            inside = (self._keyword_inside if kind == "keyword" else self._info_inside)(entity_id, tops)
-        except NotFoundError:
-            inside = False
-        if not inside:
-            raise NotFoundError(f"{field}: no {kind} {entity_id} in scope {' or '.join(map(repr, scopes))}")
-
-    def _scope_parent(self, scope: str, name: str, aliases: list[str] | None, description: str) -> Keyword:
-        """Create ``name`` under the keyword of ``scope``, creating the scope's keywords that are
-        missing in the same operation."""
-        specs: list[dict[str, Any]] = []
-        parent: dict[str, Any] = {"parent_id": ROOT_ID}
-        for path in segments(scope):
-            existing = self._scope_keyword(path)
-            if existing is not None:
-                parent = {"parent_id": existing.id}
-                continue
-            specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
-            parent = {"parent_ref": path}
-        specs.append({"name": name, "aliases": aliases or [], "description": description, **parent})
-        return self.tree.batch_create_keywords(specs)[-1]
 
     # --- what a model sees of an entity ------------------------------------------------------
 
@@ -213,13 +146,13 @@ class ToolBox:
     def _filed_under(self, info_id: str, tops: set[str] | None) -> list[dict[str, Any]]:
         return [{**self._keyword_brief(keyword), "relation": relation.value}
                 for keyword, relation in self.tree.get_keywords_of_info(info_id)
-                if tops is None or self._keyword_inside(keyword.id, tops)]
+                if tops is None or self.guard.keyword_inside(keyword.id, tops)]
 
     # --- reading tools -----------------------------------------------------------------------
 
     def _recall(self, query: str, k: int = 10, scope: object = None, since: str | None = None,
                 until: str | None = None, min_score: float = 0.35) -> dict[str, Any]:
-        hits = self.tree.recall(query, k, scope=self._read_scopes(scope), min_score=min_score,
+        hits = self.tree.recall(query, k, scope=self.guard.read_scopes(scope), min_score=min_score,
                                 since=_when(since), until=_when(until))
         found = []
         for hit in hits:
@@ -231,19 +164,19 @@ class ToolBox:
 
     def _context(self, query: str, max_tokens: int = 1500, scope: object = None, since: str | None = None,
                  until: str | None = None) -> dict[str, Any]:
-        text = self.tree.context(query, max_tokens, scope=self._read_scopes(scope), since=_when(since),
+        text = self.tree.context(query, max_tokens, scope=self.guard.read_scopes(scope), since=_when(since),
                                  until=_when(until))
         return {"text": text or "(no stored memory is relevant to this query)"}
 
     def _assemble(self, query: str, scope: str | None = None, max_tokens: int = 1500) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is None:
             raise InvalidInputError("assemble: scope is required (whose memory, e.g. 'user:alice')")
         text = self.tree.assemble(query, chosen, max_tokens)
         return {"text": text or f"(scope {chosen!r} holds no memory yet)"}
 
     def _search(self, query: str, scope: object = None) -> dict[str, Any]:
-        result: SearchResult = self.tree.search(query, scope=self._read_scopes(scope))
+        result: SearchResult = self.tree.search(query, scope=self.guard.read_scopes(scope))
         found: dict[str, Any] = {"status": result.status.value}
         if result.node is not None:
             found["keyword"] = self._keyword_brief(result.node)
@@ -258,22 +191,22 @@ class ToolBox:
         return found
 
     def _show(self, id: str, scope: object = None) -> dict[str, Any]:
-        scopes = self._read_scopes(scope)
-        tops = None if scopes is None else self._tops(scopes)
-        try:
-            keyword = self.tree.get_keyword(id)
-        except (NotFoundError, InvalidInputError):
-            keyword = None
-        if keyword is None:
-            self._require(id, scopes, "id", "keyword or memory")
-            info = self.tree.get_info(id)
+        scopes = self.guard.read_scopes(scope)
+        tops = None if scopes is None else self.guard.tops(scopes)
+        if not self.guard.is_keyword(id):
+            self.guard.require(id, scopes, "id", "memory")
+            try:
+                info = self.tree.get_info(id)
+            except NotFoundError:
+                raise NotFoundError(f"id: no keyword or memory {id}") from None
             return {"memory": {**self._info_brief(info), "metadata": dict(info.metadata), "version": info.version},
                     "filed_under": self._filed_under(id, tops)}
-        self._require(id, scopes, "id", "keyword or memory")
+        self.guard.require(id, scopes, "id")
+        keyword = self.tree.get_keyword(id)
         relations = []
         for relation in self.tree.get_relations(id, direction="both"):
             other = relation.to_id if relation.from_id == id else relation.from_id
-            if tops is None or self._keyword_inside(other, tops):
+            if tops is None or self.guard.keyword_inside(other, tops):
                 relations.append({"type": relation.type, "direction": "out" if relation.from_id == id else "in",
                                   "keyword": self._keyword_brief(self.tree.get_keyword(other)),
                                   "weight": relation.weight, "reason": relation.reason})
@@ -291,42 +224,43 @@ class ToolBox:
         }
 
     def _tree(self, keyword_id: str | None = None, depth: int = 3, scope: object = None) -> dict[str, Any]:
-        scopes = self._read_scopes(scope)
+        scopes = self.guard.read_scopes(scope)
         if keyword_id is not None:
-            self._require(keyword_id, scopes, "keyword_id")
+            self.guard.require(keyword_id, scopes, "keyword_id")
             starts = [keyword_id]
         elif scopes is not None:
-            starts = sorted(self._tops(scopes))
+            starts = sorted(self.guard.tops(scopes))
             if not starts:
                 return {"text": f"(scope {' or '.join(map(repr, scopes))} holds nothing yet)"}
         else:
             starts = [ROOT_ID]
         lines: list[str] = []
-        left = [0]
+        cut = [False]
 
-        def walk(keyword: Keyword, level: int) -> None:
+        def walk(keyword: Keyword, level: int) -> None:  # level 1: a child of the start
             if len(lines) >= MAX_OUTLINE:
-                left[0] += 1
+                cut[0] = True
                 return
             count = len(self.tree.get_infos_of_keyword(keyword.id, size=_COUNTED))
             held = f", {count}{'+' if count >= _COUNTED else ''} memor{'y' if count == 1 else 'ies'}" if count else ""
-            lines.append(f"{'  ' * level}- {keyword.name} [{keyword.id}{held}]")
+            lines.append(f"{'  ' * (level - 1)}- {keyword.name} [{keyword.id}{held}]")
             if level < depth:
                 for child in self.tree.get_children(keyword.id):
                     walk(child, level + 1)
 
         for start in starts:
-            lines.append(f"{_path_text(self.tree.get_path(start))}")
+            lines.append(_path_text(self.tree.get_path(start)))
+            shown = len(lines)
             for child in self.tree.get_children(start):
-                walk(child, 0)
-            if len(lines) == 1:
+                walk(child, 1)
+            if len(lines) == shown and not cut[0]:
                 lines.append("  (no keywords below)")
-        if left[0]:
-            lines.append(f"… {left[0]} more keyword(s) not shown: start lower (keyword_id) or lower the depth")
+        if cut[0]:
+            lines.append(f"… the outline stops at {MAX_OUTLINE} keywords: start lower (keyword_id) or lower the depth")
         return {"text": "\n".join(lines)}
 
     def _history(self, entity_id: str | None = None, limit: int = 20, scope: object = None) -> dict[str, Any]:
-        operations = self.tree.history(entity_id, limit, scope=self._read_scopes(scope))
+        operations = self.tree.history(entity_id, limit, scope=self.guard.read_scopes(scope))
         return {"operations": [self._operation(op) for op in operations]}
 
     @staticmethod
@@ -354,20 +288,24 @@ class ToolBox:
         from kwtree.facade.mem0 import verbatim_options
         from kwtree.memory.messages import digest
 
-        chosen = self._write_scope(scope) or DEFAULT_SCOPE
+        if not text.strip():
+            raise InvalidInputError("remember: text must hold the memory's words, got only white space")
+        chosen = self.guard.write_scope(scope) or DEFAULT_SCOPE
         messages = [{"role": "user", "content": text}]
-        result = self.tree.commit_session(messages, session_id=f"remember-{digest(messages)[:16]}", scope=chosen,
-                                          options=verbatim_options())
-        ids = [decision.info_id for decision in result.decisions if decision.info_id is not None]
-        if result.op_id is None:  # the same text was remembered before: say which memory holds it
-            ids = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
+        session = f"remember-{digest(messages)[:16]}"
+        result = self.tree.commit_session(messages, session_id=session, scope=chosen, options=verbatim_options())
+        held = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
+        if result.op_id is None and not held:  # remembered before, then forgotten or deleted: again, anew
+            result = self.tree.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}", scope=chosen,
+                                              options=verbatim_options())
+        ids = [decision.info_id for decision in result.decisions if decision.info_id is not None] or held
         return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids, "already_stored": result.op_id is None}
 
     def _commit_session(self, messages: list[dict[str, Any]], session_id: str, scope: str | None = None,
                         dry_run: bool = False) -> dict[str, Any]:
         from kwtree.memory.commit import CommitOptions
 
-        chosen = self._write_scope(scope) or DEFAULT_SCOPE
+        chosen = self.guard.write_scope(scope) or DEFAULT_SCOPE
         result = self.tree.commit_session(messages, session_id=session_id, scope=chosen,
                                           options=CommitOptions(dry_run=dry_run))
         return {
@@ -382,20 +320,20 @@ class ToolBox:
 
     def _create_keyword(self, name: str, parent_id: str | None = None, aliases: list[str] | None = None,
                         description: str = "", scope: str | None = None) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is not None and parent_id is None:
-            top = self._scope_keyword(chosen)
-            keyword = (self._scope_parent(chosen, name, aliases, description) if top is None
+            top = self.guard.scope_keyword(chosen)
+            keyword = (self.guard.create_in_scope(chosen, name, aliases, description) if top is None
                        else self.tree.create_keyword(name, top.id, aliases, description))
         else:
             if chosen is not None and parent_id is not None:
-                self._require(parent_id, (chosen,), "parent_id")
+                self.guard.require(parent_id, (chosen,), "parent_id")
             keyword = self.tree.create_keyword(name, parent_id, aliases, description)
         return {"op_id": keyword.op_id, "keyword": self._keyword_brief(keyword)}
 
     def _create_info(self, content: str, keyword_ids: list[str] | None = None, source: str = "",
                      auto_link: bool = False, scope: str | None = None) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is not None:
             if auto_link:
                 raise InvalidInputError("create_info: auto_link may file a memory outside the scope "
@@ -404,26 +342,26 @@ class ToolBox:
                 raise InvalidInputError(f"create_info: keyword_ids is required in the scope {chosen!r} "
                                         "(or use remember, which files a fact in the scope by itself)")
             for index, keyword_id in enumerate(keyword_ids):
-                self._require(keyword_id, (chosen,), f"keyword_ids[{index}]")
+                self.guard.require(keyword_id, (chosen,), f"keyword_ids[{index}]")
         info = self.tree.create_info(content, source, keyword_ids, auto_link=auto_link)
         return {"op_id": info.op_id, "memory": self._info_brief(info), "filed_under": self._filed_under(info.id, None)}
 
     def _link_info(self, info_id: str, keyword_id: str, relation: str = "primary",
                    scope: str | None = None) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is not None:
-            self._require(info_id, (chosen,), "info_id", "memory")
-            self._require(keyword_id, (chosen,), "keyword_id")
+            self.guard.require(info_id, (chosen,), "info_id", "memory")
+            self.guard.require(keyword_id, (chosen,), "keyword_id")
         link = self.tree.link_info(info_id, keyword_id, relation)
         return {"op_id": link.op_id, "memory_id": info_id, "keyword": self._keyword_brief(self.tree.get_keyword(
             keyword_id)), "relation": link.relation.value}
 
     def _relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0, reason: str = "",
                 scope: str | None = None) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is not None:
-            self._require(from_id, (chosen,), "from_id")
-            self._require(to_id, (chosen,), "to_id")
+            self.guard.require(from_id, (chosen,), "from_id")
+            self.guard.require(to_id, (chosen,), "to_id")
         relation = self.tree.relate(from_id, to_id, type, weight, reason)
         return {"op_id": relation.op_id, "from": self._keyword_brief(self.tree.get_keyword(from_id)),
                 "to": self._keyword_brief(self.tree.get_keyword(to_id)), "type": relation.type,
@@ -433,16 +371,12 @@ class ToolBox:
         if (id is None) == (scope is None):
             raise InvalidInputError("forget: give exactly one of id (a memory or keyword) and scope")
         if scope is not None:
-            report = self.tree.forget(scope=self._inside_pin(clean_scope(scope), "scope"))
+            report = self.tree.forget(scope=self.guard.inside_pin(clean_scope(scope), "scope"))
         else:
             assert id is not None
-            if self.pinned is not None:
-                try:
-                    self.tree.get_keyword(id)
-                    kind = "keyword"
-                except (NotFoundError, InvalidInputError):
-                    kind = "memory"
-                self._require(id, (self.pinned,), "id", kind)
+            if self.pinned is not None:  # a memory also filed elsewhere is not this scope's alone to erase
+                kind = "keyword" if self.guard.is_keyword(id) else "memory"
+                self.guard.require(id, (self.pinned,), "id", kind, wholly=True)
             report = self.tree.forget(id)
         return {"op_id": report.op_id, "target": report.target, "memories_erased": len(report.infos),
                 "keywords_erased": len(report.keywords), "memories_kept": len(report.kept),
@@ -450,12 +384,9 @@ class ToolBox:
                 "copies_not_reached": [copy.what for copy in report.unreachable]}
 
     def _undo(self, op_id: str, force: bool = False, scope: str | None = None) -> dict[str, Any]:
-        chosen = self._write_scope(scope)
+        chosen = self.guard.write_scope(scope)
         if chosen is not None:
-            whole = [op for op in self.tree.history() if op.op_id == op_id]
-            inside = [op for op in self.tree.history(scope=chosen) if op.op_id == op_id]
-            if not whole or not inside or len(inside[0].changes) != len(whole[0].changes):
-                raise NotFoundError(f"op_id: no operation {op_id} wholly inside scope {chosen!r}")
+            self.guard.require_undoable(op_id, chosen)
         op = self.tree.undo(op_id, force)
         return {"op_id": None if op is None else op.op_id, "undid": op_id,
                 "note": "" if op is not None else "everything it wrote already was as before it: nothing written"}

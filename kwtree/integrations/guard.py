@@ -1,0 +1,176 @@
+"""Where a tool call may reach: the scope checks of :class:`~kwtree.integrations.toolbox.ToolBox`.
+
+A scope is a subtree (``kwtree.retrieval.scopes``). A :class:`ScopeGuard` answers, through the
+tree's public reads only, whether a keyword, a memory or an operation lies inside the scopes a
+call is held to, and refuses the call otherwise with a ``NotFoundError`` that says no more
+than "not in this scope" (a pinned model learns nothing of what lies outside).
+
+- A **keyword** is inside when its path runs through a scope's keyword.
+- A **memory** is visible inside when one of its keywords is; it is *wholly* inside when every
+  keyword it is filed under is. Changing or erasing a memory needs it wholly inside: another
+  scope must not lose or see changed what it also holds.
+- An **operation** may be undone inside a scope when history shows it wholly inside (every
+  change was inside the scope when it was written) and everything it touched is inside now:
+  an undo rewrites those entities as they are today, wherever they have gone since, and puts
+  each keyword back under a parent that must be inside too.
+
+The checks read the tree as it is when the call starts; a write another process makes in that
+same instant (moving a keyword out of the scope) is not excluded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation
+from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
+
+if TYPE_CHECKING:
+    from kwtree.facade.tree import KeywordTree
+
+__all__ = ["ScopeGuard"]
+
+
+class ScopeGuard:
+    """The scope checks of one toolbox over ``tree``; ``pinned`` (a checked scope path, or
+    None) holds every call to that scope and the scopes nested in it."""
+
+    def __init__(self, tree: KeywordTree, pinned: str | None) -> None:
+        self.tree = tree
+        self.pinned = pinned
+
+    # --- which scopes a call is held to ------------------------------------------------------
+
+    def inside_pin(self, scope: str, field: str) -> str:
+        """``scope`` when the pin allows it (it is the pin or nested in it); InvalidInputError."""
+        if self.pinned is not None and scope != self.pinned and not scope.startswith(self.pinned + "/"):
+            raise InvalidInputError(f"{field} {scope!r} is outside this server's scope {self.pinned!r}; "
+                                    f"use {self.pinned!r} or a scope nested in it")
+        return scope
+
+    def read_scopes(self, scope: object) -> tuple[str, ...] | None:
+        """The scopes a read is held to: the call's (inside the pin), the pin, or None (all)."""
+        scopes = clean_scopes(scope)
+        if scopes is None:
+            return None if self.pinned is None else (self.pinned,)
+        return tuple(self.inside_pin(one, "scope") for one in scopes)
+
+    def write_scope(self, scope: object) -> str | None:
+        """The scope a write is held to: the call's (inside the pin), the pin, or None."""
+        if scope is None:
+            return self.pinned
+        return self.inside_pin(clean_scope(scope), "scope")
+
+    # --- what lies inside --------------------------------------------------------------------
+
+    def scope_keyword(self, scope: str) -> Keyword | None:
+        """The live keyword that holds ``scope``, or None while it does not exist."""
+        parent = ROOT_ID
+        found: Keyword | None = None
+        for path in segments(scope):
+            name = path.rsplit("/", 1)[-1]
+            found = next((keyword for keyword in self.tree.find_keywords(name)
+                          if keyword.parent_id == parent and keyword.metadata.get(SCOPE_KEY) == path), None)
+            if found is None:
+                return None
+            parent = found.id
+        return found
+
+    def tops(self, scopes: Iterable[str]) -> set[str]:
+        """The ids of the keywords holding ``scopes`` (those that exist)."""
+        return {keyword.id for keyword in map(self.scope_keyword, scopes) if keyword is not None}
+
+    def keyword_inside(self, keyword_id: str, tops: set[str]) -> bool:
+        """Whether the live keyword lies under one of ``tops`` (False for an unknown or deleted one)."""
+        try:
+            return any(keyword.id in tops for keyword in self.tree.get_path(keyword_id))
+        except (NotFoundError, InvalidInputError):
+            return False
+
+    def info_inside(self, info_id: str, tops: set[str], *, wholly: bool = False) -> bool:
+        """Whether the live memory is filed under a keyword inside ``tops`` (``wholly``: only
+        under keywords inside them)."""
+        try:
+            filed = [keyword.id for keyword, _ in self.tree.get_keywords_of_info(info_id)]
+        except (NotFoundError, InvalidInputError):
+            return False
+        inside = [self.keyword_inside(keyword_id, tops) for keyword_id in filed]
+        return bool(inside) and (all(inside) if wholly else any(inside))
+
+    def is_keyword(self, entity_id: str) -> bool:
+        try:
+            self.tree.get_keyword(entity_id)
+        except (NotFoundError, InvalidInputError):
+            return False
+        return True
+
+    def require(self, entity_id: str, scopes: Sequence[str] | None, field: str, kind: str = "keyword", *,
+                wholly: bool = False) -> None:
+        """NotFoundError unless the keyword (``kind`` "keyword") or memory ("memory") is inside
+        ``scopes`` (None: anywhere), the memory ``wholly`` when asked."""
+        if scopes is None:
+            return
+        tops = self.tops(scopes)
+        inside = (self.keyword_inside(entity_id, tops) if kind == "keyword"
+                  else self.info_inside(entity_id, tops, wholly=wholly))
+        if not inside:
+            raise NotFoundError(f"{field}: no {kind} {entity_id} in scope {' or '.join(map(repr, scopes))}")
+
+    def require_undoable(self, op_id: str, scope: str) -> None:
+        """NotFoundError unless operation ``op_id`` may be undone inside ``scope`` (see the module).
+        Reads the whole history twice."""
+        refusal = NotFoundError(f"op_id: no operation {op_id} wholly inside scope {scope!r}")
+        whole = next((op for op in self.tree.history() if op.op_id == op_id), None)
+        seen = next((op for op in self.tree.history(scope=scope) if op.op_id == op_id), None)
+        if whole is None or seen is None or len(seen.changes) != len(whole.changes):
+            raise refusal
+        tops = self.tops([scope])
+        if not all(self._touches_only_inside(entity, before, tops) for entity, before in _written(whole)):
+            raise refusal
+
+    def _touches_only_inside(self, entity: Any, restored: Any, tops: set[str]) -> bool:
+        """Whether undoing the write of ``entity`` (back to ``restored``, None: absent) stays
+        inside ``tops``: the entity as it is now, and as the undo would leave it."""
+        if isinstance(entity, Keyword):
+            now = not self.is_keyword(entity.id) or self.keyword_inside(entity.id, tops)
+            back = restored is None or restored.deleted or self.keyword_inside(restored.parent_id, tops)
+            return now and back
+        if isinstance(entity, Info):
+            return self._memory_now_inside(entity.id, tops)
+        if isinstance(entity, Link):
+            return self.keyword_inside(entity.keyword_id, tops) and self._memory_now_inside(entity.info_id, tops)
+        if isinstance(entity, Relation):
+            return self.keyword_inside(entity.from_id, tops) and self.keyword_inside(entity.to_id, tops)
+        return False
+
+    def _memory_now_inside(self, info_id: str, tops: set[str]) -> bool:
+        """A live memory filed only inside ``tops``, or one no longer live (nothing of it shows)."""
+        try:
+            self.tree.get_info(info_id)
+        except (NotFoundError, InvalidInputError):
+            return True
+        filed = self.tree.get_keywords_of_info(info_id)
+        return all(self.keyword_inside(keyword.id, tops) for keyword, _ in filed)
+
+    # --- creating inside ---------------------------------------------------------------------
+
+    def create_in_scope(self, scope: str, name: str, aliases: list[str] | None, description: str) -> Keyword:
+        """Create ``name`` under the keyword of ``scope``, creating the scope's keywords that are
+        missing, in one operation."""
+        specs: list[dict[str, Any]] = []
+        parent: dict[str, Any] = {"parent_id": ROOT_ID}
+        for path in segments(scope):
+            existing = self.scope_keyword(path)
+            if existing is not None:
+                parent = {"parent_id": existing.id}
+                continue
+            specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
+            parent = {"parent_ref": path}
+        specs.append({"name": name, "aliases": aliases or [], "description": description, **parent})
+        return self.tree.batch_create_keywords(specs)[-1]
+
+
+def _written(op: Operation) -> list[tuple[Any, Any]]:
+    return [(change.after, change.before) for change in op.changes]
