@@ -168,8 +168,8 @@ def test_a_huge_result_is_cut_to_the_budget_with_a_truncated_note(tmp_path: Path
             assert not result.is_error and len(text) <= 4000
             shown = json.loads(text)
             assert "truncated" in shown and "characters shown" in shown["truncated"]
-            outline = await call(session, "recall", query="archive", k=100, min_score=0)
-            assert "memories: " in outline["truncated"] and len(json.dumps(outline)) <= 4100
+            recalled = (await session.call_tool("recall", {"query": "archive", "k": 100, "min_score": 0})).content[0]
+            assert len(recalled.text) <= 4000 and "memories: " in json.loads(recalled.text)["truncated"]
             resource = (await session.read_resource(f"kwtree://keyword/{big.id}")).contents[0].text
             assert len(resource) <= 4000 and "truncated" in json.loads(resource)
 

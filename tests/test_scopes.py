@@ -340,3 +340,23 @@ def test_every_scoped_read_touches_only_what_is_inside_then(tmp_path: Path, step
                     assert (before[1].get(entity.id, set()) & before[0]) or (after[1].get(entity.id, set()) & after[0])
                 elif isinstance(entity, Relation):
                     assert entity.from_id in seen and entity.to_id in seen
+
+
+def test_a_commit_never_changes_a_memory_another_scope_also_holds(tmp_path: Path) -> None:
+    """A review found a commit into alice's scope superseding and merging into memories that an
+    admin had also filed in bob's: bob saw them change."""
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        bob = tree.create_keyword("user:bob", "root", metadata={"scope": "user:bob"})
+        first = tree.commit_session([{"role": "user", "content": "My name is Alice Smith. I prefer green tea."}],
+                                    session_id="s1", scope="user:alice")
+        shared = [d.info_id for d in first.decisions if d.info_id is not None]
+        for info_id in shared:
+            tree.link_info(info_id, bob.id)
+        held = {info_id: tree.get_info(info_id).content for info_id in shared}
+        second = tree.commit_session([{"role": "user", "content": "My name is Alice Jones. I prefer black tea."}],
+                                     session_id="s2", scope="user:alice")
+        assert {info_id: tree.get_info(info_id).content for info_id in shared} == held
+        assert not any(d.action in ("merge", "supersede") for d in second.decisions)
+        alone = tree.commit_session([{"role": "user", "content": "My name is Alice Brown."}], session_id="s3",
+                                    scope="user:alice")
+        assert [d.action for d in alone.decisions if d.category == "profile"] == ["supersede"]  # hers alone

@@ -50,7 +50,7 @@ from kwtree.models import (
     RelationType,
 )
 from kwtree.retrieval.recall import RecallWeights
-from kwtree.retrieval.scopes import clean_scopes, operations_inside
+from kwtree.retrieval.scopes import clean_scopes, operations_inside, writes_outside
 from kwtree.stores.directory import open_error
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import is_file_mode
@@ -684,16 +684,20 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             ops = [op for op in ops if touches(op, entity_id)]
         return ops[-limit:] if limit is not None else ops
 
-    def undo(self, op_id: str, force: bool = False) -> Operation | None:
+    def undo(self, op_id: str, force: bool = False, *, scope: str | Sequence[str] | None = None) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new
         operation (None if everything already is). Raises UndoConflictError when a later
         operation wrote one of those entities, unless ``force=True``. An operation that wrote
         an entity ``forget`` erased (the forget operation itself included) cannot be undone:
-        InvalidInputError, even with ``force``."""
+        InvalidInputError, even with ``force``. With ``scope`` (a scope path or a list), the
+        undo is refused (NotFoundError, nothing written) unless everything it would write lies
+        inside the scopes, as it is now and as the undo leaves it
+        (``kwtree.retrieval.scopes.writes_outside``), judged under the writer lock."""
         if not is_op_id(op_id):
             raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
         if type(force) is not bool:
             raise InvalidInputError(f"force must be True or False, got {force!r}")
+        scopes = clean_scopes(scope)
         engine = self._engine
 
         def decide(state: State, stamp: Stamp) -> list[Change]:
@@ -704,7 +708,12 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
             refuse_forgotten(state, target)
-            return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
+            changes = undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
+            outside = None if scopes is None else writes_outside(state, changes, scopes)
+            if outside is not None:
+                raise NotFoundError(f"op_id: undoing operation {op_id} would write outside scope "  # (not what:
+                                    f"{' or '.join(map(repr, scopes or ()))}; nothing was written")  # it is not theirs)
+            return changes
 
         return self._commit("undo", decide, audit={"undo_of": op_id})
 

@@ -79,7 +79,7 @@ class MemoryTools:
         (``results(response)`` runs the ones naming these tools), so nothing runs twice."""
         rounds = clean_int(max_rounds, "max_rounds", 1)
         conversation: list[Any] = list(messages)
-        tools = [*create.pop("tools", ()), *self.definitions]
+        tools = [*(create.pop("tools", None) or ()), *self.definitions]
         for round in range(rounds):
             response: Message = client.messages.create(messages=conversation, tools=tools, **create)
             uses = [block for block in response.content if block.type == "tool_use"]

@@ -42,9 +42,16 @@ def _cut(value: Any, items: int | None, chars: int, path: str, notes: list[str])
         if len(kept) < len(value):
             notes.append(f"{path or 'the list'}: {len(kept)} of {len(value)} shown")
         return [_cut(item, items, chars, f"{path}[{index}]", notes) for index, item in enumerate(kept)]
-    if isinstance(value, dict):
-        return {key: _cut(item, items, chars, f"{path}.{key}" if path else str(key), notes)
-                for key, item in value.items()}
+    if isinstance(value, dict):  # below the top, a dict is cut like a list: its first keys, each key short
+        pairs = list(value.items())
+        if path and items is not None and len(pairs) > items:
+            notes.append(f"{path}: {items} of {len(pairs)} keys shown")
+            pairs = pairs[:items]
+        cut: dict[str, Any] = {}
+        for key, item in pairs:
+            name = key if len(key) <= chars or not path else key[:chars] + " …"
+            cut.setdefault(name, _cut(item, items, chars, f"{path}.{name}" if path else name, notes))
+        return cut
     return value
 
 
@@ -54,7 +61,8 @@ def _longest(value: Any, kind: type) -> int:
     if isinstance(value, list):
         return max([here, *(_longest(item, kind) for item in value)])
     if isinstance(value, dict):
-        return max([here, *(_longest(item, kind) for item in value.values())])
+        keys = len(value) if kind is list else max(map(len, value), default=0)  # a dict's keys count as items
+        return max([here, keys, *(_longest(item, kind) for item in value.values())])
     return here
 
 
@@ -97,7 +105,17 @@ def fit(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
     left. Never longer than ``max_chars`` (``max_chars`` ≥ ``MIN_MAX_CHARS``)."""
     if len(dumps(result)) <= max_chars:
         return result
-    budget = max_chars - _NOTE_ROOM
+    fitted = _fit(result, max_chars, _NOTE_ROOM)
+    room = len(dumps(fitted.get("truncated", ""))) + 20
+    if room < _NOTE_ROOM:  # the note came out shorter than the room kept for it: use the rest too
+        wider = _fit(result, max_chars, room)
+        if "truncated" in wider and len(dumps(wider)) <= max_chars:
+            return wider
+    return fitted
+
+
+def _fit(result: dict[str, Any], max_chars: int, note_room: int) -> dict[str, Any]:
+    budget = max_chars - note_room
 
     def attempt(items: int | None, chars: int) -> tuple[dict[str, Any], list[str]] | None:
         notes: list[str] = []

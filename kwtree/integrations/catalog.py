@@ -260,6 +260,11 @@ def _problem(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
     if kind is not None and (not isinstance(value, _JSON_TYPES[kind])
                              or (isinstance(value, bool) and kind in ("integer", "number"))):
         return f"{where} must be {_wanted(schema)}, got {shown(value)}"
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"{where} holds a lone surrogate U+{ord(value[exc.start]):04X}; text must be valid Unicode"
     if "enum" in schema and value not in schema["enum"]:
         return f"{where} must be one of {', '.join(map(str, schema['enum']))}, got {shown(value)}"
     if kind == "integer" and not schema.get("minimum", value) <= value <= schema.get("maximum", value):

@@ -10,9 +10,10 @@ than "not in this scope" (a pinned model learns nothing of what lies outside).
   keyword it is filed under is. Changing or erasing a memory needs it wholly inside: another
   scope must not lose or see changed what it also holds.
 - An **operation** may be undone inside a scope when history shows it wholly inside (every
-  change was inside the scope when it was written) and everything it touched is inside now:
-  an undo rewrites those entities as they are today, wherever they have gone since, and puts
-  each keyword back under a parent that must be inside too.
+  change was inside the scope when it was written) and everything the undo would write is
+  inside, as it is now and as the undo leaves it (``KeywordTree.undo(scope=...)`` judges that
+  under the writer lock: an undo rewrites entities as they are today, wherever they have gone
+  since, and also retires the links and relations of a keyword it deletes).
 
 The checks read the tree as it is when the call starts; a write another process makes in that
 same instant (moving a keyword out of the scope) is not excluded.
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation
+from kwtree.models import ROOT_ID, Keyword
 from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
 
 if TYPE_CHECKING:
@@ -107,52 +108,26 @@ class ScopeGuard:
         return True
 
     def require(self, entity_id: str, scopes: Sequence[str] | None, field: str, kind: str = "keyword", *,
-                wholly: bool = False) -> None:
+                wholly: bool = False, label: str | None = None) -> None:
         """NotFoundError unless the keyword (``kind`` "keyword") or memory ("memory") is inside
-        ``scopes`` (None: anywhere), the memory ``wholly`` when asked."""
+        ``scopes`` (None: anywhere), the memory ``wholly`` when asked; the message names
+        ``label`` (default: the kind), so that one may say no more than "keyword or memory"."""
         if scopes is None:
             return
         tops = self.tops(scopes)
         inside = (self.keyword_inside(entity_id, tops) if kind == "keyword"
                   else self.info_inside(entity_id, tops, wholly=wholly))
         if not inside:
-            raise NotFoundError(f"{field}: no {kind} {entity_id} in scope {' or '.join(map(repr, scopes))}")
+            raise NotFoundError(f"{field}: no {label or kind} {entity_id} in scope {' or '.join(map(repr, scopes))}")
 
     def require_undoable(self, op_id: str, scope: str) -> None:
-        """NotFoundError unless operation ``op_id`` may be undone inside ``scope`` (see the module).
-        Reads the whole history twice."""
-        refusal = NotFoundError(f"op_id: no operation {op_id} wholly inside scope {scope!r}")
+        """NotFoundError unless history shows operation ``op_id`` wholly inside ``scope`` (every
+        change was inside when it was written). Reads the whole history twice. What the undo
+        itself would write is judged by ``KeywordTree.undo(scope=...)``, under the writer lock."""
         whole = next((op for op in self.tree.history() if op.op_id == op_id), None)
         seen = next((op for op in self.tree.history(scope=scope) if op.op_id == op_id), None)
         if whole is None or seen is None or len(seen.changes) != len(whole.changes):
-            raise refusal
-        tops = self.tops([scope])
-        if not all(self._touches_only_inside(entity, before, tops) for entity, before in _written(whole)):
-            raise refusal
-
-    def _touches_only_inside(self, entity: Any, restored: Any, tops: set[str]) -> bool:
-        """Whether undoing the write of ``entity`` (back to ``restored``, None: absent) stays
-        inside ``tops``: the entity as it is now, and as the undo would leave it."""
-        if isinstance(entity, Keyword):
-            now = not self.is_keyword(entity.id) or self.keyword_inside(entity.id, tops)
-            back = restored is None or restored.deleted or self.keyword_inside(restored.parent_id, tops)
-            return now and back
-        if isinstance(entity, Info):
-            return self._memory_now_inside(entity.id, tops)
-        if isinstance(entity, Link):
-            return self.keyword_inside(entity.keyword_id, tops) and self._memory_now_inside(entity.info_id, tops)
-        if isinstance(entity, Relation):
-            return self.keyword_inside(entity.from_id, tops) and self.keyword_inside(entity.to_id, tops)
-        return False
-
-    def _memory_now_inside(self, info_id: str, tops: set[str]) -> bool:
-        """A live memory filed only inside ``tops``, or one no longer live (nothing of it shows)."""
-        try:
-            self.tree.get_info(info_id)
-        except (NotFoundError, InvalidInputError):
-            return True
-        filed = self.tree.get_keywords_of_info(info_id)
-        return all(self.keyword_inside(keyword.id, tops) for keyword, _ in filed)
+            raise NotFoundError(f"op_id: no operation {op_id} wholly inside scope {scope!r}")
 
     # --- creating inside ---------------------------------------------------------------------
 
@@ -171,6 +146,3 @@ class ScopeGuard:
         specs.append({"name": name, "aliases": aliases or [], "description": description, **parent})
         return self.tree.batch_create_keywords(specs)[-1]
 
-
-def _written(op: Operation) -> list[tuple[Any, Any]]:
-    return [(change.after, change.before) for change in op.changes]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, ReadOnlyError
+from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError, NotFoundError, ReadOnlyError
 from kwtree.integrations import catalog
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, dumps, fit
 from kwtree.integrations.guard import ScopeGuard
@@ -64,8 +64,12 @@ class ToolReply:
     data: dict[str, Any] | None = None
 
 
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+def _iso(seconds: float) -> str | float:
+    """Epoch seconds as ISO 8601 (UTC); a time no calendar date holds (year 10000) as it is."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return seconds
 
 
 def _path_text(path: Sequence[Keyword]) -> str:
@@ -107,6 +111,12 @@ class ToolBox:
         """Run tool ``name``; a kwtree error comes back as an error reply (nothing written)."""
         try:
             result = self.run(name, arguments)
+        except DuplicateKeywordError as exc:
+            text, pin = str(exc), self.pinned
+            if pin is not None and not self.guard.keyword_inside(exc.existing_id, self.guard.tops([pin])):
+                text = ("a keyword of that name is already where this one would go, outside this server's scope; "
+                        "choose another name")  # (not its id: it is not this scope's to see)
+            return ToolReply(clip(f"DuplicateKeywordError: {text}", self.max_result_chars), is_error=True)
         except KwtreeError as exc:
             return ToolReply(clip(f"{type(exc).__name__}: {exc}", self.max_result_chars), is_error=True)
         result = fit(result, self.max_result_chars)
@@ -194,14 +204,14 @@ class ToolBox:
         scopes = self.guard.read_scopes(scope)
         tops = None if scopes is None else self.guard.tops(scopes)
         if not self.guard.is_keyword(id):
-            self.guard.require(id, scopes, "id", "memory")
+            self.guard.require(id, scopes, "id", "memory", label="keyword or memory")
             try:
                 info = self.tree.get_info(id)
             except NotFoundError:
                 raise NotFoundError(f"id: no keyword or memory {id}") from None
             return {"memory": {**self._info_brief(info), "metadata": dict(info.metadata), "version": info.version},
                     "filed_under": self._filed_under(id, tops)}
-        self.guard.require(id, scopes, "id")
+        self.guard.require(id, scopes, "id", label="keyword or memory")
         keyword = self.tree.get_keyword(id)
         relations = []
         for relation in self.tree.get_relations(id, direction="both"):
@@ -376,7 +386,7 @@ class ToolBox:
             assert id is not None
             if self.pinned is not None:  # a memory also filed elsewhere is not this scope's alone to erase
                 kind = "keyword" if self.guard.is_keyword(id) else "memory"
-                self.guard.require(id, (self.pinned,), "id", kind, wholly=True)
+                self.guard.require(id, (self.pinned,), "id", kind, wholly=True, label="keyword or memory")
             report = self.tree.forget(id)
         return {"op_id": report.op_id, "target": report.target, "memories_erased": len(report.infos),
                 "keywords_erased": len(report.keywords), "memories_kept": len(report.kept),
@@ -387,6 +397,6 @@ class ToolBox:
         chosen = self.guard.write_scope(scope)
         if chosen is not None:
             self.guard.require_undoable(op_id, chosen)
-        op = self.tree.undo(op_id, force)
+        op = self.tree.undo(op_id, force, scope=chosen)
         return {"op_id": None if op is None else op.op_id, "undid": op_id,
                 "note": "" if op is not None else "everything it wrote already was as before it: nothing written"}

@@ -426,7 +426,8 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
     # (a memory of another category filed here by a name it mentions is not this key's to merge into)
     held = [info for info in draft.infos_of(holder.id) if info.metadata.get("category") == candidate.category]
     if policy.write == "supersede" and "attribute" in metadata:
-        same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]]
+        same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]
+                and _alone(draft.state, info.id, scope_kw.id)]
         if same:
             old = same[-1]
             if normalize_name(old.content) == normalize_name(candidate.content):
@@ -439,6 +440,10 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
                     old.id, holder.id, previous=old.content)
             return
     verdict = _verdict(draft, plan, index, candidate, branch, held, may_merge=policy.write != "append")
+    if verdict.action == "merge" and not _alone(draft.state, verdict.target, scope_kw.id):  # type: ignore[arg-type]
+        verdict = dataclasses.replace(verdict, action="create", target=None, reason=(
+            f"{verdict.reason}; that memory is also filed in another scope, which must not see it change: "
+            "this one is kept apart"))
     if verdict.action == "skip":
         _decide(plan, index, candidate, "skip", verdict.reason, verdict.target, holder.id)
     elif verdict.action == "merge":
@@ -454,6 +459,12 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None))
         action = "append" if policy.write == "append" else "create"
         _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
+
+
+def _alone(state: State, info_id: str, scope_id: str) -> bool:
+    """Whether the memory is filed only inside the scope (keyword ``scope_id``): a commit merges
+    into or supersedes only such memories, so another scope never sees what it holds change."""
+    return all(state.is_descendant(kid, scope_id) for kid in state.keywords_by_info.get(info_id, ()))
 
 
 def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, branch: Keyword,

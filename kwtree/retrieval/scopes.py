@@ -24,16 +24,17 @@ and an undo is an operation like any other, judged by what it rewrote.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kwtree.engine.state import State, apply
 from kwtree.errors import InvalidInputError
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
-from kwtree.validate import shown
+from kwtree.validate import check_unicode, shown
 
 __all__ = [
     "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_subtree", "segments",
+    "writes_outside",
 ]
 
 #: The metadata key that marks a keyword as a scope; its value is the scope's whole path.
@@ -49,6 +50,7 @@ def clean_scope(scope: object, field: str = "scope") -> str:
     ``field`` and what is wrong otherwise."""
     if not isinstance(scope, str):
         raise InvalidInputError(f"{field} must be a string such as 'user:alice', got {shown(scope)}")
+    check_unicode(scope, field)
     parts = scope.split("/")
     if len(parts) > MAX_DEPTH:
         raise InvalidInputError(f"{field} {shown(scope)} nests {len(parts)} scopes; at most {MAX_DEPTH}")
@@ -155,3 +157,47 @@ def operations_inside(operations: Iterable[Operation], scopes: tuple[str, ...]) 
             audit = op.audit if len(changes) == len(op.changes) else None
             kept.append(Operation(op.op_id, op.kind, op.actor, op.timestamp, changes, audit))
     return kept
+
+
+def writes_outside(state: State, changes: Sequence[Change], scopes: tuple[str, ...]) -> str | None:
+    """The key of the first of ``changes`` (about to be applied to ``state``) that writes
+    something outside ``scopes``, or None when all stay inside, before and after: a keyword
+    inside now and put (back) under a parent inside; a memory, when live now, filed only inside;
+    a link to a keyword inside now and after, of a memory filed only inside; a relation with both
+    ends inside now and after. A scope's own keyword stays inside while its parent is unchanged."""
+    now = scope_subtree(state, scopes)
+    tops = {keyword.id for keyword in (scope_keyword(state, scope) for scope in scopes) if keyword is not None}
+    moved = {change.after.id: change.after for change in changes if type(change.after) is Keyword}
+
+    def after(keyword_id: str, depth: int = 0) -> bool:
+        keyword = moved.get(keyword_id)
+        if keyword is None:
+            return keyword_id in now
+        if keyword.deleted or depth > len(moved):  # (a cycle the consistency check refuses anyway)
+            return False
+        was = state.keywords.get(keyword_id)
+        if keyword_id in tops and was is not None and was.parent_id == keyword.parent_id:
+            return True
+        return keyword.parent_id is not None and after(keyword.parent_id, depth + 1)
+
+    def wholly(info_id: str) -> bool:
+        return all(kid in now for kid in state.keywords_by_info.get(info_id, ()))
+
+    for change in changes:
+        entity, before = change.after, change.before
+        live_before = before is not None and not before.deleted
+        if isinstance(entity, Keyword):
+            ok = (not live_before or entity.id in now) and (entity.deleted or after(entity.id))
+        elif isinstance(entity, Info):
+            ok = state.live_info(entity.id) is None or wholly(entity.id)
+        elif isinstance(entity, Link):
+            ok = ((not live_before or entity.keyword_id in now) and (entity.deleted or after(entity.keyword_id))
+                  and (state.live_info(entity.info_id) is None or wholly(entity.info_id)))
+        elif isinstance(entity, Relation):
+            ends = (entity.from_id, entity.to_id)
+            ok = (not live_before or all(end in now for end in ends)) and (entity.deleted or all(map(after, ends)))
+        else:
+            ok = False
+        if not ok:
+            return change.key
+    return None
