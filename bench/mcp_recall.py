@@ -165,8 +165,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Over stdio p50 {stdio['median']:.2f} ms, p99 {stdio['p99']:.2f} ms: "
         f"{stdio['median'] - library['median']:+.2f} ms at the median over the library call "
-        f"({stdio['median'] / library['median']:.1f}×). Of the start's median, "
-        f"{result['imports']['median'] / result['start']['median']:.0%} is spawning Python and importing.",
+        f"({stdio['median'] / library['median']:.1f}×). Spawning Python and importing alone takes "
+        f"{result['imports']['median']:,.0f} ms, next to the start's {result['start']['median']:,.0f} ms (medians).",
     ])
 
 
