@@ -360,3 +360,16 @@ def test_a_commit_never_changes_a_memory_another_scope_also_holds(tmp_path: Path
         alone = tree.commit_session([{"role": "user", "content": "My name is Alice Brown."}], session_id="s3",
                                     scope="user:alice")
         assert [d.action for d in alone.decisions if d.category == "profile"] == ["supersede"]  # hers alone
+
+
+
+def test_scope_keyword_finds_the_marked_keyword_only(tmp_path: Path) -> None:
+    with KeywordTree(tmp_path / "memory", durability="none") as tree:
+        plain = tree.create_keyword("user:alice", "root")  # a name, not a scope
+        assert tree.scope_keyword("user:alice") is None
+        tree.commit_session([{"role": "user", "content": "I love tea."}], session_id="s", scope="user:bob/run:1")
+        run = tree.scope_keyword("user:bob/run:1")
+        assert run is not None and run.metadata[SCOPE_KEY] == "user:bob/run:1" and run.id != plain.id
+        assert tree.scope_keyword("user:bob").id == run.parent_id
+        with pytest.raises(InvalidInputError, match="scope"):
+            tree.scope_keyword("alice")

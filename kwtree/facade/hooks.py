@@ -27,11 +27,12 @@ from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.memory.candidates import Message
 from kwtree.memory.commit import SUMMARY_KIND, CommitResult
 from kwtree.memory.shelf import branch_infos, latest_summary, scope_memories, scope_of
-from kwtree.models import Info
+from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import relevance
 from kwtree.retrieval.context import estimate_tokens
-from kwtree.retrieval.scopes import clean_scopes
+from kwtree.retrieval.scopes import clean_scope, clean_scopes
+from kwtree.retrieval.scopes import scope_keyword as find_scope_keyword
 from kwtree.retrieval.timeline import happened_day
 from kwtree.validate import clean_id, clean_int
 
@@ -113,6 +114,13 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         self._check_open()
         clean_id(info_id, "info_id")
         return self._read(lambda state: scope_of(state, info_id))
+
+    def scope_keyword(self, scope: str) -> Keyword | None:
+        """The live keyword that holds ``scope`` (a scope path such as "user:alice"), or None
+        while the scope does not exist. InvalidInputError naming ``scope`` when malformed."""
+        self._check_open()
+        path = clean_scope(scope)
+        return self._read(lambda state: find_scope_keyword(state, path))
 
     def bootstrap(self, scope: str | Sequence[str], max_tokens: int = 800) -> str:
         """The cold-start block for a new conversation: the scope's profile, its preferences,

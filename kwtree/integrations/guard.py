@@ -66,22 +66,9 @@ class ScopeGuard:
 
     # --- what lies inside --------------------------------------------------------------------
 
-    def scope_keyword(self, scope: str) -> Keyword | None:
-        """The live keyword that holds ``scope``, or None while it does not exist."""
-        parent = ROOT_ID
-        found: Keyword | None = None
-        for path in segments(scope):
-            name = path.rsplit("/", 1)[-1]
-            found = next((keyword for keyword in self.tree.find_keywords(name)
-                          if keyword.parent_id == parent and keyword.metadata.get(SCOPE_KEY) == path), None)
-            if found is None:
-                return None
-            parent = found.id
-        return found
-
     def tops(self, scopes: Iterable[str]) -> set[str]:
         """The ids of the keywords holding ``scopes`` (those that exist)."""
-        return {keyword.id for keyword in map(self.scope_keyword, scopes) if keyword is not None}
+        return {keyword.id for keyword in map(self.tree.scope_keyword, scopes) if keyword is not None}
 
     def keyword_inside(self, keyword_id: str, tops: set[str]) -> bool:
         """Whether the live keyword lies under one of ``tops`` (False for an unknown or deleted one)."""
@@ -137,7 +124,7 @@ class ScopeGuard:
         specs: list[dict[str, Any]] = []
         parent: dict[str, Any] = {"parent_id": ROOT_ID}
         for path in segments(scope):
-            existing = self.scope_keyword(path)
+            existing = self.tree.scope_keyword(path)
             if existing is not None:
                 parent = {"parent_id": existing.id}
                 continue

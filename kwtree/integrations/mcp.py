@@ -52,20 +52,25 @@ def _require_sdk() -> None:
         raise NotFoundError("the MCP server needs the official MCP SDK: pip install 'kwtree[mcp]'") from None
 
 
-def _tool(box: ToolBox, definition: dict[str, Any]) -> Any:
-    from mcp.server.mcpserver.tools import Tool
-    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+def _arguments() -> type[Any]:
+    """The argument model every tool shares: the call's arguments passed on untouched, for the
+    toolbox to check against the catalog's schema (one set of checks and messages for every door)."""
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
     from pydantic import ConfigDict
 
     class Arguments(ArgModelBase):
-        """The call's arguments, passed on untouched: the toolbox checks them against the
-        catalog's schema (one set of checks and messages for every door)."""
-
         model_config = ConfigDict(extra="allow")
 
         def model_dump_one_level(self) -> dict[str, Any]:
             return {"arguments": dict(self.model_extra or {})}
+
+    return Arguments
+
+
+def _tool(box: ToolBox, definition: dict[str, Any], arguments: type[Any]) -> Any:
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
     name = definition["name"]
     spec = catalog.spec_of(name)
@@ -77,7 +82,7 @@ def _tool(box: ToolBox, definition: dict[str, Any]) -> Any:
     annotations = ToolAnnotations(read_only_hint=not spec.writes, destructive_hint=name in _DESTRUCTIVE,
                                   open_world_hint=False)
     return Tool(fn=run, name=name, title=None, description=definition["description"],
-                parameters=definition["input_schema"], fn_metadata=FuncMetadata(arg_model=Arguments), is_async=False,
+                parameters=definition["input_schema"], fn_metadata=FuncMetadata(arg_model=arguments), is_async=False,
                 context_kwarg=None, annotations=annotations)
 
 
@@ -90,6 +95,7 @@ def build_server(box: ToolBox) -> MCPServer[Any]:
     from mcp.server.mcpserver.exceptions import ResourceError
 
     listed = {definition["name"] for definition in box.definitions()}
+    shared = _arguments()
 
     async def hide_unlisted(ctx: Any, call_next: Any) -> Any:
         """A read-only server lists only the reading tools, yet keeps the writing ones, so a
@@ -101,7 +107,7 @@ def build_server(box: ToolBox) -> MCPServer[Any]:
 
     server: MCPServer[Any] = MCPServer(
         "kwtree", title="kwtree memory", version=version("kwtree"), instructions=INSTRUCTIONS,
-        tools=[_tool(box, definition) for definition in catalog.definitions(pinned=box.pinned)],
+        tools=[_tool(box, definition, shared) for definition in catalog.definitions(pinned=box.pinned)],
         log_level="WARNING", middleware=[hide_unlisted],
     )
 

@@ -304,10 +304,12 @@ class ToolBox:
         messages = [{"role": "user", "content": text}]
         session = f"remember-{digest(messages)[:16]}"
         result = self.tree.commit_session(messages, session_id=session, scope=chosen, options=verbatim_options())
-        held = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
-        if result.op_id is None and not held:  # remembered before, then forgotten or deleted: again, anew
-            result = self.tree.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}", scope=chosen,
-                                              options=verbatim_options())
+        held: list[str] = []
+        if result.op_id is None:  # remembered before: which memory holds it (none: forgotten or deleted since)
+            held = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
+            if not held:  # so remember it again, anew
+                result = self.tree.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}",
+                                                  scope=chosen, options=verbatim_options())
         ids = [decision.info_id for decision in result.decisions if decision.info_id is not None] or held
         return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids, "already_stored": result.op_id is None}
 
@@ -332,7 +334,7 @@ class ToolBox:
                         description: str = "", scope: str | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
         if chosen is not None and parent_id is None:
-            top = self.guard.scope_keyword(chosen)
+            top = self.tree.scope_keyword(chosen)
             keyword = (self.guard.create_in_scope(chosen, name, aliases, description) if top is None
                        else self.tree.create_keyword(name, top.id, aliases, description))
         else:
