@@ -363,7 +363,7 @@ FUZZED: dict[str, Any] = {
                            ["user:alice", "user:alice/run:1", "agent:x", "bad", "user:", "Alpha"]), TEXT),
                        "options": _commit_options},
     # issue 15: the lifecycle hooks and the reads under kwtree.Memory
-    **{name: {} for name in ("assemble", "bootstrap", "memories", "memory_scope")},
+    **{name: {} for name in ("assemble", "bootstrap", "memories", "memory_scope", "scope_keyword")},
     **{name: {"messages": _messages, "session_id": lambda world: st.one_of(st.sampled_from(["s1", "Alpha"]), WORDS)}
        for name in ("after_turn", "end_session")},
     "batch_update_infos": {"patches": lambda world: st.one_of(HOSTILE, st.dictionaries(
