@@ -21,6 +21,7 @@ __all__ = [
     "EMPTY_METADATA",
     "HAPPENED_AT",
     "INFO_POLICIES",
+    "NOTE",
     "ROOT_ID",
     "AgentOutcome",
     "Change",
@@ -30,6 +31,7 @@ __all__ = [
     "Keyword",
     "Link",
     "LinkedKeyword",
+    "Note",
     "Operation",
     "Relation",
     "RelationType",
@@ -189,6 +191,18 @@ class Relation:
 
 
 Entity: TypeAlias = Keyword | Info | Link | Relation
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """The one row of an operation that records something about the log itself and changes no
+    entity (format 3): a merge of two git branches (kind ``merge``) or a re-chaining of the
+    log by forget's erasure or a repair (kind ``rechain``). What it records is the operation's
+    audit; replay applies nothing for it. docs/log-format.md, "The hash chain"."""
+
+
+#: The row of every note (it holds nothing of its own: the operation's audit says it all).
+NOTE = Note()
 
 
 def entity_key(entity: Entity) -> str:

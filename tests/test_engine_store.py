@@ -61,6 +61,10 @@ class RecordingStore:
         self.calls: list[str] = []
         OPENED.append(self)
 
+    @property
+    def chained(self) -> bool:
+        return self.inner.chained
+
     def tail(self, after: Position | None) -> Iterator[Batch]:
         self.calls.append("tail")
         return self.inner.tail(after)

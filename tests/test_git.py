@@ -10,6 +10,7 @@ merge-driver``, a real subprocess.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -79,6 +80,22 @@ def segments(memory: Path) -> dict[str, bytes]:
 
 def op_ids(data: bytes) -> list[str]:
     return [op_id for op_id, _, _ in split_operations(data)]
+
+
+def without_note(merged: bytes, base: bytes) -> bytes:
+    """The merged segment without the ``merge`` note the driver adds where both sides wrote,
+    after checking that note: it follows the base's newest operation and names both heads."""
+    notes = [(op_id, rows) for op_id, rows, _ in split_operations(merged) if b'"entity":"note"' in rows]
+    assert len(notes) <= 1
+    if not notes:
+        return merged
+    row = orjson.loads(notes[0][1])
+    assert row["end"]["kind"] == "merge" and row["end"]["actor"] == "git"
+    newest = max(split_operations(base))[1]
+    assert row["end"]["prev"] == hashlib.sha256(newest[:newest.rindex(b',"crc":')] + b"}}\n").hexdigest()
+    merge = row["end"]["audit"]["merge"]
+    assert merge["base"] == row["end"]["prev"] and len(merge["heads"]) == 2
+    return merged.replace(notes[0][1], b"")
 
 
 # --- setup -------------------------------------------------------------------------------------
@@ -212,7 +229,7 @@ def test_merge_segments_is_the_sorted_union_of_whole_operations(tmp_path: Path) 
     assert merged == kwgit.merge_segments(base, theirs, ours)
     ops = {op_id: rows for op_id, rows, _ in split_operations(ours) + split_operations(theirs)}
     assert len(ops) == len(op_ids(base)) + 3 + 2
-    assert merged == b"".join(ops[op_id] for op_id in sorted(ops))
+    assert without_note(merged, base) == b"".join(ops[op_id] for op_id in sorted(ops)) != merged
     # Copies and any order inside a side make no difference; nor does trailing zero padding.
     reordered = b"".join(rows for _, rows, _ in reversed(split_operations(theirs))) + theirs
     assert kwgit.merge_segments(base, ours + bytes(4096), reordered) == merged
@@ -266,7 +283,7 @@ def test_merge_files_rewrites_ours_only_when_it_changes_and_never_on_failure(tmp
         files[name].write_bytes(data)
     inode = files["ours"].stat().st_ino
     summary = kwgit.merge_files(files["base"], files["ours"], files["theirs"], path="log/s.jsonl")
-    assert summary == kwgit.MergeSummary("log/s.jsonl", len(op_ids(base)) + 5, 3, 2, True)
+    assert summary == kwgit.MergeSummary("log/s.jsonl", len(op_ids(base)) + 5 + 1, 3, 2, True)  # (and the note)
     assert files["ours"].read_bytes() == kwgit.merge_segments(base, ours, theirs)
     assert files["ours"].stat().st_ino != inode  # replaced by a rename, not rewritten in place
     merged = files["ours"].read_bytes()
@@ -476,7 +493,7 @@ def test_merge_driver_output_replays_like_any_union(random_steps, data) -> None:
         merged = kwgit.merge_segments(base, ours, theirs)
         assert merged == kwgit.merge_segments(base, theirs, ours)
         union = {op_id: (op_id, rows, 0) for op_id, rows, _ in split_operations(ours) + split_operations(theirs)}
-        assert merged == b"".join(union[op_id][1] for op_id in sorted(union))
+        assert without_note(merged, base) == b"".join(union[op_id][1] for op_id in sorted(union))
         note(f"{len(union)} operations")
         plain = [*split_operations(ours), *split_operations(theirs)]  # no sort, copies kept
         all_kids = list(dict.fromkeys(known["A"][0] + known["B"][0]))

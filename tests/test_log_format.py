@@ -39,7 +39,7 @@ def test_rows_have_a_fixed_key_order_and_omit_defaults(tree, tree_dir):
     assert "end" not in deletes[0] and deletes[1]["end"]["kind"] == "delete_info"
     for row in log:
         assert is_op_id(row["op"])
-    assert list(create["end"]) == ["kind", "actor", "ts", "rows", "crc"]  # format 2: the checksum last
+    assert list(create["end"]) == ["kind", "actor", "ts", "rows", "prev", "crc"]  # format 3: the link, the checksum
 
 
 def test_every_line_is_compact_orjson(tree, tree_dir):

@@ -1,5 +1,6 @@
-"""A self-describing log (issue 13, item 6): checksums in end markers, seal lines naming each
-segment's successor, format 2 behind an explicit ``kwtree upgrade``.
+"""A self-describing log (issue 13, item 6; issue 25): checksums in end markers, seal lines
+naming each segment's successor, the hash chain (format 3), newer formats only behind an
+explicit ``kwtree upgrade``.
 
 Real segment files are changed: a byte flip that stays valid JSON, a deleted middle or newest
 segment; compaction, repair and the git merge driver write logs that verify clean; a real
@@ -8,6 +9,7 @@ format-1 directory is read, written and upgraded through the CLI.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -47,35 +49,43 @@ def infos(directory: Path) -> set[str]:
         return {op.changes[0].after.id for op in tree.history() if op.kind == "create_info"}
 
 
-def test_a_new_log_is_format_2_checksummed_and_sealed(tree_dir: Path) -> None:
+def test_a_new_log_is_format_3_chained_checksummed_and_sealed(tree_dir: Path) -> None:
     many_segments(tree_dir)
-    assert Manifest.load(tree_dir).format == FORMAT_VERSION == 2
+    assert Manifest.load(tree_dir).format == FORMAT_VERSION == 3
     files = segments(tree_dir)
     assert len(files) >= 4
+    previous = "0" * 64  # each end marker names the SHA-256 of the operation before, without its crc
     for index, path in enumerate(files):
         lines = path.read_bytes().splitlines()
         rows = [orjson.loads(line) for line in lines]
-        assert all("crc" in row["end"] for row in rows if "end" in row)
+        assert all(list(row["end"])[-2:] == ["prev", "crc"] for row in rows if "end" in row)
+        for line, row in zip(lines, rows, strict=True):
+            if "end" in row:
+                assert row["end"]["prev"] == previous
+                previous = hashlib.sha256(line[:line.rindex(b',"crc":')] + b"}}\n").hexdigest()
         if index + 1 < len(files):
             assert rows[-1] == {"seal": {"next": files[index + 1].stem, "bytes": len(b"\n".join(lines[:-1])) + 1,
                                          "crc": rows[-1]["seal"]["crc"]}}
         else:
             assert "seal" not in rows[-1]
-    assert verify_directory(tree_dir).findings == ()
+    report = verify_directory(tree_dir)
+    assert report.findings == () and report.head == previous
 
 
 def test_a_byte_flip_that_stays_valid_json_is_found_by_verify_and_repair_drops_only_its_operation(
     tree_dir: Path,
 ) -> None:
-    ids = many_segments(tree_dir, 10)
+    with KeywordTree(tree_dir, durability="none", worker=False) as tree:  # one segment, never sealed
+        ids = [tree.create_info(f"memory {i} " + "s" * 150).id for i in range(10)]
     segment = segments(tree_dir)[-1]
     data = segment.read_bytes()
     at = data.index(b"memory 4 ")
     segment.write_bytes(data[:at] + b"memory 7 " + data[at + 9:])  # still a valid row
     report = verify_directory(tree_dir)
-    assert [f.code for f in report.errors] == ["checksum"]
+    assert [f.code for f in report.errors] == ["checksum"]  # (and no break in the chain after it: the same damage)
     assert report.errors[0].line == data[:at].count(b"\n") + 1
-    assert repair_directory(tree_dir).ok
+    repaired = repair_directory(tree_dir)
+    assert repaired.ok and "chain-gap" in codes(repaired)
     assert infos(tree_dir) == set(ids) - {ids[4]}
     assert verify_directory(tree_dir).ok
 
@@ -178,12 +188,14 @@ def test_a_format_1_directory_is_read_and_written_as_it_is_and_upgraded_only_by_
     assert codes(verify_directory(tree_dir)) == {"old-format"}
 
     assert main(["upgrade", str(tree_dir)]) == 0
-    assert "from format 1 to 2" in capsys.readouterr().out
-    assert Manifest.load(tree_dir).format == 2
-    assert verify_directory(tree_dir).findings == ()
+    assert "from format 1 to 3" in capsys.readouterr().out
+    assert Manifest.load(tree_dir).format == 3
+    report = verify_directory(tree_dir)
+    assert report.findings == () and report.head is not None
+    assert report.chain_notes and '"reason":"upgrade","from_format":1' in report.chain_notes[0]
     with KeywordTree(tree_dir, read_only=True, worker=False) as tree:
         assert snapshot(tree, info_ids=ids) == expected
-        assert tree.history() == history
+        assert tree.history() == history  # (the note that says the chain began here is no part of history)
     assert str(upgrade_directory(tree_dir)).endswith("nothing to do")
 
 
@@ -206,8 +218,8 @@ def test_a_tree_open_during_the_upgrade_writes_the_new_format_afterwards(tree_di
     writer = KeywordTree(tree_dir, worker=False)
     try:
         writer.create_info("before the upgrade")
-        assert upgrade_directory(tree_dir).format_after == 2
-        writer.create_info("after the upgrade")  # replays the new log, then writes format 2
+        assert upgrade_directory(tree_dir).format_after == 3
+        writer.create_info("after the upgrade")  # replays the new log, then writes format 3
         for i in range(30):
             writer.create_info(f"more {i} " + "a" * 150)  # starts and seals new segments
     finally:

@@ -184,7 +184,18 @@ def _show_report(report: Report, args: argparse.Namespace, advice: str) -> None:
 
 def _verify(_: None, args: argparse.Namespace) -> None:
     advice = f"`kwtree repair {args.dir}` moves damaged lines to quarantine/"
-    _show_report(kwtree.verify_directory(args.dir), args, advice)
+    report = kwtree.verify_directory(args.dir, head=args.head)
+    if args.chain and not args.json:
+        # What a user records elsewhere (a ticket, a notebook, another machine) and checks later.
+        print(f"head\t{report.head or '-'}\t{report.head_op or '-'}\t{report.operations} operation(s)")
+        for note in report.chain_notes:
+            print(f"note\t{note}")
+        for finding in report.findings:
+            if (finding.code.startswith("chain-") and finding.code != "chain-note") or finding.severity == "error":
+                print(finding)
+        report.check(advice)
+        return
+    _show_report(report, args, advice)
 
 
 def _repair(_: None, args: argparse.Namespace) -> None:
@@ -567,7 +578,13 @@ COMMANDS: tuple[Command, ...] = (
         example="./memory", opens="none",
         call=_verify,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory (read only; it need not open)"),
-              arg("--json", action="store_true", help="print the report as one JSON document")),
+              arg("--json", action="store_true", help="print the report as one JSON document"),
+              arg("--chain", action="store_true",
+                  help="print the head digest of the hash chain (record it elsewhere) and only chain findings "
+                       "and errors"),
+              arg("--head", metavar="DIGEST", default=None,
+                  help="a head digest recorded earlier: exit 1 unless the log still holds that operation and "
+                       "everything before it unchanged")),
     ),
     Command(
         "repair", "kwtree.repair_directory (KeywordTree.repair)",

@@ -36,7 +36,18 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from kwtree.engine.events import Bound, OpClock, Stamp, encode_operation
+from kwtree.engine.events import (
+    GENESIS,
+    NOTE_RECHAIN,
+    Bound,
+    OpClock,
+    Stamp,
+    encode_note,
+    encode_operation,
+    op_digest,
+    rechain,
+    with_prev,
+)
 from kwtree.engine.follower import follow, replay_store
 from kwtree.engine.history import find_in, find_operation, read_history
 from kwtree.engine.replay import replay_chunk
@@ -147,6 +158,9 @@ class Engine:
         self._store: LogStore
         self._unlocked: UnlockedAppends | None = None  # the store, when it refuses a stale append itself
         self._position: Position | None = None  # just after the last operation applied (the store's)
+        #: The digest of the last operation in the log as followed (a chained store: what the
+        #: next append names as ``prev``); GENESIS before the first.
+        self._head = GENESIS
         self._held: AbstractContextManager[None] | None = None  # the store's lock, while a write holds it
         self._closed = True  # until the open below succeeds
         self._open(segment_bytes, file_mode)
@@ -172,7 +186,7 @@ class Engine:
                 if file_mode is not None and file_mode != manifest.file_mode:
                     with store.locked():
                         manifest = apply_file_mode(directory, Manifest.load(directory), file_mode)
-            state, position = replay_store(store, self._bound, self.state_lock)
+            state, position, head = replay_store(store, self._bound, self.state_lock)
             self._check_view_exists(state)
         except BaseException:
             if store is not None:
@@ -180,6 +194,7 @@ class Engine:
             raise
         self._file_mode = manifest.file_mode
         self._store, self._position, self.state = store, position, state
+        self._head = GENESIS if head is None else head
         # (Asked once: a protocol isinstance costs about 10 µs, a tenth of a JSONL write's budget.)
         self._unlocked = store if isinstance(store, UnlockedAppends) else None
         self._observe_clock()
@@ -282,7 +297,9 @@ class Engine:
     def _follow(self) -> State:
         """Apply what other processes appended (the caller holds the mutex) and let the
         clock see it, so the next op id is greater than every id in the log."""
-        self.state, self._position = follow(self._store, self._position, self.state, None, self.state_lock)
+        self.state, self._position, head = follow(self._store, self._position, self.state, None, self.state_lock)
+        if head is not None:
+            self._head = head
         self._observe_clock()
         return self.state
 
@@ -467,11 +484,13 @@ class Engine:
                     op = self._decide(kind, decide, audit, state)
                     if op is None:
                         return None
+                    encoded = self._encode(op)
                     try:
-                        self._position = store.append_unlocked(encode_operation(op), op.op_id, after=self._position,
+                        self._position = store.append_unlocked(encoded, op.op_id, after=self._position,
                                                                sync=self._durable)
                     except Behind:
                         continue  # another writer appended first: catch up and decide again
+                    self._appended(encoded)
                     self._applied(op, state)
                     return op
         state = self._begin_write(catch_up=True)  # what ``writing()`` does, without its generator
@@ -479,8 +498,9 @@ class Engine:
             op = self._decide(kind, decide, audit, state)
             if op is None:
                 return None
-            self._position = self._store.append(encode_operation(op), op.op_id, after=self._position,
-                                                sync=self._durable)
+            encoded = self._encode(op)
+            self._position = self._store.append(encoded, op.op_id, after=self._position, sync=self._durable)
+            self._appended(encoded)
             self._applied(op, state)
         finally:
             self._end_write()
@@ -495,6 +515,22 @@ class Engine:
             return None
         self._limits.check_changes(changes)
         return Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
+
+    def _encode(self, op: Operation) -> bytes:
+        """``op``'s rows, naming the head as its predecessor when the store is chained."""
+        encoded = encode_operation(op)
+        return with_prev(encoded, self._head) if self._store.chained else encoded
+
+    def _appended(self, encoded: bytes) -> None:
+        """The operation ``encoded`` was appended: it is the head now."""
+        if self._store.chained:
+            self._head = op_digest(encoded)
+
+    @property
+    def head(self) -> str:
+        """The digest of the newest operation this engine has followed or written (GENESIS
+        for an empty log; meaningful for a chained log, format 3)."""
+        return self._head
 
     def _applied(self, op: Operation, state: State) -> None:
         """Apply an appended operation to the state and tell the listeners."""
@@ -523,9 +559,16 @@ class Engine:
 
     # --- replacing the log (compaction) -------------------------------------------------------
 
-    def replace_log(self, operations: Iterable[tuple[str, bytes]], check: Callable[[State], None]) -> LogSize:
+    def replace_log(self, operations: Iterable[tuple[str, bytes]], check: Callable[[State], None],
+                    note: Mapping[str, Any] | None = None) -> LogSize:
         """Inside ``writing()``: make ``operations`` ((op id, encoded rows), in op-id order)
-        the whole log, in one atomic step, and return its size.
+        the whole log, in one atomic step, and return its size (of ``operations``).
+
+        In a chained log (format 3) they are chained anew from GENESIS, whatever ``prev`` they
+        carried; when that gives another head than the old log's and ``note`` is given, a note
+        of kind ``rechain`` (``kwtree.models.Note``) follows them, its audit
+        ``{"rechain": note}``: the log says that it was re-chained and why (the caller decides
+        what it may say: an erasure must not name digests of what it erased).
 
         The store writes them as a new generation; they are replayed into a new State and
         ``check(new_state)`` raises to abort, as does a batch that does not replay whole
@@ -551,6 +594,20 @@ class Engine:
                 sizes[1] += batch.data.count(b"\n")
             check(rebuilt)
 
-        end = self._store.replace(counted(), after=self._position, check=replay)
-        self.state, self._position = rebuilt, end
+        old, head = self._head, [GENESIS]
+
+        def chained(items: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, bytes]]:
+            for op_id, encoded in rechain(items):
+                head[0] = op_digest(encoded)
+                yield op_id, encoded
+            if note is not None and head[0] != old:
+                op_id, timestamp = self._clock.next()
+                encoded = with_prev(encode_note(op_id, timestamp, NOTE_RECHAIN, "kwtree", {"rechain": dict(note)}),
+                                    head[0])
+                head[0] = op_digest(encoded)
+                yield op_id, encoded
+
+        written = chained(counted()) if self._store.chained else counted()
+        end = self._store.replace(written, after=self._position, check=replay)
+        self.state, self._position, self._head = rebuilt, end, head[0]
         return LogSize(*sizes)

@@ -18,10 +18,11 @@ by ``verify``. docs/log-format.md has the full description.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeAlias
@@ -30,11 +31,13 @@ import orjson
 
 from kwtree.models import (
     EMPTY_METADATA,
+    NOTE,
     Change,
     Entity,
     Info,
     Keyword,
     Link,
+    Note,
     Operation,
     Relation,
     RelationType,
@@ -44,16 +47,31 @@ __all__ = [
     "COMPACT_KIND",
     "CRC_KEY",
     "DECODERS",
+    "ENTITY_DECODERS",
+    "GENESIS",
+    "NOTE_ENTITY",
+    "NOTE_MERGE",
+    "NOTE_RECHAIN",
+    "PREV_KEY",
     "Bound",
     "OpClock",
     "Stamp",
     "checksum_problem",
+    "decode_note",
     "decode_operation",
     "encode_compacted",
+    "encode_note",
     "encode_operation",
     "encode_row",
+    "is_digest",
     "is_op_id",
+    "last_operation",
+    "op_digest",
+    "rechain",
     "with_checksum",
+    "with_prev",
+    "without_checksum",
+    "without_prev",
 ]
 
 OP_ID_LENGTH = 32
@@ -206,6 +224,7 @@ def encode_row(entity: Entity, op_id: str, *, kind: bool = True) -> dict[str, An
     return fields(entity, op_id, name if kind else None)
 
 
+_ROW_PREFIX = b'{"op":"'
 _ROW_SEPARATOR = b',{"op":"'
 _LINE_SEPARATOR = b'\n{"op":"'
 
@@ -297,6 +316,97 @@ def encode_compacted(op_id: str, timestamp: float, entities: list[Entity], audit
         end["audit"] = dict(audit)
     rows[-1]["end"] = end
     return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
+
+
+# --- the hash chain (format 3) -------------------------------------------------------------
+# Every operation's end marker names the SHA-256 digest of the operation it was appended after,
+# ``"prev": "<64 hex digits>"`` (the key before ``crc``); the first operation of a log names
+# GENESIS. An operation's digest is SHA-256 of its bytes as ``encode_operation`` gave them with
+# ``prev`` added (its checksum left out: the JSONL store adds one, a database keeps none, and it
+# says nothing a digest does not). So each operation commits to the whole log before it: an
+# edited, removed, reordered or inserted operation breaks a link that ``verify`` finds even
+# when every checksum was computed afresh, and the digest of the newest operation (the head)
+# names the whole log. Opening does not check links (a hash of every operation would cost
+# about a fifth of an open); every writer knows the head, because it names it in what it writes.
+
+PREV_KEY = "prev"
+#: What the first operation of a log names as its predecessor.
+GENESIS = "0" * 64
+_PREV_FIELD = b',"prev":"'
+_PREV_CLOSE = b'"}}\n'
+_DIGEST_LENGTH = 64
+
+
+def is_digest(value: object) -> bool:
+    """True if ``value`` has the form of an operation digest (64 lowercase hex digits)."""
+    return isinstance(value, str) and len(value) == _DIGEST_LENGTH and _HEX.issuperset(value)
+
+
+def with_prev(encoded: bytes, prev: str) -> bytes:
+    """The rows of one encoded operation (without a checksum) with ``prev`` added as the last
+    key of its end marker."""
+    return b"%b%b%b%b" % (encoded[:-3], _PREV_FIELD, prev.encode("ascii"), _PREV_CLOSE)
+
+
+def without_prev(encoded: bytes) -> bytes:
+    """``encoded`` (without a checksum) without the ``prev`` ``with_prev`` added (as it is
+    when it has none): for a rewriter that chains operations anew."""
+    at = len(encoded) - len(_PREV_FIELD) - _DIGEST_LENGTH - len(_PREV_CLOSE)
+    if at < 0 or not encoded.endswith(_PREV_CLOSE) or not encoded.startswith(_PREV_FIELD, at):
+        return encoded
+    return encoded[:at] + _ROW_CLOSE
+
+
+def op_digest(encoded: bytes) -> str:
+    """The digest of one operation given as its rows (a checksum, if any, is left out)."""
+    return hashlib.sha256(without_checksum(encoded)).hexdigest()
+
+
+def rechain(operations: Iterable[tuple[str, bytes]], prev: str = GENESIS) -> Iterator[tuple[str, bytes]]:
+    """``operations`` ((op id, rows)) in the same order, each without a checksum and naming
+    its predecessor's digest in ``prev`` (the first names ``prev``): a rewriter of a log
+    (compaction, forget's erasure, repair, upgrade) hands these to the store, which adds the
+    checksums."""
+    for op_id, encoded in operations:
+        encoded = with_prev(without_prev(without_checksum(encoded)), prev)
+        prev = hashlib.sha256(encoded).hexdigest()
+        yield op_id, encoded
+
+
+def last_operation(data: bytes) -> bytes:
+    """The rows of the last operation in ``data`` (whole operations, as a log store hands them
+    over): the lines from the end back to the row after the previous end row, which share the
+    last row's op id. b"" for no data."""
+    if not data:
+        return b""
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    prefix = data[start:start + len(_ROW_PREFIX) + OP_ID_LENGTH + 1]  # {"op":"<its id>"
+    while start:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        if not data.startswith(prefix, previous):
+            break
+        # The same id: a row of this operation, or the end row of a copy of it right before.
+        if "end" in orjson.loads(data[previous:start - 1]):
+            break
+        start = previous
+    return data[start:]
+
+
+# --- notes (format 3) -----------------------------------------------------------------------
+
+
+NOTE_ENTITY = "note"
+#: The kinds of notes: a log rewritten and chained anew (compaction, forget's erasure, repair,
+#: upgrade), and two git branches merged (the merge driver).
+NOTE_RECHAIN = "rechain"
+NOTE_MERGE = "merge"
+
+
+def encode_note(op_id: str, timestamp: float, kind: str, actor: str, audit: Mapping[str, Any]) -> bytes:
+    """A note: an operation of one ``note`` row that changes no entity and records ``audit``
+    about the log itself (``kwtree.models.Note``), without ``prev`` and checksum."""
+    end = {"kind": kind, "actor": actor, "ts": timestamp, "rows": 1, "audit": dict(audit)}
+    return orjson.dumps({"op": op_id, "entity": NOTE_ENTITY, "end": end}, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # --- decoding -----------------------------------------------------------------------------
@@ -429,12 +539,19 @@ def decode_relation(r: dict[str, Any], op_id: str) -> Relation:
     )
 
 
-DECODERS: dict[str, Callable[[dict[str, Any], str], Entity]] = {
+def decode_note(r: dict[str, Any], op_id: str) -> Note:
+    return NOTE
+
+
+#: The decoders of the rows that hold an entity (every kind but a note).
+ENTITY_DECODERS: dict[str, Callable[[dict[str, Any], str], Entity]] = {
     "keyword": decode_keyword,
     "info": decode_info,
     "link": decode_link,
     "relation": decode_relation,
 }
+#: The decoder of every kind of row, by its ``entity``.
+DECODERS: dict[str, Callable[[dict[str, Any], str], Entity | Note]] = {**ENTITY_DECODERS, NOTE_ENTITY: decode_note}
 
 
 def decode_operation(rows: list[dict[str, Any]]) -> Operation:
@@ -442,7 +559,9 @@ def decode_operation(rows: list[dict[str, Any]]) -> Operation:
     end = rows[-1]["end"]
     changes = []
     for row in rows:
-        decoder = DECODERS[row["entity"]]
+        if row["entity"] == NOTE_ENTITY:
+            continue  # a note changes no entity: its audit is what it says
+        decoder = ENTITY_DECODERS[row["entity"]]
         before = row.get("before")
         changes.append(
             Change(

@@ -16,8 +16,9 @@ import gc
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from kwtree.engine.events import Bound
+from kwtree.engine.events import GENESIS, Bound, last_operation, op_digest
 from kwtree.engine.replay import (
     ChunkStatus,
     RawOperation,
@@ -29,7 +30,7 @@ from kwtree.engine.state import State
 from kwtree.errors import ClosedError, KwtreeError
 from kwtree.stores.logstore import LogStore, Position
 
-__all__ = ["FOLLOW_POLL", "BackgroundFollower", "follow", "replay_store"]
+__all__ = ["FOLLOW_POLL", "BackgroundFollower", "Followed", "follow", "replay_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -39,12 +40,28 @@ FOLLOW_POLL = 1.0
 STOP_WAIT = 2.0
 
 
+class Followed(NamedTuple):
+    """What ``follow`` read: the state, the position to pass next time (and to
+    ``LogStore.append``), and, for a chained store (format 3), the digest of the last
+    operation in the log as read (what the next append names as ``prev``; GENESIS for an
+    empty log read from its start), or None when it read no operation (the head is as it was)
+    or the store is not chained."""
+
+    state: State
+    position: Position | None
+    head: str | None
+
+
+def _head(data: bytes) -> str:
+    """The digest of the last operation in ``data`` (a batch's whole operations)."""
+    return op_digest(last_operation(data))
+
+
 def follow(
     store: LogStore, position: Position | None, state: State, bound: Bound | None, state_lock: threading.Lock,
-) -> tuple[State, Position | None]:
+) -> Followed:
     """Apply every whole operation ``store`` holds after ``position`` (None: the whole log;
-    up to ``bound``); returns the state and the position to pass next time (and to
-    ``LogStore.append``).
+    up to ``bound``); returns the state, the position and the head (see ``Followed``).
 
     The state is the one passed in, updated in place, or a new one when the store says the
     log was replaced (a ``restart`` batch) or the log holds operations out of id order and is
@@ -57,11 +74,15 @@ def follow(
         # A view by time needs each operation's timestamp before its rows are applied, which
         # the buffered, sorted replay has (and a fixed view never tails afterwards).
         return _replay_store_sorted(store, bound)
+    last = b""  # the data of the last batch that had any (its last operation is the head)
+    fresh = position is None  # read from the start of a log (an empty one has GENESIS for head)
     for batch in store.tail(position):
         if batch.restart:
             log.info("the log was replaced (compacted or restored): replaying it")
             state = State()
+            last, fresh = b"", True
         if batch.data:
+            last = batch.data
             with state_lock:
                 result = replay_chunk(state, batch.data, batch.source, batch.first_line, bound,
                                       checksums=batch.checksums)
@@ -69,12 +90,14 @@ def follow(
                 log.info("operations out of id order in %s (a merged log): replaying in op-id order", batch.source)
                 return _replay_store_sorted(store, bound)
             if result.status is ChunkStatus.BOUND_REACHED:
-                return state, batch.end
+                return Followed(state, batch.end, None)
         position = batch.end
-    return state, position
+    # (Asked after reading: an upgrade may have changed the format of the log read anew.)
+    head = None if not store.chained else _head(last) if last else GENESIS if fresh else None
+    return Followed(state, position, head)
 
 
-def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock) -> tuple[State, Position | None]:
+def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock) -> Followed:
     """A new State from the whole log in ``store`` (up to ``bound``), as ``follow`` from the
     start gives it, with the garbage collector paused meanwhile: replay allocates millions of
     objects that never form cycles."""
@@ -87,18 +110,26 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
             gc.enable()
 
 
-def _replay_store_sorted(store: LogStore, bound: Bound | None) -> tuple[State, Position | None]:
-    """A new State from every whole operation in ``store``, applied in op-id order, and the
-    position at the end of the log."""
+def _replay_store_sorted(store: LogStore, bound: Bound | None) -> Followed:
+    """A new State from every whole operation in ``store``, applied in op-id order, the
+    position at the end of the log, and the digest of the operation with the greatest id
+    (the newest: what the next append names, wherever a merge put it in the log)."""
     operations: list[RawOperation] = []
     position = None
+    newest: tuple[str, bytes] = ("", b"")  # (op id, its rows)
     for batch in store.read(None):
-        operations.extend(parse_operations(batch.data, batch.source, batch.first_line,
-                                           checksums=batch.checksums)[0])
+        found = parse_operations(batch.data, batch.source, batch.first_line, checksums=batch.checksums)[0]
+        operations.extend(found)
         position = batch.end
+        top = max(found, key=lambda raw: raw.op_id, default=None)
+        if top is not None and top.op_id > newest[0]:
+            lines = batch.data.split(b"\n")
+            start = top.first_line - batch.first_line
+            newest = (top.op_id, b"".join(line + b"\n" for line in lines[start:start + len(top.rows)]))
     state = State()
     replay_sorted(state, operations, bound)
-    return state, position
+    head = (op_digest(newest[1]) if newest[0] else GENESIS) if store.chained else None
+    return Followed(state, position, head)
 
 
 class BackgroundFollower:

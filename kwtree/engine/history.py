@@ -118,7 +118,8 @@ def read_history(
     bound: Bound | None,
 ) -> list[Operation]:
     """Complete operations, oldest first (by op id), optionally only those touching
-    ``entity_id`` and only the newest ``limit`` of them."""
+    ``entity_id`` and only the newest ``limit`` of them; notes (they change no entity) are
+    left out: ``verify`` reports what they say."""
     # A link or relation key ("<id>/<id>[/<type>]") is not in the rows verbatim; its first
     # id is, so that is what the bytes are searched for before parsing.
     needle = entity_id.split("/", 1)[0].encode() if entity_id is not None else None
@@ -128,8 +129,8 @@ def read_history(
     for path, data in segments:
         for op_id, first_line, rows in _operations(path, data, needle):
             op = _decode(path, first_line, rows)
-            if not _in_view(op, bound):
-                continue
+            if not op.changes or not _in_view(op, bound):
+                continue  # (a note, kwtree.models.Note, changed no entity: it is no part of history)
             if entity_id is not None and not touches(op, entity_id):
                 continue
             if op_id <= last:

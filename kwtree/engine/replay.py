@@ -35,7 +35,7 @@ import orjson
 from kwtree.engine.events import CRC_KEY, DECODERS, Bound, checksum_problem, is_op_id
 from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
-from kwtree.models import ROOT_ID, Entity, Keyword
+from kwtree.models import ROOT_ID, Entity, Keyword, Note
 from kwtree.stores.eventlog import seals_start
 from kwtree.stores.segments import row_after_damage
 from kwtree.validate import shown
@@ -58,7 +58,7 @@ class ChunkResult:
     consumed_lines: int
 
 
-def _decode_row(row: dict[str, Any], op: str, path: str, line: int) -> Entity:
+def _decode_row(row: dict[str, Any], op: str, path: str, line: int) -> Entity | Note:
     try:
         return DECODERS[row["entity"]](row, op)
     except (KeyError, TypeError, ValueError) as exc:
@@ -105,7 +105,7 @@ def check_checksum(
     )
 
 
-def _check_root(entities: list[Entity], path: str, first_line: int) -> None:
+def _check_root(entities: list[Entity | Note], path: str, first_line: int) -> None:
     """The first row of the log must be the root keyword (as ``replay_chunk`` requires)."""
     first = entities[0]
     if type(first) is not Keyword or first.id != ROOT_ID:
@@ -365,12 +365,14 @@ def replay_chunk(
 
 @dataclass(slots=True)
 class RawOperation:
-    """The rows of one complete operation, where they were found."""
+    """The rows of one complete operation, where they were found (``data``: its bytes as
+    read, when the reader kept them; verify does, for the hash chain)."""
 
     op_id: str
     rows: list[dict[str, Any]]
     path: str
     first_line: int
+    data: bytes = b""
 
 
 def parse_operations(

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kwtree.models import ROOT_ID, Entity, Info, Keyword, Link, Operation, Relation
+from kwtree.models import NOTE, ROOT_ID, Entity, Info, Keyword, Link, Note, Operation, Relation
 from kwtree.normalize import normalize_name
 
 __all__ = ["State", "apply", "apply_rows", "name_keys"]
@@ -354,25 +354,37 @@ def _drop(index: dict[str, dict[tuple[str, str], Relation]], node: str, key: tup
         del index[node]
 
 
-PUT: dict[type[Entity], Callable[[State, Any], None]] = {
+def _put_note(state: State, note: Note) -> None:
+    """A note changes no entity (it counts as an operation all the same)."""
+
+
+PUT: dict[type[Entity | Note], Callable[[State, Any], None]] = {
     Keyword: State.put_keyword,
     Info: State.put_info,
     Link: State.put_link,
     Relation: State.put_relation,
+    Note: _put_note,
 }
 
 
-def apply_rows(state: State, op_id: str, timestamp: float, entities: Iterable[Entity]) -> None:
+def apply_rows(state: State, op_id: str, timestamp: float, entities: Iterable[Entity | Note]) -> None:
     """The reducer: fold one complete operation, given as its decoded rows, into ``state``
     (entities get their replayed version, level and effective parent set before they are
     stored). Replay calls it with the rows it decoded, without building an ``Operation``.
+
+    A note (format 3, ``kwtree.models.Note``) changes nothing: not even ``op_count``,
+    ``last_op_id`` or ``last_timestamp``, so a rewriter that records one (compaction, forget,
+    repair) leaves every public read as it was.
 
     ``last_timestamp`` is the newest timestamp folded in, not the last one: a log merged from
     two writers may hold a later op id with an earlier timestamp (two writers in one
     millisecond), and the op clock takes this value as the floor of the next timestamp."""
     put = PUT
+    entity: Entity | Note | None = None
     for entity in entities:
         put[type(entity)](state, entity)
+    if entity is NOTE:
+        return  # a note (its one row) says something about the log: no entity, no version of the state
     state.op_count += 1
     state.last_op_id = op_id
     if timestamp > state.last_timestamp:

@@ -52,7 +52,11 @@ class MaintenanceMethods(TreeCore):
             raws, size, rows = compaction.read_log(engine.read_segments(), parse=keep_history)
             count = len(raws) if keep_history else state.op_count
             operations = compaction.history_operations(raws) if keep_history else compaction.compacted_operations(state)
-            after = engine.replace_log(operations, compaction.same_state(state, f"compaction of {engine.directory}"))
+            # The new log is chained anew: it says which log it replaced (docs/log-format.md).
+            note = {"reason": "compact", "keep_history": keep_history, "replaced_head": engine.head,
+                    "replaced_operations": count}
+            after = engine.replace_log(operations, compaction.same_state(state, f"compaction of {engine.directory}"),
+                                       note)
         return compaction.CompactionReport(keep_history, size, after.size, rows, after.rows, count, after.operations,
                                            time.perf_counter() - started)
 
@@ -127,17 +131,20 @@ class MaintenanceMethods(TreeCore):
             if not self._engine.closed:
                 self._indexes = self._open_indexes()
 
-    def verify(self) -> Report:
+    def verify(self, *, head: str | None = None) -> Report:
         """Check this tree's directory as ``kwtree.ops.verify.verify_directory`` does — every log
-        line, the tree replay gives, the manifest, the caches' watermarks — and return the
-        findings. Reads the files (so it sees what other processes wrote too), never writes and
-        never takes the writer lock. ``report.ok`` is False when there is an error. A tree whose
-        log is in PostgreSQL has that log read through the database (StorageError when it
-        cannot be reached) and checked the same way, with its caches."""
+        line, the hash chain, the tree replay gives, the manifest, the caches' watermarks — and
+        return the findings. Reads the files (so it sees what other processes wrote too), never
+        writes and never takes the writer lock. ``report.ok`` is False when there is an error;
+        ``report.head`` is the digest of the log's newest operation (format 3): kept elsewhere
+        and passed back as ``head=`` later, it proves that nothing up to it changed since
+        (InvalidInputError when it is not a digest). A tree whose log is in PostgreSQL has that
+        log read through the database (StorageError when it cannot be reached) and checked the
+        same way, with its caches."""
         from kwtree.ops.verify import verify_directory
 
         self._check_open()
-        return verify_directory(self._engine.directory)
+        return verify_directory(self._engine.directory, head=head)
 
     def repair(self) -> Report:
         """Repair this tree's directory as ``kwtree.ops.repair.repair_directory`` does, under this

@@ -707,6 +707,9 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
                                     "(compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
                 raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
+            if not target.changes:
+                raise InvalidInputError(f"operation {op_id} is a note about the log itself ({target.kind}): it "
+                                        "changed nothing to go back to")
             refuse_forgotten(state, target)
             changes = undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
             outside = None if scopes is None else writes_outside(state, changes, scopes)

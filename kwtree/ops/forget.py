@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from kwtree.engine.engine import Engine
-from kwtree.engine.events import DECODERS, encode_row
+from kwtree.engine.events import ENTITY_DECODERS, NOTE_ENTITY, encode_row
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
 from kwtree.normalize import normalize_name
@@ -188,7 +188,7 @@ def _long_strings(value: Any) -> Iterator[str]:
 def _tombstoned(fields: dict[str, Any], kind: str, op_id: str, forgetter: str, *, row: bool) -> dict[str, Any]:
     """A row's (or, without ``row``, a before-image's) fields, with its entity's text replaced
     by the tombstone, in the codec's field order."""
-    entity = tombstone(DECODERS[kind](fields, op_id), forgetter)
+    entity = tombstone(ENTITY_DECODERS[kind](fields, op_id), forgetter)
     return encode_row(entity, op_id, kind=row)
 
 
@@ -358,10 +358,29 @@ def erase_log(engine: Engine, state: State) -> LogErasure:
     if erasure.quoting:  # the caller drops those live abstracts first, then calls again
         return erasure
     if erasure.rows or erasure.audits or erasure.revised:
-        operations = compaction.history_operations(scrubbed)
-        after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"))
+        operations = compaction.history_operations(_without_old_heads(scrubbed))
+        # The log is chained anew from the first row it erased: a note says so, and names no digest of
+        # what it erased (a digest of the old bytes would let a guess of the erased text be checked).
+        note = {"reason": "forget", "by": max(erased.values())}
+        after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"), note)
         erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True
     return erasure
+
+
+def _without_old_heads(raws: list[RawOperation]) -> list[RawOperation]:
+    """``raws`` with the ``replaced_head`` of every earlier ``rechain`` note dropped: a digest
+    of a log that held what is now erased (kwtree.engine.events, "the hash chain")."""
+    kept = []
+    for raw in raws:
+        end = raw.rows[-1]["end"]
+        audit = end.get("audit") if raw.rows[-1].get("entity") == NOTE_ENTITY else None
+        said = audit.get("rechain") if type(audit) is dict else None
+        if type(audit) is dict and type(said) is dict and "replaced_head" in said:
+            said = {key: value for key, value in said.items() if key != "replaced_head"}
+            row = {**raw.rows[-1], "end": {**end, "audit": {**audit, "rechain": said}}}
+            raw = RawOperation(raw.op_id, [*raw.rows[:-1], row], raw.path, raw.first_line)
+        kept.append(raw)
+    return kept
 
 
 def _encodings(needles: Iterable[str]) -> list[bytes]:

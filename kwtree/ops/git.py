@@ -27,6 +27,7 @@ not a log row raises ``CorruptLogError``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
@@ -37,6 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from kwtree.engine.events import CRC_KEY, NOTE_MERGE, PREV_KEY, encode_note, op_digest, with_checksum, with_prev
 from kwtree.engine.replay import parse_operations
 from kwtree.errors import (
     GitError,
@@ -198,6 +202,9 @@ def _merge(base: bytes, ours: bytes, theirs: bytes, path: str) -> tuple[bytes, d
             _check_same(op_id, union[op_id], operation, f"{path} (ours)", f"{path} (theirs)")
         else:
             union[op_id] = operation
+    note = _merge_note(common, mine, other, our_seals, their_seals)
+    if note is not None:
+        union[note[0]] = _Operation([], note[1])
     # The seal lines of both sides follow: a segment sealed on one branch stays sealed (verify
     # reports that it grew), and two branches that each started a segment after it both name theirs.
     seals = sorted(set(our_seals) | set(their_seals))
@@ -210,11 +217,40 @@ def _merge(base: bytes, ours: bytes, theirs: bytes, path: str) -> tuple[bytes, d
     return merged, counts
 
 
+def _merge_note(common: dict[str, _Operation], mine: dict[str, _Operation], other: dict[str, _Operation],
+                our_seals: list[bytes], their_seals: list[bytes]) -> tuple[str, bytes] | None:
+    """The ``merge`` note (format 3: kwtree.models.Note) of a merge where both branches wrote
+    after the base: it follows the base's newest operation, where the branches forked, so that
+    verify tells this fork from an operation inserted beside the chain. (op id, rows), or None
+    when the log is not chained or one side holds nothing the other lacks. It depends only on
+    what the two sides hold, not on which is ours: its id follows the greatest op id of the
+    union by an amount taken from its content, its time is the newest of their end markers'."""
+    ours_own = any(op_id not in other for op_id in mine) or not set(our_seals) <= set(their_seals)
+    theirs_own = any(op_id not in mine for op_id in other) or not set(their_seals) <= set(our_seals)
+    if not (common and ours_own and theirs_own):
+        return None
+    base_last = common[max(common)]  # the newest operation both had: what each side's writer named next
+    if PREV_KEY not in base_last.rows[-1]["end"]:
+        return None  # a log without a chain (format 1 or 2)
+    base = op_digest(base_last.text)
+    heads = sorted(op_digest(side[max(op_id for op_id in side if op_id not in common)].text)
+                   for side in (mine, other) if any(op_id not in common for op_id in side))
+    audit = {"merge": {"base": base, "heads": heads}}
+    union = {**mine, **other}
+    salt = int.from_bytes(hashlib.sha256(orjson.dumps(audit)).digest()[:4], "big")
+    op_id = f"{int(max(union), 16) + 1 + salt:032x}"
+    timestamp = max(float(op.rows[-1]["end"]["ts"]) for op in union.values() if op.rows)
+    encoded = with_prev(encode_note(op_id, timestamp, NOTE_MERGE, "git", audit), base)
+    checksummed = CRC_KEY in base_last.rows[-1]["end"]
+    return op_id, with_checksum(encoded) if checksummed else encoded
+
+
 def merge_segments(base: bytes, ours: bytes, theirs: bytes, *, path: str = "segment") -> bytes:
     """Merge two versions of one log segment that grew from ``base``.
 
     Returns every whole operation of ``ours`` and ``theirs`` once, in op-id order, each with
-    its rows as found (the copy in ``ours`` when both have it). The result does not depend
+    its rows as found (the copy in ``ours`` when both have it), and, in a chained log (format
+    3) where both sides wrote, a ``merge`` note recording where they forked. The result does not depend
     on which side is ours, nor on the order of operations inside either side. ``path`` is
     used in messages. Raises MergeConflictError (see the module docstring for when),
     CorruptLogError for a line that is not a log row, InvalidInputError for non-bytes.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kwtree.engine.engine import Engine
-from kwtree.engine.events import without_checksum
+from kwtree.engine.events import rechain, without_checksum, without_prev
 from kwtree.engine.follower import replay_store
 from kwtree.engine.replay import group_operations, whole_lines
 from kwtree.errors import InvalidInputError, StorageError
@@ -102,6 +102,10 @@ def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_
         try:
             with engine.writing() as state:  # the source's writer lock: no write lands meanwhile
                 operations = list(_operations(engine))
+                if store.chained and not all(without_prev(data) != data for _, data in operations):
+                    # A log from before the hash chain (or partly so): the copy is chained whole. A
+                    # chained log is copied byte for byte, so the head recorded of it still holds.
+                    operations = list(rechain(operations))
                 with store.locked():
                     end = None
                     for batch in store.tail(None):

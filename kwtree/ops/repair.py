@@ -26,7 +26,17 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.engine.events import CRC_KEY, OpClock, encode_operation, with_checksum
+from kwtree.engine.events import (
+    CRC_KEY,
+    GENESIS,
+    NOTE_RECHAIN,
+    OpClock,
+    encode_note,
+    encode_operation,
+    is_digest,
+    with_checksum,
+    with_prev,
+)
 from kwtree.engine.references import REPAIR_KIND, to_retire
 from kwtree.errors import FormatError, StorageError
 from kwtree.models import Change, Link, Operation
@@ -111,12 +121,46 @@ def _repair(directory: Path) -> Report:
     bodies = {segment.name: _quarantine_spans(directory, segment, done) for segment in exam.segments if segment.spans}
     _reseal(directory, exam, bodies, done)
     root = _root_operation(exam, done) if exam.needs_root else None
+    # The digests of the operations the damage cost, as the operations after them name them: the
+    # log says it lost them (a note), so its hash chain stays whole across the cut.
+    removed = sorted({prev for prev in exam.lost if is_digest(prev)})
     if bodies or root is not None:
         _swap_log(directory, bodies, root)
         exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
+    if removed:
+        note = encode_note(_next_op(exam)[0], time.time(), NOTE_RECHAIN, REPAIR_KIND,
+                           {"rechain": {"reason": "repair", "removed": removed}})
+        _append(directory, exam, note)
+        done.add("info", "chain-gap", None, None,
+                 f"recorded in a note at the end of the log that {len(removed)} damaged operation(s) were removed, "
+                 "so the hash chain stays whole across the cut")
+        exam = _examine(directory)
     _retire_dangling(directory, exam, done)
     _remove_caches(directory, exam, done)
     return _examine(directory).report(done.items)
+
+
+def _next_op(exam: _Examination) -> tuple[str, float]:
+    """A new (op id, timestamp) after every operation of the log."""
+    clock = OpClock()
+    for raw in exam.operations:
+        clock.observe(raw.op_id, float(raw.rows[-1]["end"]["ts"]))
+    return clock.next()
+
+
+def _append(directory: Path, exam: _Examination, encoded: bytes) -> None:
+    """Append one operation (``encoded``, without link and checksum) at the end of the log
+    ``exam`` read, linked to its head in a chained log, as the log's format writes it."""
+    manifest = Manifest.load(directory)
+    if manifest.chained:
+        encoded = with_prev(encoded, exam.chain.head if exam.chain is not None else GENESIS)
+    events = EventLog(directory, manifest.segment_bytes, writable=True, preallocate=False,
+                      checksums=manifest.checksums, chained=manifest.chained)
+    try:
+        events.seek_end()
+        events.append(encoded, orjson.loads(encoded[:encoded.index(b"\n")])["op"], sync=True)
+    finally:
+        events.close()
 
 
 def _repair_caches(directory: Path) -> Report:
@@ -235,6 +279,8 @@ def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
     done.add("info", "wrote-root", f"{LOG_DIR}/{op_id}{SEGMENT_SUFFIX}", 1,
              f"wrote operation {op_id} creating the root, ordered before every other operation")
     data = encode_operation(op)
+    if exam.format >= 3:
+        data = with_prev(data, GENESIS)  # the chain starts here now
     if exam.format >= 2 and exam.segments:  # a format-2 segment of its own: checksummed and sealed
         data = with_checksum(data)
         data += encode_seal(data, exam.segments[0].name)
@@ -272,23 +318,13 @@ def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> No
     references = to_retire(exam.state, exam.operations)
     if not references:
         return
-    clock = OpClock()
-    for raw in exam.operations:
-        clock.observe(raw.op_id, float(raw.rows[-1]["end"]["ts"]))
-    op_id, timestamp = clock.next()
+    op_id, timestamp = _next_op(exam)
     keys = [ref.key for ref in references]
     retired = tuple(retire_link(ref.entity, op_id) if type(ref.entity) is Link else retire_relation(ref.entity, op_id)
                     for ref in references)  # a tombstone for each, the rows stay in the log
     op = Operation(op_id, REPAIR_KIND, REPAIR_KIND, timestamp, retired,
                    {"repair": "retired links and relations naming an entity the log never wrote", "retired": keys})
-    manifest = Manifest.load(directory)
-    events = EventLog(directory, manifest.segment_bytes, writable=True, preallocate=False,
-                      checksums=manifest.checksums)
-    try:
-        events.seek_end()
-        events.append(encode_operation(op), op_id, sync=True)
-    finally:
-        events.close()
+    _append(directory, exam, encode_operation(op))
     for ref in references:
         done.add("info", "retired", None, None,
                  f"{ref.kind} {ref.key} names {ref.missing}, which the log never wrote: retired it by operation "

@@ -167,7 +167,7 @@ def _replay(directory: Path, snapshot: object) -> State:
     """The state of the log in ``directory`` (FormatError if it does not replay cleanly)."""
     store = SegmentStore(directory, writable=False, durable=False)
     try:
-        state, _ = replay_store(store, None, threading.Lock())
+        state = replay_store(store, None, threading.Lock()).state
         torn = store.torn_bytes()
     except CorruptLogError as exc:
         raise FormatError(f"{snapshot}: its log does not replay ({exc.detail} at line {exc.line})") from None

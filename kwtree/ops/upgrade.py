@@ -2,14 +2,16 @@
 is never upgraded silently (DESIGN §3): kwtree reads and writes a format-1 directory as it is
 until this runs.
 
-Format 1 to 2 (docs/log-format.md): every operation gains its checksum, the last key of its
-end marker, and every segment but the newest ends with a seal line naming its successor. The
-rows are otherwise kept byte for byte, so op ids, the state, ``history`` and the caches stay
-valid. Under the writer lock, the directory must first verify without errors and without a
-torn tail (``kwtree repair`` fixes both); the new log is written beside the old one and
-swapped in with one atomic step (kwtree.stores.logswap, as compaction does), and only then
-does the manifest name format 2. A crash before that leaves a log that reads as format 1,
-and the upgrade can simply run again. Processes that hold the tree open replay the new log
+To format 3 (docs/log-format.md): every operation names the digest of the one before it in
+``prev`` and carries its checksum, the last keys of its end marker, every segment but the
+newest ends with a seal line naming its successor, and a ``rechain`` note after the last
+operation says that the chain began with this upgrade. The rows are otherwise kept byte for
+byte, so op ids, the state, ``history`` and the caches stay valid. Under the writer lock, the
+directory must first verify without errors and without a torn tail (``kwtree repair`` fixes
+both); the new log is written beside the old one and swapped in with one atomic step
+(kwtree.stores.logswap, as compaction does), and only then does the manifest name format 3.
+A crash before that leaves a log that reads in its old format, and the upgrade can simply
+run again. Processes that hold the tree open replay the new log
 and take the new format at their next write or refresh.
 """
 
@@ -22,7 +24,16 @@ from pathlib import Path
 
 import orjson
 
-from kwtree.engine.events import CRC_KEY, checksum_problem, with_checksum
+from kwtree.engine.events import (
+    GENESIS,
+    NOTE_RECHAIN,
+    OpClock,
+    encode_note,
+    op_digest,
+    rechain,
+    with_checksum,
+    with_prev,
+)
 from kwtree.engine.replay import parse_operations
 from kwtree.errors import DamagedDirectoryError, StorageError
 from kwtree.ops.verify import Report, segments_directory, verify_directory
@@ -58,7 +69,7 @@ class Upgrade:
         if self.format_before == self.format_after:
             return f"{self.directory} uses format {self.format_after} already: nothing to do"
         return (f"upgraded {self.directory} from format {self.format_before} to {self.format_after}: "
-                f"{self.operations:,} operation(s) checksummed in {self.segments} segment(s)")
+                f"{self.operations:,} operation(s) chained and checksummed in {self.segments} segment(s)")
 
 
 def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Upgrade:
@@ -90,13 +101,26 @@ def _upgrade(directory: Path) -> Upgrade:
             f"(or open the tree for writing once) to move it to quarantine/, then upgrade", report)
     names = segment_names(directory / LOG_DIR)
     target = logswap.new_log_dir(directory)
-    operations = 0
+    clock = OpClock()
     try:
+        found = [_operations(_data(directory, name), f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}") for name in names]
+        # Chained in op-id order, the order replay applies them in (a merged log's files may hold
+        # another), each copy of an operation as the first; the files keep their order.
+        first: dict[str, bytes] = {}
+        for op_id, text in (item for texts in found for item in texts):
+            first.setdefault(op_id, text)
+            clock.observe(op_id, 0.0)
+        chained = dict(rechain(sorted(first.items())))
+        operations = sum(map(len, found))
+        bodies = [[chained[op_id] for op_id, _ in texts] for texts in found]
+        # The log says what happened to it: a note after its newest operation.
+        op_id, timestamp = clock.next()
+        note = encode_note(op_id, timestamp, NOTE_RECHAIN, "kwtree",
+                           {"rechain": {"reason": "upgrade", "from_format": manifest.format}})
+        if bodies:
+            bodies[-1].append(with_prev(note, op_digest(chained[max(chained)]) if chained else GENESIS))
         for index, name in enumerate(names):
-            rel = f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}"
-            raw = (directory / rel).read_bytes().rstrip(b"\0")
-            body, count = _checksummed(raw[:seals_start(raw)], rel)
-            operations += count
+            body = b"".join(with_checksum(text) for text in bodies[index])
             if index + 1 < len(names):
                 body += encode_seal(body, names[index + 1])
             logswap.write_segment(target, name, body)
@@ -110,25 +134,24 @@ def _upgrade(directory: Path) -> Upgrade:
                    verify_directory(directory))
 
 
-def _checksummed(data: bytes, rel: str) -> tuple[bytes, int]:
-    """``data`` (whole operations) with a checksum in each end marker that lacks one, and the
-    number of operations."""
+def _data(directory: Path, name: str) -> bytes:
+    """The operations segment ``name`` holds (padding and seal lines left out)."""
+    raw = (directory / LOG_DIR / f"{name}{SEGMENT_SUFFIX}").read_bytes().rstrip(b"\0")
+    return raw[:seals_start(raw)]
+
+
+def _operations(data: bytes, rel: str) -> list[tuple[str, bytes]]:
+    """(op id, rows as they are) of each operation of ``data``, which holds whole operations."""
     found, consumed, _ = parse_operations(data, rel, 1)
     if consumed != len(data):  # verify passed, so this is not expected
         raise StorageError(f"{rel} ends with an incomplete operation; run `kwtree repair`, then upgrade")
     lines = data.split(b"\n")
-    parts = []
+    texts = []
     for raw in found:
         text = b"\n".join(lines[raw.first_line - 1 : raw.first_line - 1 + len(raw.rows)]) + b"\n"
-        end = raw.rows[-1]["end"]
-        if CRC_KEY not in end:
-            text = with_checksum(text)
-            try:
-                end = orjson.loads(text[text.rfind(b"\n", 0, len(text) - 1) + 1:])["end"]
-            except orjson.JSONDecodeError:
-                end = {}
-            if CRC_KEY not in end or checksum_problem(text, end) is not None:
-                raise StorageError(f"{rel}:{raw.first_line + len(raw.rows) - 1}: the end marker of operation "
-                                   f"{raw.op_id} is not the last key of its row, so it cannot take a checksum")
-        parts.append(text)
-    return b"".join(parts), len(found)
+        last_row = orjson.loads(text[text.rfind(b"\n", 0, len(text) - 1) + 1:])
+        if not text.endswith(b"}}\n") or list(last_row)[-1] != "end":
+            raise StorageError(f"{rel}:{raw.first_line + len(raw.rows) - 1}: the end marker of operation "
+                               f"{raw.op_id} is not the last key of its row, so it cannot take a checksum and a link")
+        texts.append((raw.op_id, text))
+    return texts

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.events import is_op_id
+from kwtree.engine.events import NOTE_ENTITY, is_digest, is_op_id
 from kwtree.engine.references import reference_findings
 from kwtree.engine.replay import RawOperation, replay_sorted
 from kwtree.engine.state import State
@@ -46,11 +46,14 @@ from kwtree.errors import (
     DamagedDirectoryError,
     FormatError,
     InvalidInputError,
+    KwtreeError,
     NotFoundError,
     StorageError,
 )
 from kwtree.models import ROOT_ID
+from kwtree.ops.verify_chain import Chain, check_chain
 from kwtree.ops.verify_fulltext import check_fulltext
+from kwtree.ops.verify_log import LOCKED_READ_TIMEOUT, REREADS, Replaced, read_log
 from kwtree.ops.verify_segments import (
     Segment,
     SegmentReader,
@@ -61,6 +64,7 @@ from kwtree.ops.verify_segments import (
 from kwtree.stores import logswap
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
+from kwtree.stores.lock import held, run_locked
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.stores.postgres import opener, recorded
 from kwtree.validate import clean_path
@@ -114,6 +118,9 @@ class Report:
     operations: int = 0
     rows: int = 0
     bytes: int = 0
+    head: str | None = None
+    head_op: str | None = None
+    chain_notes: tuple[str, ...] = ()
     ok: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -130,8 +137,9 @@ class Report:
     def to_text(self) -> str:
         """One ``severity<TAB>file:line<TAB>message`` line per finding, then a ``summary`` line."""
         errors, warnings = len(self.errors), len(self.warnings)
+        head = f", head {self.head} (operation {self.head_op})" if self.head is not None else ""
         summary = (f"summary\t{self.directory}\t{self.segments} segment(s), {self.operations} operation(s), "
-                   f"{self.rows} row(s), {self.bytes} bytes: {errors} error(s), {warnings} warning(s)")
+                   f"{self.rows} row(s), {self.bytes} bytes{head}: {errors} error(s), {warnings} warning(s)")
         return "\n".join([*map(str, self.findings), summary])
 
     def check(self, hint: str = "") -> None:
@@ -154,6 +162,9 @@ class Report:
             "operations": self.operations,
             "rows": self.rows,
             "bytes": self.bytes,
+            "head": self.head,
+            "head_op": self.head_op,
+            "chain_notes": list(self.chain_notes),
             "findings": [
                 {"severity": f.severity, "code": f.code, "file": f.file, "line": f.line, "message": f.message}
                 for f in self.findings
@@ -213,10 +224,14 @@ class _Examination:
     in_order: bool = True  # operations in the files in op-id order, no copies
     caches: list[_Cache] = field(default_factory=list)
     state: State | None = None  # the state replay gives (None if it could not be built)
+    chain: Chain | None = None  # the log's head (None when no operation carries a link)
+    lost: tuple[str, ...] = ()  # the digests of operations damage cost (Chain.lost): what repair records
 
     def report(self, before: Iterable[Finding] = ()) -> Report:
+        chain = self.chain
         return Report(str(self.directory), (*before, *self.findings.result()), len(self.segments),
-                      len(self.operations), self.rows, self.bytes)
+                      len(self.operations), self.rows, self.bytes, chain.head if chain else None,
+                      chain.head_op if chain else None, chain.notes if chain else ())
 
 
 def _clean_directory(path: object) -> Path:
@@ -301,43 +316,6 @@ def _read_caches(exam: _Examination) -> None:
         exam.caches.append(cache)
 
 
-def _list_segments(exam: _Examination) -> list[str]:
-    log_dir = exam.directory / LOG_DIR
-    try:
-        entries = sorted(os.listdir(log_dir))
-    except FileNotFoundError:
-        return []
-    names = []
-    for entry in entries:
-        stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
-        if stem is not None and is_op_id(stem) and (log_dir / entry).is_file():
-            names.append(stem)
-        else:
-            exam.findings.add("warning", "stray-file", f"{LOG_DIR}/{entry}", None,
-                              "not a log segment (segments are <32 lowercase hex digits>.jsonl files); "
-                              "kwtree ignores it")
-    return names
-
-
-def _read_log(exam: _Examination, validator: Validator) -> list[RawOperation]:
-    """Read every segment; returns the valid complete operations in file order."""
-    names = _list_segments(exam)
-    found: list[RawOperation] = []
-    for index, name in enumerate(names):
-        segment = Segment(name, f"{LOG_DIR}/{name}{SEGMENT_SUFFIX}", newest=index == len(names) - 1)
-        exam.segments.append(segment)
-        try:
-            raw = (exam.directory / segment.rel).read_bytes()
-        except OSError as exc:
-            exam.findings.add("error", "unreadable-file", segment.rel, None, f"cannot read the segment: {exc}")
-            continue
-        reader = SegmentReader(segment, raw, validator, exam.findings, checksums=exam.format >= 2)
-        reader.read()
-        exam.bytes += segment.data_end
-        found.extend(reader.operations)
-    return found
-
-
 def _read_store(exam: _Examination, validator: Validator, url: str) -> list[RawOperation]:
     """Read the log kept in PostgreSQL (``url``, which the directory recorded) through a
     read-only store; each batch of operations is checked as a segment's are (a database
@@ -391,6 +369,35 @@ def _check_chain(exam: _Examination) -> None:
             findings.add("warning", "unsealed", segment.rel, None,
                          "a segment that is not the newest has no seal line: a writer stopped between starting the "
                          "next segment and sealing this one, or a branch's newest segment came in by a merge")
+
+
+def _after_damage(exam: _Examination, found: list[RawOperation], validator: Validator) -> set[str]:
+    """The operations right after damage (``Validator.after_damage``), with the first of each
+    segment that follows a missing one (its predecessor was lost with it) or one without its
+    seal, every operation of a segment that changed since it was sealed and the first of the
+    next (the operations it lost are unknown: any of them may have been one's predecessor),
+    and the first of a log that lost its start. Only a break is excused by it: an operation
+    whose predecessor is not in the log at all."""
+    after = set(validator.after_damage)
+    names = [segment.name for segment in exam.segments]
+    lost = {seal["next"] for segment in exam.segments for seal in segment.seals if seal["next"] not in names}
+    changed = [segment for segment in exam.segments if any(
+        (seal["bytes"], seal["crc"]) != (segment.seals_at, segment.crc) and segment.seals_at <= seal["bytes"]
+        for seal in segment.seals)]
+    damaged: set[str] = {segment.rel for segment in changed}
+    # A segment with a successor but no seal may have lost its end (cut short, emptied).
+    unsealed = [segment.name for segment in exam.segments
+                if exam.format >= 2 and not segment.seals and not segment.newest]
+    for name in [*lost, *(segment.name for segment in changed), *unsealed]:
+        following = [segment for segment in exam.segments if segment.name > name]
+        if following:
+            first = next((raw for raw in found if raw.path == following[0].rel), None)
+            if first is not None:
+                after.add(first.op_id)
+    after.update(raw.op_id for raw in found if raw.path in damaged)
+    if exam.needs_root and exam.operations:  # the log lost its start: the first left follows what went with it
+        after.add(exam.operations[0].op_id)
+    return after
 
 
 def _check_operations(exam: _Examination, found: list[RawOperation]) -> None:
@@ -452,6 +459,8 @@ def _check_versions(exam: _Examination) -> dict[str, tuple[str | None, bool]]:
     for raw in exam.operations:
         compact = raw.rows[-1]["end"].get("kind") == "compact"
         for offset, row in enumerate(raw.rows):
+            if row["entity"] == NOTE_ENTITY:
+                continue  # a note has no entity and no version
             key = _entity_key(row)
             version = row["v"]
             previous = last.get(key)
@@ -604,14 +613,33 @@ def _note_quarantine(exam: _Examination) -> None:
 
 def _check_swap(exam: _Examination) -> None:
     for name in (logswap.COMPACTED_DIR, logswap.COMPACTING_DIR, logswap.OLD_LOG_DIR):
-        if (exam.directory / name).exists():
+        if (exam.directory / name).exists() and not held(exam.directory):  # (held: a replacement in progress)
             complete = " (the new log is complete)" if name == logswap.COMPACTED_DIR else ""
             exam.findings.add("warning", "log-swap", f"{name}/", None,
                               "left by an interrupted log replacement (compaction or repair); the next writer or "
                               f"`kwtree repair` finishes it{complete}")
 
 
-def _examine(directory: Path) -> _Examination:
+def _examine(directory: Path, head: str | None = None) -> _Examination:
+    """Examine the directory (``_examine_once``), again when another process replaced the log
+    while it was read, up to ``REREADS`` times; then once more holding the writer lock, which
+    no replacement takes from under it (or, where the lock cannot be had, with a warning)."""
+    for _ in range(REREADS):
+        try:
+            return _examine_once(directory, head)
+        except Replaced:
+            continue
+    try:
+        return run_locked(directory, LOCKED_READ_TIMEOUT, lambda _: _examine_once(directory, head))
+    except (KwtreeError, OSError):
+        exam = _examine_once(directory, head)  # (a replacement now: Replaced, which is a bug to report)
+        exam.findings.add("warning", "log-replaced", LOG_DIR, None,
+                          f"the log was replaced {REREADS} times while verify read it (a compaction or repair running "
+                          "over and over) and the writer lock could not be had: run verify again")
+        return exam
+
+
+def _examine_once(directory: Path, head: str | None) -> _Examination:
     exam = _Examination(directory, _Findings())
     elsewhere = recorded(directory)  # a log in PostgreSQL: the directory holds caches only
     _check_manifest(exam)
@@ -622,7 +650,9 @@ def _examine(directory: Path) -> _Examination:
     _read_caches(exam)
     validator = Validator()
     if elsewhere is None:
-        found = _read_log(exam, validator)
+        segments, found, size = read_log(directory, exam.format, validator, exam.findings)
+        exam.segments.extend(segments)
+        exam.bytes += size
         _check_chain(exam)
     else:
         exam.findings.add("info", "log-elsewhere", None, None,
@@ -631,6 +661,11 @@ def _examine(directory: Path) -> _Examination:
                           "the database (from its backups), not by repair")
         found = _read_store(exam, validator, elsewhere)
     _check_operations(exam, found)
+    merged = not exam.in_order or any(f.code in ("segment-fork", "sealed-grew") for f in exam.findings.items)
+    chain = check_chain(found, exam.findings, required=exam.format >= 3 and elsewhere is None,
+                        after_damage=_after_damage(exam, found, validator), merged=merged, recorded=head)
+    exam.chain = chain if chain.linked or head is not None else None
+    exam.lost = chain.lost
     stored = _check_versions(exam)
     state = exam.state = _replay(exam, validator)
     if state is not None:
@@ -642,11 +677,29 @@ def _examine(directory: Path) -> _Examination:
     return exam
 
 
-def verify_directory(path: str | os.PathLike[str]) -> Report:
-    """Check the data directory at ``path`` — manifest, every log segment, the tree replay
-    gives, cache watermarks — and return a :class:`Report`. Never writes, never locks, and
-    works on directories that cannot be opened. A directory whose log is in PostgreSQL has
-    that log's operations read through the database and checked the same way (StorageError
-    when it cannot be reached); it has no segments. Raises NotFoundError if ``path`` is not a
-    kwtree directory (no manifest and no log), InvalidInputError if it is a file."""
-    return _examine(_clean_directory(path)).report()
+def clean_head(head: object) -> str | None:
+    """``head`` as ``verify_directory`` takes it (InvalidInputError unless None or a digest)."""
+    if head is None:
+        return None
+    text = head.strip().lower() if isinstance(head, str) else head
+    if not is_digest(text):
+        raise InvalidInputError(f"head must be the digest of an operation as `kwtree verify --chain` prints it "
+                                f"(64 hex digits), got {short(head)}")
+    assert isinstance(text, str)
+    return text
+
+
+def verify_directory(path: str | os.PathLike[str], *, head: str | None = None) -> Report:
+    """Check the data directory at ``path`` — manifest, every log segment, the hash chain
+    (format 3), the tree replay gives, cache watermarks — and return a :class:`Report`.
+    Never writes, never locks, and works on directories that cannot be opened. A directory
+    whose log is in PostgreSQL has that log's operations read through the database and
+    checked the same way (StorageError when it cannot be reached); it has no segments.
+
+    ``head``, a digest ``Report.head`` gave earlier (kept elsewhere), is looked for: the
+    report has a ``chain-head`` error unless an operation of the log has it and reaches the
+    log's start through its predecessors, i.e. nothing up to it was changed, removed or
+    reordered since. Raises NotFoundError if ``path`` is not a kwtree directory (no manifest
+    and no log), InvalidInputError if it is a file or ``head`` is not a digest."""
+    recorded = clean_head(head)
+    return _examine(_clean_directory(path), recorded).report()

@@ -64,6 +64,11 @@ class Validator:
 
     def __init__(self) -> None:
         self.state = scratch_state()
+        #: The ids of the operations that come right after damage in the log (a damaged span,
+        #: the end of a sealed segment): the ``prev`` each names may be an operation the damage
+        #: cost (the hash chain, kwtree.ops.verify_chain).
+        self.after_damage: set[str] = set()
+        self.damage_pending = False
 
     def problem(self, raw: RawOperation) -> tuple[int, str] | None:
         """(line, message) of what makes ``raw`` unusable, or None (and it was applied)."""
@@ -128,6 +133,7 @@ class SegmentReader:
         self.operations: list[RawOperation] = []
         self._bad: list[tuple[int, int, int, int]] = []  # (start, end, first line, last line) of damaged bytes
         self._causes: list[tuple[int, str, str]] = []  # (line, code, message) of primary causes
+        self._kept_end = -1  # where the last operation kept ends (-1: none yet in this segment)
 
     def _lost_rows(self, first: int, rows: Sequence[dict[str, Any]]) -> bool:
         """True if the rows starting at byte ``first`` follow damage and end with an end row
@@ -178,10 +184,11 @@ class SegmentReader:
             if self._lost_rows(at, rows):
                 self._bad.append((at, starts[stop], first + 1, stop))
                 continue
-            operation = RawOperation(op_id, rows, segment.rel, first + 1)
+            operation = RawOperation(op_id, rows, segment.rel, first + 1, raw[at:starts[stop]])
             problem = self.validator.problem(operation)
             if problem is None:
                 self.operations.append(operation)
+                self._follows_damage(operation, at, starts[stop])
                 continue
             self._causes.append((problem[0], "invalid-operation", problem[1]))
             self._bad.append((at, starts[stop], first + 1, stop))
@@ -189,10 +196,24 @@ class SegmentReader:
             return
         self._report_bad()
         self._report_tail(min(consumed, starts[-1]), starts[-1], content_end)
+        if any(span.end > self._kept_end for span in segment.spans):
+            self.validator.damage_pending = True  # damage ends the segment: the next one's first follows it
         if segment.data_end < len(raw) and not segment.newest:
             self.findings.add("info", "padding", segment.rel, None,
                               f"sealed segment ends with {len(raw) - segment.data_end} bytes of zero padding "
                               "(harmless)")
+
+    def _follows_damage(self, operation: RawOperation, start: int, end: int) -> None:
+        """Note ``operation`` (bytes ``start`` to ``end`` of the segment) as coming right after
+        damage, when damage lies between it and the operation kept before it (in this segment,
+        or at the end of an earlier one: ``Validator.damage_pending``)."""
+        validator = self.validator
+        if self._bad and self._bad[-1][1] > self._kept_end and self._bad[-1][0] < start:
+            validator.damage_pending = True
+        self._kept_end = end
+        if validator.damage_pending:
+            validator.after_damage.add(operation.op_id)
+            validator.damage_pending = False
 
     def _read_seals(self, data_end: int) -> int:
         """Read the seal lines that end the segment; returns where they begin."""

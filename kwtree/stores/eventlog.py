@@ -118,6 +118,7 @@ class EventLog:
 
     def __init__(
         self, directory: Path, segment_bytes: int, *, writable: bool, preallocate: bool, checksums: bool,
+        chained: bool = False,
     ) -> None:
         self.log_dir = directory / LOG_DIR
         self.quarantine_dir = directory / QUARANTINE_DIR
@@ -125,6 +126,7 @@ class EventLog:
         # Format 2 (the manifest's ``checksums``): checksums in end markers, seal lines. No
         # default: every writer must write the directory's own format.
         self.checksums = checksums
+        self.chained = chained  # format 3: the engine names each operation's predecessor in it
         self.writable = writable
         self.preallocate = preallocate and writable
         # Segments are opened relative to this descriptor of the log directory, so a reader
@@ -178,7 +180,8 @@ class EventLog:
         self._close_fd()
         self._attach()
         with contextlib.suppress(FormatError):  # the directory is being replaced: the next look decides
-            self.checksums = Manifest.load(self.log_dir.parent).checksums
+            manifest = Manifest.load(self.log_dir.parent)
+            self.checksums, self.chained = manifest.checksums, manifest.chained
         self._allocated = 0
         self.rewind()
 

@@ -24,7 +24,9 @@ try:
 except ImportError:  # pragma: no cover - exercised on platforms without fcntl
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "FileLockBackend", "FlockBackend", "WriterLock", "default_backend", "release", "run_locked"]
+__all__ = [
+    "LOCK_NAME", "FileLockBackend", "FlockBackend", "WriterLock", "default_backend", "held", "release", "run_locked",
+]
 
 T = TypeVar("T")
 
@@ -136,6 +138,26 @@ class WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def held(directory: Path) -> bool:
+    """True when a process holds the writer lock of the data directory ``directory`` now
+    (this one included, through another descriptor). Asked by taking and at once releasing it,
+    without waiting; a directory without a lock file (or one that cannot be opened) counts as
+    not held. For verify, to tell a log replacement in progress from one a crash interrupted."""
+    path = directory / LOCK_NAME
+    if not path.exists():
+        return False
+    backend = default_backend()(path)
+    try:
+        if not backend.try_acquire():
+            return True
+        backend.release()
+        return False
+    except OSError:
+        return False
+    finally:
+        backend.close()
 
 
 def run_locked(directory: Path, timeout: float, action: Callable[[Path], T]) -> T:

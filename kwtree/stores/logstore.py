@@ -80,7 +80,16 @@ class LogStore(Protocol):
     reads one ``tail`` or ``read`` at a time: starting one abandons the one before.
     Operations are returned in the order they were appended; a store does not sort them
     (merged logs may hold ids out of order: the engine decides what to do about that).
+
     """
+
+    @property
+    def chained(self) -> bool:
+        """True when every operation appended must name its predecessor's digest in ``prev``
+        (``kwtree.engine.events``, "the hash chain"): a JSONL log of format 3, a database log.
+        The engine adds it; a store only says whether it is wanted (it may change when the log
+        is replaced, as ``kwtree upgrade`` does)."""
+        ...
 
     def tail(self, after: Position | None) -> Iterator[Batch]:
         """The whole operations appended after ``after`` (None: the whole current log),

@@ -5,8 +5,9 @@ the private default).
 
 Formats (docs/log-format.md): 1 — the original rows; 2 — every end marker carries a
 checksum of its operation and every sealed segment ends with a seal line naming its
-successor. kwtree reads and writes both, each in its own format, and moves a directory from
-1 to 2 only through ``kwtree upgrade`` (DESIGN §3: never silently)."""
+successor; 3 — every end marker also names the digest of the operation before it (a hash
+chain). kwtree reads and writes each in its own format, and moves a directory to a newer one
+only through ``kwtree upgrade`` (DESIGN §3: never silently)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from kwtree.stores.files import PRIVATE_FILE_MODE, write_atomically
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "OLDEST_FORMAT", "Manifest", "is_file_mode"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
 DEFAULT_SEGMENT_BYTES = 64 << 20
@@ -46,6 +47,11 @@ class Manifest:
     def checksums(self) -> bool:
         """True when the log carries checksums and seals (format 2 and later)."""
         return self.format >= 2
+
+    @property
+    def chained(self) -> bool:
+        """True when every operation names its predecessor's digest (format 3 and later)."""
+        return self.format >= 3
 
     @classmethod
     def new(cls, segment_bytes: int | None = None, file_mode: int | None = None) -> Manifest:

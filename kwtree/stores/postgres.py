@@ -175,7 +175,12 @@ class PostgresStore:
     ``conninfo`` is a libpq connection string or URL; ``tree`` names the log among those the
     database holds. ``writable`` False refuses ``append`` and ``replace``; ``durable`` False
     appends with ``synchronous_commit`` off (a crash of the database server may lose the last
-    appends, never tear one). Raises StorageError when the database cannot be reached."""
+    appends, never tear one). Raises StorageError when the database cannot be reached.
+
+    Every operation appended names its predecessor's digest (``chained``): a log written by
+    an earlier kwtree holds operations without one before the first that has it."""
+
+    chained = True
 
     def __init__(self, conninfo: str, tree: str, *, schema: str = "public", writable: bool = True,
                  durable: bool = True, lock_timeout: float = 10.0) -> None:

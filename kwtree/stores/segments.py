@@ -191,7 +191,7 @@ class SegmentStore:
                     with self._lock:
                         logswap.recover(directory)
             self._events = EventLog(directory, manifest.segment_bytes, writable=writable, preallocate=durable,
-                                    checksums=manifest.checksums)
+                                    checksums=manifest.checksums, chained=manifest.chained)
         except BaseException:
             self.close()
             raise
@@ -206,6 +206,12 @@ class SegmentStore:
         one there, and return its writable store."""
         create_directory(directory, segment_bytes, file_mode, lock_timeout, durable=durable)
         return cls(directory, durable=durable, lock_timeout=lock_timeout)
+
+    @property
+    def chained(self) -> bool:
+        """Format 3: every operation names its predecessor's digest (the manifest's, as of
+        the last time this store read the log from a new start)."""
+        return self._cursor.chained
 
     @property
     def _cursor(self) -> EventLog:
