@@ -58,15 +58,15 @@ def client(url: str, timeout: float = 10.0, max_retries: int = 1) -> AnthropicLL
     return made
 
 
-def outage(kind: str, api: FakeMessagesAPI) -> tuple[str, str]:
-    """The URL of an LLM that is down as ``kind`` says, and how the client's error begins."""
+def outage(kind: str, api: FakeMessagesAPI) -> tuple[AnthropicLLMClient, str]:
+    """A client of an LLM that is down as ``kind`` says, and how the client's error begins."""
     if kind == "refused":
-        return f"http://127.0.0.1:{closed_port()}", "LLMUnavailableError: cannot reach the Anthropic API"
+        return client(f"http://127.0.0.1:{closed_port()}"), "LLMUnavailableError: cannot reach the Anthropic API"
     if kind == "overloaded":
         api.default = error(529, "overloaded_error", "Overloaded")
-        return api.url, "LLMUnavailableError: the Anthropic API answered 529 (overloaded_error)"
+        return client(api.url), "LLMUnavailableError: the Anthropic API answered 529 (overloaded_error)"
     api.default = HANG
-    return api.url, f"LLMTimeoutError: no answer from the Anthropic API within {TIMEOUT}s"
+    return client(api.url, TIMEOUT), f"LLMTimeoutError: no answer from the Anthropic API within {TIMEOUT}s"
 
 
 def open_tree(directory: Path, llm: AnthropicLLMClient | None = None, **options: Any) -> KeywordTree:
@@ -87,14 +87,14 @@ def decisions(tree: KeywordTree, result: CommitResult) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("kind", ["refused", "overloaded", "hangs"])
 def test_a_commit_with_the_llm_down_commits_what_a_tree_without_one_would(tmp_path: Path, api: FakeMessagesAPI,
                                                                           kind: str) -> None:
-    url, failed = outage(kind, api)
+    llm, failed = outage(kind, api)
     seed(tmp_path / "down")
     seed(tmp_path / "offline")
     with open_tree(tmp_path / "offline") as tree:
         offline = tree.commit_session(CHAT, session_id="s1", scope=SCOPE)
         expected = decisions(tree, offline)
         expected_memories = sorted(info.content for info in tree.memories(SCOPE))
-    with open_tree(tmp_path / "down", client(url, TIMEOUT)) as tree:
+    with open_tree(tmp_path / "down", llm) as tree:
         result = tree.commit_session(CHAT, session_id="s1", scope=SCOPE)  # before: LLMUnavailableError
         # the offline rules' candidates, the offline navigator's placements and the thresholds' verdicts
         assert decisions(tree, result) == expected and {"merge", "create"} <= {d[0] for d in expected}
@@ -124,10 +124,10 @@ def test_a_commit_with_the_llm_down_commits_what_a_tree_without_one_would(tmp_pa
 @pytest.mark.parametrize("kind", ["refused", "hangs"])
 def test_on_agent_failure_raise_refuses_the_commit_and_writes_nothing(tmp_path: Path, api: FakeMessagesAPI,
                                                                       kind: str) -> None:
-    url, failed = outage(kind, api)
+    llm, failed = outage(kind, api)
     seed(tmp_path / "tree")
     before = dir_bytes(tmp_path / "tree" / "log")
-    with (open_tree(tmp_path / "tree", client(url, TIMEOUT), on_agent_failure="raise") as tree,
+    with (open_tree(tmp_path / "tree", llm, on_agent_failure="raise") as tree,
           pytest.raises(AgentError) as refused):
         tree.commit_session(CHAT, session_id="s1", scope=SCOPE)  # before: LLMUnavailableError, not an AgentError
     assert refused.value.reason == "agent_failure" and refused.value.detail.startswith(failed)
@@ -199,6 +199,22 @@ def test_an_unusable_extraction_answer_falls_back_and_the_llm_is_still_asked(tmp
     assert len(api.requests) == 4
 
 
+@pytest.mark.parametrize(("answered", "refusal"), [(1, "while placing the entities keyword 'Tom'"),
+                                                   (2, "could not judge duplicates")])
+def test_on_agent_failure_raise_refuses_a_later_step_the_llm_fails(tmp_path: Path, api: FakeMessagesAPI,
+                                                                   answered: int, refusal: str) -> None:
+    seed(tmp_path / "tree")
+    before = dir_bytes(tmp_path / "tree" / "log")
+    api.script(*[decided(EXTRACTED), decided({"action": "missing", "reason": "a new person"})][:answered])
+    api.default = error(529, "overloaded_error", "Overloaded")
+    with (open_tree(tmp_path / "tree", client(api.url), on_agent_failure="raise") as tree,
+          pytest.raises(AgentError) as refused):
+        tree.commit_session(CHAT, session_id="s1", scope=SCOPE)
+    assert refusal in str(refused.value) and "nothing was written" in str(refused.value)
+    assert refused.value.detail.startswith("LLMUnavailableError: the Anthropic API answered 529")
+    assert dir_bytes(tmp_path / "tree" / "log") == before
+
+
 def test_a_hung_llm_does_not_hold_the_writer_lock(tmp_path: Path, api: FakeMessagesAPI) -> None:
     """The LLM is asked while the commit is prepared, before the write lock is taken: another
     writer commits while the LLM hangs. Then the API hangs up without an answer, and the commit
@@ -230,8 +246,8 @@ def test_a_hung_llm_does_not_hold_the_writer_lock(tmp_path: Path, api: FakeMessa
 @pytest.mark.parametrize("kind", ["refused", "hangs"])
 def test_memory_add_with_the_llm_down_adds_what_the_offline_rules_find(tmp_path: Path, api: FakeMessagesAPI,
                                                                        kind: str) -> None:
-    url, failed = outage(kind, api)
-    with Memory(tmp_path / "memory", llm=client(url, TIMEOUT), durability="none", worker=False) as mem:
+    llm, failed = outage(kind, api)
+    with Memory(tmp_path / "memory", llm=llm, durability="none", worker=False) as mem:
         added = mem.add(CHAT, user_id="alice")  # before: LLMUnavailableError, nothing added
         assert len(added["op_ids"]) == 1 and {item["event"] for item in added["results"]} == {"ADD"}
         assert added["fallbacks"][0]["step"] == "extraction" and added["fallbacks"][0]["error"].startswith(failed)
