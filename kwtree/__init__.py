@@ -67,7 +67,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
-    from kwtree.memory.commit import CommitDecision, CommitOptions, CommitResult
+    from kwtree.memory.commit import CommitDecision, CommitFallback, CommitOptions, CommitResult
     from kwtree.memory.dedup import DedupThresholds
     from kwtree.memory.policies import Policy
     from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
@@ -85,6 +85,7 @@ _LAZY_NAMES = {
     "AnthropicLLMClient": "kwtree.agent.anthropic_client",
     "Candidate": "kwtree.memory.candidates",
     "CommitDecision": "kwtree.memory.commit",
+    "CommitFallback": "kwtree.memory.commit",
     "CommitOptions": "kwtree.memory.commit",
     "CommitResult": "kwtree.memory.commit",
     "CompactionReport": "kwtree.ops.compaction",
@@ -122,6 +123,7 @@ __all__ = [
     "Change",
     "ClosedError",
     "CommitDecision",
+    "CommitFallback",
     "CommitOptions",
     "CommitResult",
     "CompactionReport",

@@ -1,10 +1,17 @@
 """A fake Anthropic Messages API on 127.0.0.1 for tests: ``POST /v1/messages`` answered from a
 queue of scripted replies, every request recorded. The ``api`` fixture (conftest.py) starts
-one per test; nothing touches the network."""
+one per test; nothing touches the network.
+
+The three ways an LLM is down, for the agent-failure tests: a port nothing listens on
+(:func:`closed_port`: connections are refused), an API that answers every request with an
+error (``api.default = error(529, ...)``), and one that accepts and never answers
+(``api.default = HANG``: the client's timeout ends the wait)."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -14,26 +21,68 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """One scripted answer of the fake API; ``body`` is JSON-encoded unless it is bytes."""
+    """One scripted answer of the fake API; ``body`` is JSON-encoded unless it is bytes.
+    ``hang`` holds the request unanswered until the test ends (``api.released``), then closes
+    the connection without a reply."""
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    hang: bool = False
+
+
+#: The reply of an API that accepts a request and never answers it.
+HANG = Reply(hang=True)
 
 
 def error(status: int, kind: str, text: str, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, {"type": "error", "error": {"type": kind, "message": text}}, headers or {})
 
 
+def decided(answer: dict[str, Any]) -> Reply:
+    """The reply of a model that called the ``decide`` tool with ``answer`` (what
+    AnthropicLLMClient asks for)."""
+    return Reply(body={"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-test",
+                       "content": [{"type": "tool_use", "id": "toolu_01", "name": "decide", "input": answer}],
+                       "stop_reason": "tool_use", "stop_sequence": None,
+                       "usage": {"input_tokens": 100, "output_tokens": 20}})
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (connections are refused at once)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+#: Variables of the developer's shell that would point a test's ``kwtree`` process at another
+#: LLM, key or proxy.
+_SHELL_SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "KWTREE_ANTHROPIC_MODEL",
+                   "KWTREE_LLM", "KWTREE_LLM_TIMEOUT", "KWTREE_LLM_MAX_RETRIES", "KWTREE_ON_AGENT_FAILURE",
+                   "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def llm_env(url: str, **settings: str) -> dict[str, str]:
+    """The environment of a ``kwtree`` process whose LLM (``kwtree/cli/env.py``) is the
+    Anthropic client at ``url``: one attempt of at most 5 s unless ``settings`` say otherwise
+    (``KWTREE_LLM_TIMEOUT="0.5"``), and nothing of the developer's own LLM settings."""
+    kept = {name: value for name, value in os.environ.items() if name not in _SHELL_SETTINGS}
+    return {**kept, "KWTREE_LLM": "anthropic", "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url,
+            "KWTREE_LLM_MAX_RETRIES": "0", "KWTREE_LLM_TIMEOUT": "5", **settings}
+
+
 class FakeMessagesAPI:
-    """A ThreadingHTTPServer that answers ``POST /v1/messages`` from a queue of replies and
-    records every request's path, headers (lower-cased names) and JSON body."""
+    """A ThreadingHTTPServer that answers ``POST /v1/messages`` from a queue of replies (then
+    with ``default``) and records every request's path, headers (lower-cased names) and JSON
+    body; ``arrived`` is set when a request has come in."""
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
+        self.default = error(500, "api_error", "nothing scripted")
         self.requests: list[dict[str, Any]] = []
-        self.released = threading.Event()  # set at teardown, ends any scripted delay early
+        self.arrived = threading.Event()
+        self.released = threading.Event()  # set at teardown, ends any scripted delay or hang
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,7 +93,12 @@ class FakeMessagesAPI:
                     "headers": {k.lower(): v for k, v in self.headers.items()},
                     "body": json.loads(raw),
                 })
-                reply = api.replies.popleft() if api.replies else error(500, "api_error", "nothing scripted")
+                reply = api.replies.popleft() if api.replies else api.default
+                api.arrived.set()
+                if reply.hang:
+                    api.released.wait()
+                    self.close_connection = True
+                    return
                 api.released.wait(reply.delay)
                 data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
                 try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from messages_api import HANG, FakeMessagesAPI, closed_port, llm_env
 
 from kwtree import KeywordTree
 from kwtree.integrations.claude_code import transcript_messages
@@ -32,8 +33,11 @@ def settings() -> dict[str, str]:
     return {event: entries[0]["hooks"][0]["command"] for event, entries in hooks.items()}
 
 
-def hook(event: str, payload: Any, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "PATH": f"{SCRIPT.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+def hook(event: str, payload: Any, home: Path,
+         environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the docs' command for ``event`` in bash, in ``environment`` (default: this process's)."""
+    env = {**(os.environ if environment is None else environment), "HOME": str(home),
+           "PATH": f"{SCRIPT.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     stdin = payload if isinstance(payload, str) else json.dumps(payload)
     return subprocess.run(["bash", "-c", settings()[event]], input=stdin, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -122,3 +126,27 @@ def test_an_empty_prompt_adds_nothing_and_a_zero_budget_is_an_error(tmp_path: Pa
     zero = subprocess.run([str(SCRIPT), "hook", "session-start", str(memory), "--max-tokens", "0"],
                           input=json.dumps({"session_id": "s"}), capture_output=True, text=True, timeout=120)
     assert zero.returncode == 1 and "max_tokens" in zero.stderr
+
+
+@pytest.mark.parametrize("kind", ["refused", "hangs"])
+def test_the_stop_hook_with_the_llm_down_commits_the_transcript_and_warns(tmp_path: Path, api: FakeMessagesAPI,
+                                                                          kind: str) -> None:
+    """The hook's LLM (``KWTREE_LLM=anthropic``) refuses connections, or never answers (the
+    client's 0.5 s timeout ends the wait): the Stop hook commits the transcript with what the
+    offline rules find, exits 0, and says on stderr what the LLM did not do."""
+    if kind == "refused":
+        url, failed = f"http://127.0.0.1:{closed_port()}", "LLMUnavailableError: cannot reach the Anthropic API"
+    else:
+        api.default = HANG
+        url, failed = api.url, "LLMTimeoutError: no answer from the Anthropic API within 0.5s"
+    transcript = tmp_path / "transcript.jsonl"
+    transcript.write_text("\n".join(FIRST) + "\n", encoding="utf-8")
+    stop = {"session_id": "cc-1", "transcript_path": str(transcript), "hook_event_name": "Stop"}
+    done = hook("Stop", stop, tmp_path, llm_env(url, KWTREE_LLM_TIMEOUT="0.5"))
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr  # before: exit 1, nothing committed
+    assert done.stderr.startswith(f"warning: the LLM failed ({failed}"), done.stderr
+    assert done.stderr.endswith("; done offline instead: extraction\n") and done.stderr.count("\n") == 1
+    with KeywordTree(tmp_path / ".kwtree" / "memory", read_only=True) as tree:
+        commit = next(op for op in tree.history() if op.kind == "commit_session")
+        assert commit.audit["commit_session"]["fallbacks"][0]["step"] == "extraction"
+        assert "I love green tea" in " ".join(info.content for info in tree.memories("user:me"))

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from messages_api import HANG, FakeMessagesAPI, closed_port, llm_env
 
 mcp = pytest.importorskip("mcp")
 
@@ -26,9 +27,11 @@ WRITING = {spec.name for spec in TOOLS if spec.writes}
 
 
 @asynccontextmanager
-async def server(directory: Path, *options: str) -> AsyncIterator[ClientSession]:
-    """A ClientSession to ``kwtree mcp DIR OPTIONS`` in a subprocess, initialized."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "kwtree", "mcp", str(directory), *options])
+async def server(directory: Path, *options: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    """A ClientSession to ``kwtree mcp DIR OPTIONS`` in a subprocess, initialized (``env``: the
+    server's environment; None: the SDK's default, which leaves out the caller's)."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kwtree", "mcp", str(directory), *options],
+                                   env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -257,3 +260,38 @@ def test_a_client_that_leaves_in_the_middle_of_a_write_leaves_it_whole_or_absent
         assert len(turns) in (0, count), len(turns)
         if count == 200:  # the server finished it before leaving
             assert len(commits) == 1
+
+
+@pytest.mark.parametrize("kind", ["refused", "hangs"])
+def test_commit_session_and_remember_with_the_llm_down_commit_the_conversation(tmp_path: Path, api: FakeMessagesAPI,
+                                                                              kind: str) -> None:
+    """The server's LLM (``KWTREE_LLM=anthropic``) refuses connections, or accepts them and
+    never answers (the client's 0.5 s timeout ends the wait): the tools commit all the same,
+    with what the offline rules find, and their reply names what fell back."""
+    if kind == "refused":
+        url, failed = f"http://127.0.0.1:{closed_port()}", "LLMUnavailableError: cannot reach the Anthropic API"
+    else:
+        api.default = HANG
+        url, failed = api.url, "LLMTimeoutError: no answer from the Anthropic API within 0.5s"
+
+    async def main() -> None:
+        async with server(tmp_path / "memory", env=llm_env(url, KWTREE_LLM_TIMEOUT="0.5")) as session:
+            commit = await call(session, "commit_session", session_id="chat-1", scope="user:alice", messages=[
+                {"role": "user", "content": "I love green tea.", "ts": "2024-05-08T10:00:00Z"},
+                {"role": "assistant", "content": "Noted: green tea."}])  # before: a tool error, nothing written
+            assert commit["op_id"] and commit["counts"]["created"] == 1
+            assert [(f["step"], f["error"][:len(failed)]) for f in commit["fallbacks"]] == [("extraction", failed)]
+            remembered = await call(session, "remember", text="Alice's locker code is 1234.", scope="user:alice")
+            assert remembered["op_id"] and "fallbacks" not in remembered  # stored word for word: no LLM asked
+            found = await call(session, "recall", query="what does Alice drink?", scope="user:alice")
+            assert "I love green tea." in [memory["text"] for memory in found["memories"]]
+
+    run(main)
+    with KeywordTree(tmp_path / "memory", read_only=True) as tree:
+        commit = next(op for op in tree.history() if op.kind == "commit_session")
+        assert commit.audit["commit_session"]["fallbacks"][0]["error"].startswith(failed)
+        assert [info.content for info in tree.memories("user:alice")] == ["I love green tea.",
+                                                                          "Alice's locker code is 1234."]
+        assert tree.verify().ok
+    if kind == "hangs":
+        assert len(api.requests) == 1  # one call waited for, then the commit asked no more

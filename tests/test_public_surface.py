@@ -23,6 +23,7 @@ PUBLIC = [
     "Change",
     "ClosedError",
     "CommitDecision",
+    "CommitFallback",
     "CommitOptions",
     "CommitResult",
     "CompactionReport",

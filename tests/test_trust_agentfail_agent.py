@@ -10,8 +10,6 @@ AnthropicLLMClient against a fake Messages API on 127.0.0.1 (tests/test_anthropi
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 from helpers import dir_bytes, snapshot
-from messages_api import FakeMessagesAPI, Reply, error
+from messages_api import FakeMessagesAPI, Reply, closed_port, error, llm_env
 
 from kwtree import (
     AgentError,
@@ -168,23 +166,11 @@ def test_the_anthropic_client_timing_out_is_named_and_refused_under_raise(tmp_pa
     assert dir_bytes(directory / "log") == before
 
 
-def closed_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (connections are refused at once)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def cli_env(url: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "KWTREE_LLM": "anthropic", "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url,
-            "KWTREE_LLM_MAX_RETRIES": "0", "KWTREE_LLM_TIMEOUT": "5", **extra}
-
-
 def test_kwtree_add_with_an_unreachable_llm_warns_and_exits_0(tmp_path: Path) -> None:
     directory = tmp_path / "tree"
     seed(directory)
     done = subprocess.run([sys.executable, "-m", "kwtree", "add", str(directory), "Rust"], capture_output=True,
-                          text=True, timeout=120, env=cli_env(f"http://127.0.0.1:{closed_port()}"))
+                          text=True, timeout=120, env=llm_env(f"http://127.0.0.1:{closed_port()}"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("\tRust\tunder root")
     # before: exit 0 and an empty stderr, after ~10 s of retries
@@ -200,7 +186,7 @@ def test_kwtree_add_under_raise_exits_1_and_writes_nothing(tmp_path: Path, api: 
     seed(directory)
     before = dir_bytes(directory / "log")
     api.script(error(500, "api_error", "boom"))
-    for name, value in cli_env(api.url, KWTREE_ON_AGENT_FAILURE="raise").items():
+    for name, value in llm_env(api.url, KWTREE_ON_AGENT_FAILURE="raise").items():
         monkeypatch.setenv(name, value)
     assert main(["add", str(directory), "Rust"]) == 1
     out, err = capsys.readouterr()

@@ -153,17 +153,19 @@ class DescendLoop:
     # --- the loop ----------------------------------------------------------------------------
 
     def descend(self, read: Reader, query: str, intent: str, description: str = "",
-                within: Sequence[str] | None = None) -> Descent:
+                within: Sequence[str] | None = None, navigator: Navigator | None = None) -> Descent:
         """Walk the tree for ``query`` (a name or a text) with ``intent`` "search" or
         "suggest_parent". With ``within`` (ids of live keywords: a read's scopes), the walk
         starts at their children and is shown, and scores, nothing outside their subtrees;
         it may end missing at a keyword outside them (the root, for scopes that share no
-        ancestor below it), which the caller clips. Never raises for what the navigator
-        does: failures are fallbacks."""
+        ancestor below it), which the caller clips. ``navigator`` decides this walk's rounds
+        instead of the loop's own (a commit walks offline once its LLM failed). Never raises
+        for what the navigator does: failures are fallbacks."""
         assert intent in INTENTS
+        navigator = self.navigator if navigator is None else navigator
         inside = None if within is None else read(lambda state: {kid for top in within for kid in state.subtree(top)})
         relevance = self.relevance(read, query, description, inside)
-        descent = Descent(intent, query, DescentStatus.MISSING, navigator=self.navigator.name)
+        descent = Descent(intent, query, DescentStatus.MISSING, navigator=navigator.name)
         if within is None:
             starts = read(lambda state: self._entry_points(state))
             current = ROOT_ID
@@ -180,7 +182,7 @@ class DescendLoop:
                 entry: dict[str, Any] = {"round": round_number, "request": request.document()}
                 descent.trace.append(entry)
                 try:
-                    answer = self.navigator.decide(request)
+                    answer = navigator.decide(request)
                 except Exception as exc:  # noqa: BLE001 -- any navigator failure is a fallback, never the caller's error
                     entry["error"] = f"{type(exc).__name__}: {exc}"
                     raise _Fallback("agent_failure", entry["error"]) from None

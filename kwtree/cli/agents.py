@@ -14,6 +14,7 @@ import json
 import sys
 
 from kwtree.cli.env import llm_client, on_agent_failure
+from kwtree.cli.output import agent_warning
 from kwtree.cli.table import Command, arg
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
 
@@ -35,7 +36,9 @@ def _hook(_: None, args: argparse.Namespace) -> None:
     with KeywordTree(args.dir, actor=args.actor, llm_client=llm_client(),
                      on_agent_failure=on_agent_failure()) as tree:
         if args.event == "stop":
-            claude_code.stop(tree, payload, args.scope)
+            warning = agent_warning(claude_code.stop(tree, payload, args.scope))
+            if warning is not None:  # committed all the same (exit 0); say what the failing LLM did not do
+                print(warning, file=sys.stderr)
             return
         starting = args.event == "session-start"
         budget = args.max_tokens if args.max_tokens is not None else 800 if starting else 1500

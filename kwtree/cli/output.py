@@ -61,7 +61,15 @@ def to_json(value: Any) -> Any:
 
 def agent_warning(result: Any) -> str | None:
     """The warning line for a keyword or info the agent placed or linked by a fallback (the
-    LLM failed), or linked to nothing; None when there is nothing to warn about."""
+    LLM failed), or linked to nothing, and for a commit that did steps offline because the
+    LLM failed them; None when there is nothing to warn about."""
+    from kwtree.memory.commit import CommitResult  # loaded with the tree the command opened
+
+    if isinstance(result, CommitResult):
+        if not result.fallbacks:
+            return None
+        steps = ", ".join(fallback.step for fallback in result.fallbacks)
+        return f"warning: the LLM failed ({result.fallbacks[0].error}); done offline instead: {steps}"
     outcome = getattr(result, "agent", None) if isinstance(result, (Keyword, Info)) else None
     if outcome is None or not (outcome.fell_back or not outcome.keyword_ids):
         return None

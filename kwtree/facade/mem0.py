@@ -22,6 +22,7 @@ tree is one attribute away: ``Memory.tree``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -161,7 +162,11 @@ class Memory:
         conversation use ``KeywordTree.after_turn``. ``metadata`` goes on every memory the
         add wrote (shown in ``metadata``, matched by ``filters``), in the same operation.
         ``op_ids`` are the operations written (one, or none when nothing was new):
-        ``undo(result["op_ids"])``."""
+        ``undo(result["op_ids"])``. When the LLM failed a step of the commit (``llm`` down,
+        overloaded or too slow), the step is done offline and the messages are added all the
+        same, and ``fallbacks`` lists each such step as ``{"step", "error", "instead"}``
+        (``CommitResult.fallbacks``; the key is absent when nothing fell back); a Memory opened
+        with ``on_agent_failure="raise"`` raises AgentError instead and adds nothing."""
         scope = scope_path(user_id, agent_id, run_id)
         if isinstance(messages, str):
             messages = [{"role": "user", "content": clean_text(messages, "messages", allow_empty=False)}]
@@ -173,7 +178,10 @@ class Memory:
         session_id = f"{'add' if infer else 'verbatim'}-{digest(cleaned)[:16]}"
         result = self.tree.commit_session(cleaned, session_id=session_id, scope=scope, options=options)
         op_ids = [result.op_id] if result.op_id is not None else []
-        return {"results": self._events(result), "op_ids": op_ids}
+        added: dict[str, Any] = {"results": self._events(result), "op_ids": op_ids}
+        if result.fallbacks:
+            added["fallbacks"] = [dataclasses.asdict(fallback) for fallback in result.fallbacks]
+        return added
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, limit: int = 100, filters: Mapping[str, Any] | None = None,

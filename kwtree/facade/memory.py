@@ -3,9 +3,11 @@
 A base class of KeywordTree, kept here so each module stays readable in one sitting. It wires
 ``kwtree.memory`` to the engine and the caches: it checks the arguments, extracts candidates,
 places new keywords with the descend loop, runs the dedup prefilter on the full-text and vector
-indexes (and the LLM's verdicts) outside the write lock, then hands the plan to the decider
+indexes (and the LLM's verdicts) outside the write lock, so that an LLM that is slow or hangs
+never holds the lock, then hands the plan to the decider
 ``kwtree.memory.commit.commit_changes``, which re-checks it against the fresh state and writes
-the whole session as ONE operation.
+the whole session as ONE operation. A step the LLM fails is done offline instead
+(``kwtree.memory.outage``), or refused with AgentError on a tree that refuses fallbacks.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kwtree.agent.descend import DescentStatus
+from kwtree.agent.descend import Descent, DescentStatus
+from kwtree.agent.navigation import LLMNavigator
+from kwtree.agent.offline import OfflineNavigator
 from kwtree.engine.state import State
-from kwtree.errors import AgentError, InvalidInputError, KwtreeError
+from kwtree.errors import AgentError, InvalidInputError, KwtreeError, LLMError
 from kwtree.facade.agent import AgentMethods
 from kwtree.memory import dedup
-from kwtree.memory.candidates import Candidate, ExtractContext, Message
+from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, Message
 from kwtree.memory.commit import (
     DEDUP_MODES,
+    CommitFallback,
     CommitOptions,
     CommitPlan,
     CommitResult,
@@ -34,8 +39,9 @@ from kwtree.memory.commit import (
     find_session,
     holder_keys,
 )
-from kwtree.memory.extract import default_extractor
+from kwtree.memory.extract import default_extractor, extract_offline
 from kwtree.memory.messages import clean_messages, digest, turn_text
+from kwtree.memory.outage import STEPS, CommitLLM, described
 from kwtree.memory.policies import SESSIONS_BRANCH, Policy
 from kwtree.memory.when import parse_time
 from kwtree.models import Info, Keyword, Operation, info_text
@@ -58,6 +64,8 @@ _PREFILTER_OVERFETCH = 6
 #: written since its last commit, and ranks those itself: so ``after_turn`` does not commit the
 #: index on every turn (``Indexes.indexed_text_hits``).
 _MOST_UNINDEXED = 256
+#: The navigator of a commit's walks once its LLM failed (it keeps no state).
+_OFFLINE = OfflineNavigator()
 
 
 class MemoryMethods(AgentMethods):
@@ -81,10 +89,20 @@ class MemoryMethods(AgentMethods):
         written and the result is the plan. Durable on return (as every write); embeddings
         follow through the outbox.
 
+        The LLM (the tree's ``llm_client``) is asked before the write lock is taken. When it
+        fails a step (extraction, placement, dedup: refused, unreachable, overloaded after its
+        retries, timed out, or answered something unusable), the default
+        ``on_agent_failure="fallback"`` does that step as a tree without an LLM does (the
+        offline rules, the offline navigator, the thresholds) and commits the session all the
+        same, each such step a ``CommitFallback`` in ``CommitResult.fallbacks`` and in the
+        operation's audit; after the first call that got no answer the LLM is not asked again
+        in this commit.
+
         Raises InvalidInputError naming the field for bad messages, session_id, scope,
         options or extractor output; AgentError when the agent or the LLM failed on a tree
-        opened with ``on_agent_failure="raise"`` (or the extractor raised); ReadOnlyError on
-        a tree that may not write (a dry run is allowed). A failed call writes nothing."""
+        opened with ``on_agent_failure="raise"`` (or a caller's extractor raised something
+        other than an LLMError); ReadOnlyError on a tree that may not write (a dry run is
+        allowed). A failed call writes nothing."""
         opts = _clean_options(options)
         if opts.dry_run:
             self._check_open()
@@ -103,8 +121,9 @@ class MemoryMethods(AgentMethods):
         session_time = parse_time(opts.session_time, "options.session_time")
         if session_time is None:
             session_time = next((parse_time(m.get("ts"), "ts") for m in cleaned if m.get("ts") is not None), None)
+        llm = None if self._llm_client is None else CommitLLM(self._llm_client)
         for attempt in range(_ATTEMPTS):
-            plan = self._prepare(cleaned, sid, path, session_time, opts)
+            plan = self._prepare(cleaned, sid, path, session_time, opts, llm)
             if plan is None:
                 return _nothing_new(sid, path, len(cleaned), self._read(lambda s: _session_id_of(s, path, sid)),
                                     opts.dry_run)
@@ -131,8 +150,9 @@ class MemoryMethods(AgentMethods):
     # --- preparing the plan outside the write lock ------------------------------------------------
 
     def _prepare(self, messages: list[Message], session_id: str, scope: str, session_time: float | None,
-                 opts: CommitOptions) -> CommitPlan | None:
-        """The plan of the commit, or None when every message was committed before."""
+                 opts: CommitOptions, llm: CommitLLM | None) -> CommitPlan | None:
+        """The plan of the commit, or None when every message was committed before. ``llm``
+        is the tree's client as this commit uses it (None: the tree has none)."""
         seen = self._read(lambda state: _check_resent(state, scope, session_id, messages))
         if seen == len(messages):
             return None
@@ -140,28 +160,54 @@ class MemoryMethods(AgentMethods):
             earlier = self._read(lambda state: _session(state, scope, session_id))
             recorded = earlier.metadata.get("session_time") if earlier is not None else None
             session_time = float(recorded) if isinstance(recorded, (int, float)) else None
-        extractor = opts.extractor if opts.extractor is not None else default_extractor(self._llm_client)
-        context = ExtractContext(session_id, seen, session_time)
-        try:
-            found = extractor(messages, context)
-        except KwtreeError:
-            raise
-        except Exception as exc:
-            raise AgentError(f"the extractor failed ({type(exc).__name__}: {exc}); nothing was written",
-                             "agent_failure", f"{type(exc).__name__}: {exc}") from exc
+        fallbacks: list[CommitFallback] = []
+        found = self._extract(messages, ExtractContext(session_id, seen, session_time), opts.extractor, llm,
+                              fallbacks)
         candidates = _clean_candidates(found, opts.policies, len(messages))
         audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
                                  "seen": len(messages), "candidates": len(candidates)}
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
-                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata, opts.keep_summary)
-        self._place_holders(plan)
+                          opts.policies, opts.thresholds, {}, [], [None] * len(candidates), audit, opts.metadata,
+                          opts.keep_summary, fallbacks)
+        self._place_holders(plan, llm)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
-        use_llm = opts.dedup == "llm" or (opts.dedup == "auto" and self._llm_client is not None)
-        plan.verdicts = self._llm_verdicts(plan) if use_llm else [None] * len(candidates)
-        audit["dedup"] = audit.get("dedup", "llm" if use_llm else "offline")
+        audit["dedup"] = "offline"
+        if llm is not None and opts.dedup != "offline":  # "llm" without a client was refused above
+            audit["dedup"] = "llm"
+            self._llm_verdicts(plan, llm)
+        if fallbacks:
+            audit["fallbacks"] = [dataclasses.asdict(fallback) for fallback in fallbacks]
         return plan
 
-    def _place_holders(self, plan: CommitPlan) -> None:
+    def _extract(self, messages: list[Message], context: ExtractContext, chosen: Extractor | None,
+                 llm: CommitLLM | None, fallbacks: list[CommitFallback]) -> object:
+        """What the extractor (``chosen``, else the default over ``llm``) found, unchecked.
+        When the LLM failed it (an LLMError, or anything the tree's client raised under the
+        default extractor): AgentError on a tree that refuses fallbacks, else what the
+        offline rules find, and a fallback saying so. Any other failure of a caller's
+        extractor is AgentError; a KwtreeError (bad input) propagates."""
+        extractor = chosen if chosen is not None else default_extractor(llm)
+        try:
+            return extractor(messages, context)
+        except LLMError as exc:
+            failure: Exception = exc
+        except KwtreeError:
+            raise
+        except Exception as exc:
+            if chosen is not None or llm is None:  # not the LLM's failure: the extractor's own
+                raise AgentError(f"the extractor failed ({type(exc).__name__}: {exc}); nothing was written",
+                                 "agent_failure", f"{type(exc).__name__}: {exc}") from exc
+            failure = exc
+        error = described(failure)
+        if self._on_agent_failure == "raise":
+            raise AgentError(f"the LLM could not extract the memories ({error}); nothing was written. Retry, pass "
+                             "CommitOptions(extractor=kwtree.memory.extract.extract_offline), or open the tree with "
+                             "on_agent_failure=\"fallback\" to commit what the offline rules find",
+                             "agent_failure", error) from failure
+        fallbacks.append(CommitFallback("extraction", error, STEPS["extraction"]))
+        return extract_offline(messages, context)
+
+    def _place_holders(self, plan: CommitPlan, llm: CommitLLM | None) -> None:
         """Where each new holder keyword goes: the agent walks the category's branch (when it
         exists and holds no keyword for the routing key)."""
         for category, key, about in holder_keys(plan.candidates, plan.policies):
@@ -174,16 +220,39 @@ class MemoryMethods(AgentMethods):
                     functools.partial(find_holder, branch_id=branch_id, key=key)) is not None:
                 plan.placements[where] = (None, None)
                 continue
-            descent = self._agent.descend(self._read, key, "suggest_parent", about, within=[branch_id])
-            self._refuse_fallback(descent, f"placing the {category} keyword {key!r}",
-                                  "retry, or commit with another extractor")
+            descent, walk = self._walk(plan, llm, category, key, about, branch_id)
             if descent.status is DescentStatus.MATCHED:
                 parent: str | None = descent.keyword_ids[0]
             elif descent.status is DescentStatus.MISSING:
                 parent = descent.suggested_parent_id
             else:
                 parent = None
-            plan.placements[where] = (parent, descent.audit())
+            plan.placements[where] = (parent, walk)
+
+    def _walk(self, plan: CommitPlan, llm: CommitLLM | None, category: str, key: str, about: str,
+              branch_id: str) -> tuple[Descent, dict[str, Any]]:
+        """The walk that places a new keyword inside its branch, and its audit: the LLM's (the
+        tree's navigator when it has none) or, when the LLM failed this walk or earlier in the
+        commit, the offline navigator's, as a fallback (its audit keeps the LLM's failed walk
+        under ``llm_walk``). AgentError when the LLM failed and the tree refuses fallbacks."""
+        failed: Descent | None = None
+        if llm is not None and llm.down is not None:
+            _fell_back(plan, "placement", llm.not_asked)
+        else:
+            descent = self._agent.descend(self._read, key, "suggest_parent", about, within=[branch_id],
+                                          navigator=None if llm is None else LLMNavigator(llm))
+            self._refuse_fallback(descent, f"placing the {category} keyword {key!r}",
+                                  "retry, or commit with another extractor")
+            if descent.fallback is None or llm is None:
+                return descent, descent.audit()
+            failed = descent
+            _fell_back(plan, "placement", descent.error if descent.fallback == "agent_failure"
+                       else f"{descent.fallback}: {descent.error}")
+        offline = self._agent.descend(self._read, key, "suggest_parent", about, within=[branch_id], navigator=_OFFLINE)
+        walk = offline.audit()
+        if failed is not None:
+            walk["llm_walk"] = failed.audit()
+        return offline, walk
 
     def _neighbours(self, plan: CommitPlan, candidate: Candidate, k: int) -> list[dedup.Neighbour]:
         """The prefilter: the memories inside the candidate's branch of the scope that BM25 and
@@ -206,25 +275,37 @@ class MemoryMethods(AgentMethods):
         return self._read(lambda state: [dedup.Neighbour(iid, state.infos[iid].content) for iid in found
                                          if state.live_info(iid) is not None])
 
-    def _llm_verdicts(self, plan: CommitPlan) -> list[dedup.Judgement | None]:
-        """The LLM's verdicts on the candidates that have neighbours (one call per batch)."""
-        assert self._llm_client is not None
+    def _llm_verdicts(self, plan: CommitPlan, llm: CommitLLM) -> None:
+        """The LLM's verdicts on the candidates that have neighbours (one call per batch), in
+        ``plan.verdicts``; the thresholds judge those it gave none for. When the LLM failed
+        (here or earlier in the commit): AgentError on a tree that refuses fallbacks, else a
+        fallback saying so."""
         asked = [i for i, c in enumerate(plan.candidates)
                  if plan.neighbours[i] and plan.policies[c.category].write in ("aggregate", "supersede")]
-        verdicts: list[dedup.Judgement | None] = [None] * len(plan.candidates)
         if not asked:
-            return verdicts
+            return
+        if llm.down is not None:
+            plan.audit["dedup"] = "offline"
+            _fell_back(plan, "dedup", llm.not_asked)
+            return
         items = [(plan.candidates[i].content, plan.neighbours[i]) for i in asked]
-        found, calls = dedup.llm_judgements(self._llm_client, items, [True] * len(asked))
+        found, calls = dedup.llm_judgements(llm, items, [True] * len(asked))
         plan.audit["dedup"] = {"judge": "llm", "calls": calls}
         failed = [call["error"] for call in calls if "error" in call]
         if failed and self._on_agent_failure == "raise":
             raise AgentError(f"the LLM could not judge duplicates ({failed[0]}); nothing was written. Retry, pass "
                              "CommitOptions(dedup='offline'), or open the tree with on_agent_failure=\"fallback\"",
                              "agent_failure", failed[0])
+        if failed:
+            _fell_back(plan, "dedup", failed[0])
         for position, index in enumerate(asked):
-            verdicts[index] = found[position]
-        return verdicts
+            plan.verdicts[index] = found[position]
+
+
+def _fell_back(plan: CommitPlan, step: str, error: str) -> None:
+    """Note that the LLM failed ``step`` (once per step: the first error is the one named)."""
+    if all(fallback.step != step for fallback in plan.fallbacks):
+        plan.fallbacks.append(CommitFallback(step, error, STEPS[step]))
 
 
 # --- reading the state ------------------------------------------------------------------------
@@ -374,7 +455,7 @@ def _result(plan: CommitPlan, op: Operation | None, changes: list[Any], dry_run:
         plan.session_id, plan.scope, op.op_id if op is not None else None, session_kw, plan.first_new,
         len(plan.messages), len(plan.candidates), actions.count("create"), actions.count("append"),
         actions.count("merge"), actions.count("supersede"), actions.count("skip"), created, changed,
-        tuple(plan.decisions), dry_run)
+        tuple(plan.decisions), dry_run, tuple(plan.fallbacks))
 
 
 def _nothing_new(session_id: str, scope: str, seen: int, session_kw: str | None, dry_run: bool) -> CommitResult:

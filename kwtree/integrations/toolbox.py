@@ -320,7 +320,7 @@ class ToolBox:
         chosen = self.guard.write_scope(scope) or DEFAULT_SCOPE
         result = self.tree.commit_session(messages, session_id=session_id, scope=chosen,
                                           options=CommitOptions(dry_run=dry_run))
-        return {
+        committed: dict[str, Any] = {
             "op_id": result.op_id, "scope": chosen, "dry_run": result.dry_run,
             "new_messages": result.seen - result.first_new,
             "counts": {"extracted": result.extracted, "created": result.created, "appended": result.appended,
@@ -329,6 +329,10 @@ class ToolBox:
                            "memory_id": decision.info_id, "reason": decision.reason}
                           for decision in result.decisions],
         }
+        if result.fallbacks:  # committed all the same; the model learns what the failing LLM did not do
+            committed["fallbacks"] = [{"step": fallback.step, "error": fallback.error, "instead": fallback.instead}
+                                      for fallback in result.fallbacks]
+        return committed
 
     def _create_keyword(self, name: str, parent_id: str | None = None, aliases: list[str] | None = None,
                         description: str = "", scope: str | None = None) -> dict[str, Any]:

@@ -38,9 +38,9 @@ from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.reorganize import coalesce, put_changes
 from kwtree.writes.undo import check_consistent, in_apply_order
 
-__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitOptions",
-           "CommitPlan", "CommitResult", "StalePlanError", "commit_changes", "find_branch", "find_holder",
-           "find_session", "holder_keys"]
+__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitFallback",
+           "CommitOptions", "CommitPlan", "CommitResult", "StalePlanError", "commit_changes", "find_branch",
+           "find_holder", "find_session", "holder_keys"]
 
 #: The metadata key marking a scope's branch keyword; its value is the branch's name.
 BRANCH_KEY = "branch"
@@ -103,6 +103,18 @@ class CommitDecision:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitFallback:
+    """A step of the commit that the LLM did not do, done as a tree without an LLM does it
+    (``kwtree.memory.outage``): ``step`` is "extraction", "placement" or "dedup", ``error``
+    the LLM's first error in that step (``"<class>: <message>"``; ``"not asked: ..."`` when an
+    earlier call of the commit got no answer) and ``instead`` what did the step."""
+
+    step: str
+    error: str
+    instead: str
+
+
+@dataclass(frozen=True, slots=True)
 class CommitResult:
     """What ``commit_session`` did (or, with ``dry_run``, would do).
 
@@ -110,7 +122,9 @@ class CommitResult:
     and infos the commit created, ``changed_ids`` those it updated (on a dry run: the ids it
     would use); ``session_keyword_id`` (None on a dry run that would create it); ``op_id`` the
     operation (None on a dry run or when nothing was new); ``first_new`` the first message
-    not seen before this commit and ``seen`` how many are seen after it."""
+    not seen before this commit and ``seen`` how many are seen after it. ``fallbacks`` are the
+    steps the LLM failed (empty when it failed none, or the tree has none), in the order they
+    ran; the operation's audit holds them too (``audit["commit_session"]["fallbacks"]``)."""
 
     session_id: str
     scope: str
@@ -128,6 +142,12 @@ class CommitResult:
     changed_ids: tuple[str, ...]
     decisions: tuple[CommitDecision, ...]
     dry_run: bool = False
+    fallbacks: tuple[CommitFallback, ...] = ()
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the LLM failed a step and the commit did it without the LLM."""
+        return bool(self.fallbacks)
 
 
 class StalePlanError(KwtreeError):
@@ -158,6 +178,8 @@ class CommitPlan:
     user_metadata: Mapping[str, Any] | None = None
     #: whether the session keeps a summary info (``CommitOptions.keep_summary``)
     keep_summary: bool = True
+    #: the steps the LLM failed, filled while the plan is prepared
+    fallbacks: list[CommitFallback] = field(default_factory=list)
     #: filled by commit_changes
     decisions: list[CommitDecision] = field(default_factory=list)
     session_keyword_id: str | None = None

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from kwtree.agent.clients import LLMClient
+from kwtree.memory.outage import described
 from kwtree.normalize import terms
 
 __all__ = [
@@ -166,7 +167,7 @@ def llm_judgements(client: LLMClient, items: Sequence[tuple[str, Sequence[Neighb
         try:
             answer = client.chat(messages, DEDUP_SCHEMA)
         except Exception as exc:  # noqa: BLE001 -- a failed call falls back to the thresholds
-            call["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            call["error"] = described(exc)
             continue
         call["answer"] = answer if _encodable(answer) else repr(answer)[:2000]
         decisions = answer.get("decisions") if isinstance(answer, dict) else None
