@@ -169,6 +169,42 @@ def test_verify_reads_the_log_through_the_database_and_repair_rebuilds_the_cache
     assert "log-elsewhere" in [f.code for f in damaged.findings]  # says where to mend it
 
 
+def test_a_postgresql_log_is_chained_and_a_row_changed_in_the_database_breaks_the_chain(tmp_path: Path,
+                                                                                          log_url: str) -> None:
+    """Every operation two machines append names its predecessor (the database decides the
+    order, the engine links to what it followed), compaction chains the log anew and says
+    so, migrate keeps the head, and a row rewritten in the database is found by verify."""
+    import psycopg
+
+    from kwtree import verify_directory
+    from kwtree.ops.migrate import migrate
+    from kwtree.stores.postgres import split_url
+
+    a = KeywordTree(tmp_path / "a", durability="none", log=log_url)
+    b = KeywordTree(tmp_path / "b", durability="none", log=log_url)
+    for i in range(4):
+        a.create_info(f"from a {i}")
+        b.create_info(f"from b {i}")  # b follows what a appended first: the database refuses a stale place
+    report = verify_directory(tmp_path / "a")
+    assert report.ok and report.head is not None and [f.code for f in report.findings] == ["log-elsewhere"]
+    assert verify_directory(tmp_path / "b", head=report.head).ok
+    a.compact()
+    b.create_info("after the compaction")
+    compacted = verify_directory(tmp_path / "b")
+    assert compacted.ok and '"reason":"compact"' in compacted.chain_notes[0]
+    a.close()
+    b.close()
+    migrate(tmp_path / "b", tmp_path / "copy")  # byte for byte: the head recorded of it holds in the copy
+    assert verify_directory(tmp_path / "copy", head=compacted.head).ok
+    conninfo, name, _ = split_url(log_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:  # a row edited behind kwtree's back
+        edited = conn.execute("UPDATE kwtree_log SET data = convert_to(replace(convert_from(data, 'UTF8'), "
+                              "'from b 2', 'from b 9'), 'UTF8') WHERE tree = %s AND position('from b 2' in "
+                              "convert_from(data, 'UTF8')) > 0", (name,)).rowcount
+    assert edited == 1
+    assert [f.code for f in verify_directory(tmp_path / "a").errors] == ["chain-break"]
+
+
 def test_migrate_moves_a_directory_to_postgresql_and_back_with_its_history(tmp_path: Path, log_url: str) -> None:
     from kwtree.cli.main import main
     from kwtree.errors import StorageError
