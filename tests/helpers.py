@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from kwtree.testing import public_reads as snapshot
@@ -137,3 +138,27 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate(timeout=HANG)
+
+
+def without_repair_appends(data: bytes) -> bytes:
+    """``data`` (a newest segment after a repair) without what the repair appended after the
+    operations it kept: the note that says which damaged operations it removed (a chained log)
+    and the operation retiring links the damage left naming nothing."""
+    while data:
+        start = _last_operation_start(data)
+        row = orjson.loads(data[start:].splitlines()[-1])
+        if not (row["entity"] == "note" or (row["end"]["actor"] == "repair" and row["end"]["kind"] == "repair")):
+            break
+        data = data[:start]
+    return data
+
+
+def _last_operation_start(data: bytes) -> int:
+    """Where the last operation of ``data`` (whole operations) begins."""
+    lines = data.splitlines(keepends=True)
+    start = len(data) - len(lines[-1])
+    for line in reversed(lines[:-1]):
+        if b'"end":' in line:
+            break
+        start -= len(line)
+    return start

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from kwtree import KeywordTree
+from kwtree import KeywordTree, verify_directory
 from kwtree.engine.events import Bound, OpClock, encode_operation
 from kwtree.engine.follower import follow
 from kwtree.engine.replay import parse_operations, replay_sorted
@@ -60,8 +60,9 @@ def test_follow_gives_the_state_a_replay_of_the_files_gives(tmp_path):
         for tag in "abcdefgh":
             _write_some(tree, tag)
     store = SegmentStore(tmp_path / "t", writable=False)
-    state, position = follow(store, None, State(), None, threading.Lock())
+    state, position, head = follow(store, None, State(), None, threading.Lock())
     assert _facts(state) == _facts(_replayed(tmp_path / "t"))
+    assert head == verify_directory(tmp_path / "t").head  # the digest the next append will name
     assert list(store.tail(position)) == []
     store.close()
 
@@ -71,7 +72,7 @@ def test_follow_tails_what_another_process_appended(tmp_path, children):
     with KeywordTree(directory, durability="none", worker=False) as tree:
         _write_some(tree, "first")
     store = SegmentStore(directory, writable=False)
-    state, position = follow(store, None, State(), None, threading.Lock())
+    state, position, _ = follow(store, None, State(), None, threading.Lock())
     writer = children("""
         import sys
         from kwtree import KeywordTree
@@ -84,7 +85,7 @@ def test_follow_tails_what_another_process_appended(tmp_path, children):
         writer.send(name)
         op_id = writer.readline()
         before = state.op_count
-        state, position = follow(store, position, state, None, threading.Lock())
+        state, position, _ = follow(store, position, state, None, threading.Lock())
         assert (state.op_count, state.last_op_id) == (before + 1, op_id)
     writer.wait_exit()
     assert _facts(state) == _facts(_replayed(directory))
@@ -96,10 +97,10 @@ def test_follow_replays_a_compacted_log_from_the_start(tmp_path):
     with KeywordTree(directory, durability="none", worker=False) as tree:
         _write_some(tree, "old")
         store = SegmentStore(directory, writable=False)
-        old_state, position = follow(store, None, State(), None, threading.Lock())
+        old_state, position, _ = follow(store, None, State(), None, threading.Lock())
         tree.compact()
         _write_some(tree, "new")
-    state, position = follow(store, position, old_state, None, threading.Lock())
+    state, position, _ = follow(store, position, old_state, None, threading.Lock())
     assert state is not old_state
     assert _facts(state) == _facts(_replayed(directory))
     store.close()
@@ -112,7 +113,7 @@ def test_follow_stops_at_a_bound(tmp_path):
     middle = _replayed(directory, Bound(op_id=ops[5])).last_timestamp
     store = SegmentStore(directory, writable=False)
     for bound in (Bound(op_id=ops[2]), Bound(op_id=ops[5]), Bound(timestamp=middle)):
-        state, _ = follow(store, None, State(), bound, threading.Lock())
+        state, _, _ = follow(store, None, State(), bound, threading.Lock())
         assert _facts(state) == _facts(_replayed(directory, bound))
     store.close()
 
@@ -128,7 +129,7 @@ def test_follow_replays_a_log_out_of_id_order_sorted(tmp_path):
         by_op.setdefault(orjson.loads(row)["op"], []).append(row)
     segment.write_bytes(b"".join(b"\n".join(lines) + b"\n" for lines in reversed(list(by_op.values()))))
     store = SegmentStore(directory, writable=False)
-    state, _ = follow(store, None, State(), None, threading.Lock())
+    state, _, _ = follow(store, None, State(), None, threading.Lock())
     assert _facts(state) == _facts(_replayed(directory))
     assert state.op_count == len(by_op)
     store.close()
@@ -142,7 +143,7 @@ def test_an_operation_appended_through_the_store_is_read_by_the_tree(tmp_path):
     store = SegmentStore(directory)
     clock = OpClock()
     with store.locked():
-        state, position = follow(store, None, State(), None, threading.Lock())
+        state, position, _ = follow(store, None, State(), None, threading.Lock())
         clock.observe(state.last_op_id, state.last_timestamp)
         op_id, ts = clock.next()
         info = Info("i" * 32, "written through the seam", "", EMPTY_METADATA, 1, ts, ts, False, op_id)

@@ -125,7 +125,7 @@ def test_archive_holds_manifest_and_whole_operations_with_checksums(tmp_path: Pa
     assert names == ["kwtree-snapshot.json", "manifest.json", *[f"log/{s}" for s in segments]]
     assert all(m.isreg() and not m.name.startswith("/") for m, _ in items)
     header = json.loads(items[0][1])
-    assert header["kind"] == "kwtree-snapshot" and header["format"] == 1 and header["tree_format"] == 2
+    assert header["kind"] == "kwtree-snapshot" and header["format"] == 1 and header["tree_format"] == 3
     assert header["last_op_id"] == tree.last_op_id and header["view"] is None
     assert header["counts"] == {"operations": tree.tree_metrics()["operations"], "keywords": 30, "infos": 30,
                                 "links": 31, "relations": 1}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import snapshot
+from helpers import snapshot, without_repair_appends
 from hypothesis import given
 from hypothesis import strategies as st
 from test_trust_log_format import make_format_1
@@ -36,7 +36,7 @@ from kwtree import (
     verify_directory,
 )
 from kwtree.cli.main import main
-from kwtree.engine.events import CRC_KEY, with_checksum
+from kwtree.engine.events import CRC_KEY, rechain, with_checksum
 from kwtree.stores.eventlog import SEAL_PREFIX, encode_seal, seals_start
 
 
@@ -45,7 +45,7 @@ def segments(directory: Path) -> list[Path]:
 
 
 def new_tree(directory: Path, log_format: int) -> Path:
-    """An empty data directory of ``log_format`` (1: no checksums, no seals; 2: today's)."""
+    """An empty data directory of ``log_format`` (1: no checksums, no seals; 3: today's)."""
     if log_format == 1:
         make_format_1(directory)
     return directory
@@ -72,6 +72,8 @@ def flip(directory: Path, entity: str, field: str, value: str, occurrence: int =
                 assert orjson.loads(lines[index])[field] == changed
                 data = b"\n".join(lines)
                 path.write_bytes(rechecksum(data, index) if recompute_checksum else data)
+                if recompute_checksum:
+                    relink(directory)
                 return changed, index + 1
     raise AssertionError(f"no {entity} row with {field}={value}")
 
@@ -99,7 +101,36 @@ def rechecksum(data: bytes, index: int) -> bytes:
     return operations + b"".join(encode_seal(operations, name) for name in successors)
 
 
-@pytest.fixture(params=[1, 2], ids=["format1", "format2"])
+def relink(directory: Path) -> None:
+    """What a buggy writer leaves in a chained log (format 3): every operation linked, as its
+    bytes now are, to the one before it in op-id order, with its checksum and its segment's
+    seal computed afresh. A log without links (format 1) is left as it is."""
+    files = segments(directory)
+    found: list[tuple[list[tuple[str, bytes]], list[str]]] = []
+    for path in files:
+        data = path.read_bytes().rstrip(b"\0")
+        operations = data[:seals_start(data)]
+        successors = [orjson.loads(line)["seal"]["next"] for line in data[len(operations):].splitlines()]
+        ops, rows = [], b""
+        for line in operations.splitlines(keepends=True):
+            rows += line
+            if b'"end":' in line:
+                ops.append((orjson.loads(line)["op"], rows))
+                rows = b""
+        found.append((ops, successors))
+    if not any(b'"prev":' in rows for ops, _ in found for _, rows in ops):
+        return
+    first: dict[str, bytes] = {}
+    for ops, _ in found:
+        for op_id, rows in ops:
+            first.setdefault(op_id, rows)
+    chained = dict(rechain(sorted(first.items())))
+    for path, (ops, successors) in zip(files, found, strict=True):
+        body = b"".join(with_checksum(chained[op_id]) for op_id, _ in ops)
+        path.write_bytes(body + b"".join(encode_seal(body, name) for name in successors))
+
+
+@pytest.fixture(params=[1, 3], ids=["format1", "format3"])
 def log_format(request: pytest.FixtureRequest) -> int:
     return request.param
 
@@ -189,7 +220,7 @@ def test_repair_retires_the_dangling_link_and_keeps_every_other_row(damaged, log
     appended = [orjson.loads(line) for line in after[len(before):].splitlines() if line]
     assert [(row["entity"], row["info_id"], row.get("deleted")) for row in appended] == [("link", flipped, True)]
     assert appended[-1]["end"]["kind"] == "repair"
-    assert (CRC_KEY in appended[-1]["end"]) == (log_format == 2)  # written in the directory's format
+    assert (CRC_KEY in appended[-1]["end"]) == (log_format == 3)  # written in the directory's format
     again = verify_directory(directory)
     assert again.ok and not again.warnings
     assert sorted(f.code for f in again.findings) == sorted(["retired-link", *other_findings(log_format)])
@@ -255,7 +286,7 @@ def test_a_lost_segment_leaves_links_that_reads_skip_verify_reports_and_repair_r
     repaired = repair_directory(directory)
     assert repaired.ok, repaired.to_text()
     done = Counter(f.code for f in repaired.findings)
-    assert done["retired"] == 3 and done["accepted-loss"] == (log_format == 2)
+    assert done["retired"] == 3 and done["accepted-loss"] == (log_format == 3)
     again = verify_directory(directory)
     assert again.ok and not again.warnings, again.to_text()
     assert [f.code for f in again.findings if f.code.startswith("retired")] == ["retired-link"] * 3
@@ -332,7 +363,8 @@ def test_repair_quarantines_only_the_operation_whose_checksum_fails_and_keeps_th
     assert "retired" not in {f.code for f in report.findings}  # nothing is left naming nothing
     (bad,) = (directory / "quarantine").glob(f"{segment.stem}.*.bad")
     assert bad.read_bytes() == damaged_row and flipped.encode() in damaged_row  # kept, to be put back by hand
-    assert segment.read_bytes().rstrip(b"\0") == data.replace(damaged_row, b"")  # every other byte in place
+    kept = without_repair_appends(segment.read_bytes().rstrip(b"\0"))  # (the repair's note of what it removed)
+    assert kept == data.replace(damaged_row, b"")  # every other byte in place
     again = verify_directory(directory)
     assert again.ok and not again.warnings, again.to_text()
     with KeywordTree(directory, durability="none", worker=False) as tree:
@@ -383,7 +415,7 @@ def test_repair_of_a_checksum_failure_retires_the_later_links_to_what_only_that_
 History = tuple[Path, list[str], list[str]]
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["format1", "format2"])
+@pytest.fixture(scope="module", params=[1, 3], ids=["format1", "format3"])
 def history(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> History:
     """A log (of each format) in two segments or more with links and relations written by
     every kind of operation: create, link, relink, unlink, relate, unrelate, merge, delete, undo."""
@@ -463,7 +495,7 @@ def test_a_flipped_id_in_any_reference_row_never_breaks_a_read_and_repair_change
         shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.mark.parametrize("history", [2], ids=["format2"], indirect=True)
+@pytest.mark.parametrize("history", [3], ids=["format3"], indirect=True)
 @given(pick=st.integers(0, 10_000), end=st.integers(0, 1))
 def test_a_raw_flip_in_any_reference_row_is_a_checksum_error_and_repair_loses_only_its_operation(
     history: History, pick: int, end: int
@@ -522,7 +554,8 @@ def test_a_raw_flip_in_any_reference_row_is_a_checksum_error_and_repair_loses_on
         after = {path.name: op_ids(path) for path in segments(directory)}
         known = {op for ops in before.values() for op in ops}
         added = [op for ops in after.values() for op in ops if op not in known]
-        assert len(added) <= 1  # the repair operation, if the loss left references naming nothing
+        assert len(added) <= 2  # the note of what repair removed, the repair operation if the loss left
+        # references naming nothing
         assert [op for name in sorted(after) for op in after[name]] == [
             op for name in sorted(before) for op in before[name] if op != damaged_op] + added
         assert set(after) - set(before) <= {f"{op}.jsonl" for op in added}  # every intact operation kept, in place

@@ -326,6 +326,11 @@ def _messages(world: World) -> st.SearchStrategy[Any]:
     return st.lists(st.one_of(message, HOSTILE), max_size=4)
 
 
+def _heads() -> st.SearchStrategy[Any]:
+    """Recorded heads: a digest (no operation has it), one in capitals, and hostile values."""
+    return st.one_of(st.none(), st.sampled_from(["0" * 64, "F" * 64, " " + "a" * 64, "a" * 63]), TEXT, HOSTILE)
+
+
 def _commit_options(world: World) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), HOSTILE, st.builds(
         kwtree.CommitOptions, keep_turns=st.booleans(), dry_run=st.booleans(),
@@ -352,6 +357,7 @@ FUZZED: dict[str, Any] = {
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
     "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
+    "verify": {"head": lambda world: _heads()},
     "forget": {"scope": lambda world: st.one_of(st.none(), st.sampled_from(["user:alice", "user:nobody", "alice", ""]),
                                                 TEXT)},
     "restore": {"snapshot": _snapshot_files},
@@ -548,7 +554,8 @@ def test_hostile_limits_raise_kwtree_errors(values):
 #: Every public function of the kwtree package -> its parameters' strategies (world -> {name: strategy}).
 FUNCTIONS: dict[str, Any] = {
     "normalize_name": lambda world: {"text": WORDS},
-    "verify_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)])},
+    "verify_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
+                                       "head": _heads()},
     "repair_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
                                        "lock_timeout": st.floats(0, 1)},
     "restore": lambda world: {"snapshot": _snapshot_files(world),

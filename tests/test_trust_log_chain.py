@@ -100,12 +100,14 @@ def test_an_operation_tampered_with_and_checksummed_afresh_is_found_by_the_chain
     path.write_bytes(b"".join(tamper(ops, how, at)))
     report = verify_directory(tree_dir)
     expected = {"edit": "chain-break", "remove": "chain-break", "reorder": "chain-order", "insert": "chain-fork"}
-    assert [f.code for f in report.errors] == [expected[how]], report.to_text()
+    # A move changes no answer (replay applies operations in op-id order): a warning; the rest are errors.
+    found = report.warnings if how == "reorder" else report.errors
+    assert [f.code for f in found] == [expected[how]] and report.ok == (how == "reorder"), report.to_text()
     assert not any(f.code == "checksum" for f in report.findings)  # the CRCs alone see nothing
     changed = tamper(ops, how, at)
     start = sum(op.count(b"\n") for op in changed[:at]) + 1
     stop = start + sum(op.count(b"\n") for op in changed[at:at + 2])
-    assert start <= report.errors[0].line < stop, report.to_text()  # at the tampered operation or the next
+    assert start <= found[0].line < stop, report.to_text()  # at the tampered operation or the next
 
 
 @pytest.mark.slow
@@ -123,7 +125,8 @@ def test_any_tamper_anywhere_is_an_error_and_the_untouched_log_is_clean(how: str
         at = 1 + int(where * (len(ops) - 3))  # (not the last: an edit of the newest needs a recorded head)
         path.write_bytes(b"".join(tamper(ops, how, at)))
         report = verify_directory(directory)
-        assert {f.code for f in report.errors} & {"chain-break", "chain-order", "chain-fork"}, report.to_text()
+        found = report.warnings if how == "reorder" else report.errors
+        assert {f.code for f in found} & {"chain-break", "chain-order", "chain-fork"}, report.to_text()
 
 
 def test_a_recorded_head_finds_what_a_rewrite_of_every_later_link_hides(tree_dir: Path) -> None:

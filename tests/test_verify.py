@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import copy_tree_dir, snapshot
+from helpers import copy_tree_dir, snapshot, without_repair_appends
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -65,19 +65,6 @@ def operations(data: bytes) -> list[tuple[str, int, int, int, int]]:
             found.append((row["op"], first, number, start, pos))
             first, start = number + 1, pos
     return found
-
-
-def without_appended(data: bytes) -> bytes:
-    """``data`` (a newest segment after a repair) without what the repair appended after the
-    operations it kept: the note that says which damaged operations it removed (a chained log)
-    and the operation retiring links the damage left naming nothing."""
-    while data:
-        last = operations(data)[-1]
-        row = orjson.loads(data[last[3]:].splitlines()[-1])
-        if not (row["entity"] == "note" or (row["end"]["actor"] == "repair" and row["end"]["kind"] == "repair")):
-            break
-        data = data[:last[3]]
-    return data
 
 
 def without(source: Path, target: Path, segment: str, start: int, end: int) -> Path:
@@ -203,7 +190,7 @@ def test_a_garbled_middle_line_is_an_error_at_its_line_and_repair_quarantines_it
     note = json.loads(Path(f"{bad}.json").read_text())
     assert (note["segment"], note["offset"], note["first_line"], note["last_line"]) == (
         f"log/{segment.name}", start, first, last)
-    assert without_appended(segment.read_bytes()) == damaged[:start] + damaged[new_end:]
+    assert without_repair_appends(segment.read_bytes()) == damaged[:start] + damaged[new_end:]
     # The other operations are intact: the state is the one of the log without that operation.
     assert state_of(tree_dir, kids, iids) == state_of(reference, kids, iids)
     assert verify_directory(tree_dir).ok
@@ -267,7 +254,7 @@ def test_a_nul_hiding_operations_is_an_error_and_only_its_operation_goes_to_quar
     assert [(f.code, f.line) for f in report.errors] == [("hidden-bytes", ops[-2][1])]
     assert repair_directory(tree_dir).ok
     assert (tree_dir / "quarantine" / f"{segment.stem}.{cut}.bad").read_bytes() == b"\0" + data[cut + 1:end]
-    assert without_appended(segment.read_bytes()) == data[:cut] + data[end:]  # the operation after it stays
+    assert without_repair_appends(segment.read_bytes()) == data[:cut] + data[end:]  # the operation after it stays
     assert verify_directory(tree_dir).ok
 
 
@@ -568,7 +555,7 @@ def test_repair_after_random_damage_opens_verifies_and_keeps_every_byte(
             remaining = (directory / "log" / name).read_bytes().rstrip(b"\0")
             remaining = remaining[:seals_start(remaining)]  # repair seals what it keeps afresh
             if name == max(before):
-                remaining = without_appended(remaining)
+                remaining = without_repair_appends(remaining)
             rebuilt, taken, position = bytearray(), 0, 0
             for offset, note in pieces:
                 rebuilt += remaining[taken:taken + offset - position]

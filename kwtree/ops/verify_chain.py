@@ -12,9 +12,9 @@ What it reports, over the operations in log order (a copy of an operation counte
   operation leaves nothing after it to notice: that is what a recorded head is for.)
 - **chain-missing** (error): an operation without ``prev`` where every operation has one (a
   format-3 log; in a database log, after the first that has one).
-- **chain-order** (error): in a chain that never forked (no branches were merged into it),
-  an operation lies after one written later than it: operations were moved. (Replay sorts by
-  op id, so a move changes no state; it is reported all the same.)
+- **chain-order** (warning): in a chain that never forked (no branches were merged into it),
+  an operation lies after one written later than it: operations were moved. Replay sorts by
+  op id, so a move changes no answer: a warning, not an error.
 - **chain-fork** (error): more operations follow one than branches merged there (each
   ``merge`` note the git merge driver wrote accounts for one more): an operation was inserted
   beside the chain. A warning in a log merged by other means (a union of rows: operations out
@@ -187,10 +187,10 @@ def _check_order(distinct: list[RawOperation], ordered: list[RawOperation], find
         if raw.op_id < since:
             continue
         if last is not None and raw.op_id < last.op_id:
-            findings.add("error", "chain-order", raw.path, _end_line(raw),
+            findings.add("warning", "chain-order", raw.path, _end_line(raw),
                          f"operation {raw.op_id} lies after operation {last.op_id} at {_where(last)}, though it was "
                          "written before it (its id is smaller), and no merge of branches explains it: operations "
-                         "were moved")
+                         "were moved (replay applies them in op-id order all the same: no answer changes)")
             return
         last = raw
 
