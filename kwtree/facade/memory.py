@@ -41,7 +41,7 @@ from kwtree.memory.when import parse_time
 from kwtree.models import Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
-from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, shown
+from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, clean_provenance, shown
 from kwtree.writes import Stamp
 
 __all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
@@ -153,7 +153,8 @@ class MemoryMethods(AgentMethods):
         audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
                                  "seen": len(messages), "candidates": len(candidates)}
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
-                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata, opts.keep_summary)
+                          opts.policies, opts.thresholds, {}, [], [], audit, opts.metadata, opts.keep_summary,
+                          provenance=opts.provenance)
         self._place_holders(plan)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
         use_llm = opts.dedup == "llm" or (opts.dedup == "auto" and self._llm_client is not None)
@@ -327,6 +328,8 @@ def _clean_options(options: object) -> CommitOptions:
         raise InvalidInputError("options.thresholds must be a kwtree.DedupThresholds")
     clean_choice(options.dedup, "options.dedup", DEDUP_MODES)
     clean_int(options.prefilter_k, "options.prefilter_k", 1, 100)
+    if options.provenance is not None:
+        clean_provenance(options.provenance, "options.provenance")
     if options.metadata is not None:
         return dataclasses.replace(options, metadata=dict(clean_metadata(options.metadata)))
     return options
