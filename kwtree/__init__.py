@@ -42,6 +42,7 @@ from kwtree.errors import (
     VersionConflictError,
 )
 from kwtree.models import (
+    PROVENANCES,
     ROOT_ID,
     AgentOutcome,
     Change,
@@ -115,6 +116,7 @@ _LAZY_NAMES = {
 _LAZY_MODULES = {"git": "kwtree.ops.git"}
 
 __all__ = [
+    "PROVENANCES",
     "ROOT_ID",
     "AgentError",
     "AgentOutcome",

@@ -9,7 +9,7 @@ classes are final: replay and the writes dispatch on an entity's exact type.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias, final
@@ -22,7 +22,9 @@ __all__ = [
     "HAPPENED_AT",
     "INFO_POLICIES",
     "NOTE",
+    "PROVENANCES",
     "ROOT_ID",
+    "UNKNOWN_PROVENANCE",
     "AgentOutcome",
     "Change",
     "Entity",
@@ -39,6 +41,7 @@ __all__ = [
     "SearchStatus",
     "entity_key",
     "info_text",
+    "least_trusted",
 ]
 
 #: The info metadata key holding when the fact happened (epoch seconds, UTC), besides
@@ -67,6 +70,28 @@ DURABILITY_MODES = ("full", "none")
 DIRECTIONS = ("out", "in", "both")
 #: ``delete_keyword(info_policy=...)``: what becomes of the infos linked to deleted keywords.
 INFO_POLICIES = ("reattach", "delete", "keep")
+#: Who said a memory's text (``Info.provenance``), recorded when the text is written, most
+#: trusted first: "system" (the agent's instructions: a system or developer message), "api"
+#: (the application's own code: ``create_info``, ``batch_create_infos`` and ``update_info`` by
+#: default), "user" (the person in the conversation, or a named speaker of it), "assistant"
+#: (the agent, also when it writes through a memory tool), "import" (``import_json`` of an
+#: export that did not say), "tool" (a tool's result: a web page, a file, a command's output)
+#: and "unknown" (written before kwtree recorded provenance, or erased by ``forget``). The
+#: order is a trust order only for combining: a text drawn from several sources takes the
+#: last of theirs (``least_trusted``); reads filter on the values, never on the order.
+PROVENANCES = ("system", "api", "user", "assistant", "import", "tool", "unknown")
+#: The provenance of a row that records none (rows are written without it at this default).
+UNKNOWN_PROVENANCE = "unknown"
+_TRUST_RANK = {name: rank for rank, name in enumerate(PROVENANCES)}
+
+
+def least_trusted(provenances: Iterable[str]) -> str:
+    """The provenance of a text drawn from texts of these provenances: the last of them in
+    PROVENANCES' order (a memory merged from what the user said and what a tool returned is
+    the tool's, so a filter for "user" never lets the tool's words through). "unknown" when
+    there are none; a value outside PROVENANCES counts as "unknown"."""
+    found = [name if name in _TRUST_RANK else UNKNOWN_PROVENANCE for name in provenances]
+    return max(found, key=_TRUST_RANK.__getitem__, default=UNKNOWN_PROVENANCE)
 
 
 class RelationType(str, enum.Enum):
@@ -133,9 +158,10 @@ class Keyword:
 @final
 @dataclass(slots=True, eq=True)
 class Info:
-    """A text memory, linked to any number of keywords. ``agent`` is set only on the info
-    ``create_info(auto_link=True)`` returns (None everywhere else; never stored, never
-    compared)."""
+    """A text memory, linked to any number of keywords. ``provenance`` says who said its
+    text (one of PROVENANCES), recorded when the text was written. ``agent`` is set only on
+    the info ``create_info(auto_link=True)`` returns (None everywhere else; never stored,
+    never compared)."""
 
     id: str
     content: str
@@ -146,6 +172,7 @@ class Info:
     updated_at: float
     deleted: bool
     op_id: str
+    provenance: str = UNKNOWN_PROVENANCE
     agent: AgentOutcome | None = field(default=None, compare=False, repr=False)
 
 

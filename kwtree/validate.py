@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kwtree.errors import InvalidInputError
-from kwtree.models import EMPTY_METADATA, RelationType
+from kwtree.models import EMPTY_METADATA, PROVENANCES, RelationType
 from kwtree.normalize import normalize_name
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "clean_name",
     "clean_name_key",
     "clean_path",
+    "clean_provenance",
+    "clean_provenances",
     "clean_relation_type",
     "clean_text",
     "clean_weight",
@@ -272,3 +274,24 @@ def clean_seconds(value: object, field: str) -> float:
     if (type(value) is not int and type(value) is not float) or not value >= 0:
         raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {shown(value)}")
     return float(value)
+
+
+def clean_provenance(value: object, field: str = "provenance") -> str:
+    """One of ``kwtree.models.PROVENANCES`` (who said a memory's text)."""
+    if type(value) is not str or value not in PROVENANCES:
+        raise InvalidInputError(f"{field} must be one of {', '.join(map(repr, PROVENANCES))} (who said the text), "
+                                f"got {shown(value)}")
+    return value
+
+
+def clean_provenances(value: object, field: str = "provenance") -> frozenset[str] | None:
+    """A read's provenance filter: None (no filter), one provenance, or a non-empty list of
+    them (each checked by ``clean_provenance``, naming ``field[i]``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return frozenset((clean_provenance(value, field),))
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InvalidInputError(f"{field} must be a provenance ({', '.join(map(repr, PROVENANCES))}) or a non-empty "
+                                f"list of them, got {shown(value)}")
+    return frozenset(clean_provenance(item, f"{field}[{index}]") for index, item in enumerate(value))

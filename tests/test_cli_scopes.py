@@ -36,7 +36,7 @@ def test_recall_and_context_read_only_the_scopes_given(memory: Path, capsys: pyt
     out, _ = run(capsys, "recall", memory, "milk coffee", "--scope", "user:alice", "--scope", "user:bob")
     assert "oat milk" in out and "whole milk" in out
     out, _ = run(capsys, "context", memory, "milk coffee", "--scope", "user:bob")
-    assert "- [2020-09-13] Takes whole milk in the morning coffee" in out and "oat" not in out
+    assert '- [api, 2020-09-13] "Takes whole milk in the morning coffee"' in out and "oat" not in out
     out, _ = run(capsys, "recall", memory, "milk coffee", "--scope", "user:carol")
     assert out.strip() == ""
     _, err = run(capsys, "recall", memory, "milk coffee", "--scope", "User:Alice", code=1)

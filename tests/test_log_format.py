@@ -20,7 +20,7 @@ def rows(tree_dir):
 def test_rows_have_a_fixed_key_order_and_omit_defaults(tree, tree_dir):
     a = tree.create_keyword("A", llm_auto_place=False)  # no agent decision, so no audit
     tree.update_keyword(a.id, {"aliases": ["x"], "description": "d", "metadata": {"m": 1}}, version=1)
-    info = tree.create_info("memo", source="chat", keyword_ids=[a.id])
+    info = tree.create_info("memo", source="chat", keyword_ids=[a.id])  # provenance "api": not the default
     tree.relate(a.id, "root", "part_of", reason="why")
     tree.delete_info(info.id)
     log = rows(tree_dir)
@@ -31,7 +31,7 @@ def test_rows_have_a_fixed_key_order_and_omit_defaults(tree, tree_dir):
                             "aliases", "description", "metadata", "before", "end"]
     assert list(update["before"]) == ["op", "id", "v", "name", "parent_id", "created_at"]
     assert update["before"]["op"] == create["op"] and update["v"] == 2
-    assert list(info_row) == ["op", "entity", "id", "v", "content", "created_at", "source"]
+    assert list(info_row) == ["op", "entity", "id", "v", "content", "created_at", "source", "provenance"]
     assert list(link) == ["op", "entity", "v", "info_id", "keyword_id", "relation", "created_by", "created_at", "end"]
     assert link["relation"] == "primary" and link["end"]["rows"] == 2
     assert list(relation) == ["op", "entity", "v", "from_id", "to_id", "type", "weight", "created_at", "reason", "end"]
@@ -146,6 +146,7 @@ def test_public_api_is_pinned():
         "KeywordAbstract",  # and what abstracts() returns
         # issue 25: a step of commit_session the LLM failed and what did it instead
         "CommitFallback",
+        "PROVENANCES",  # issue 25: who said a memory (Info.provenance; recall(provenance=...))
     ])
 
 

@@ -18,6 +18,7 @@ from memory_helpers import doc_examples, fixed, memory, options, prints_its_comm
 from kwtree import CommitOptions, ExtractContext, InvalidInputError, KeywordTree
 from kwtree.facade.hooks import HEADINGS
 from kwtree.retrieval.context import estimate_tokens
+from kwtree.retrieval.fence import FENCE_CLOSE, FENCE_OPEN, NOTE
 
 CHAT = [{"role": "user", "content": "I live in Paris and I love green tea."},
         {"role": "assistant", "content": "Noted. Shall I order the jasmine tea for Friday?"}]
@@ -40,9 +41,10 @@ def test_assemble_orders_profile_preferences_recalled_summary(tree: KeywordTree)
     assert _headings(text) == [HEADINGS["profile"], HEADINGS["preferences"], HEADINGS["recalled"],
                                HEADINGS["summary"]]
     recalled = text.split(HEADINGS["recalled"])[1].split(HEADINGS["summary"])[0]
-    assert "Alice ordered jasmine tea for Friday." in recalled
-    assert "Open questions: Shall I order the jasmine tea for Friday?" in text.split(HEADINGS["summary"])[1]
-    assert "Session s1" in text and "Topics:" in text
+    assert '] "Alice ordered jasmine tea for Friday."' in recalled
+    summary = text.split(HEADINGS["summary"])[1]
+    assert ', open questions] ["Shall I order the jasmine tea for Friday?"]' in summary
+    assert ', session] "s1"' in summary and ", topics] [" in summary
 
 
 def test_assemble_shows_each_text_once(tree: KeywordTree) -> None:
@@ -56,7 +58,7 @@ def test_bootstrap_gives_the_profile_preferences_and_what_is_open(tree: KeywordT
     _seed(tree)
     text = tree.bootstrap("user:alice")
     assert _headings(text) == [HEADINGS["profile"], HEADINGS["preferences"], HEADINGS["summary"]]
-    assert "] Alice lives in Paris." in text and "Shall I order the jasmine tea" in text
+    assert '- [user, ' in text and '] "Alice lives in Paris."' in text and "Shall I order the jasmine tea" in text
     assert "jasmine tea for Friday." not in text.split(HEADINGS["summary"])[0]  # no recalled events
 
 
@@ -65,7 +67,7 @@ def test_the_latest_session_is_the_one_shown(tree: KeywordTree) -> None:
     tree.commit_session([{"role": "user", "content": "What about the museum on Sunday?"}], session_id="s2",
                         scope="user:alice", options=options())
     text = tree.bootstrap("user:alice")
-    assert "Session s2" in text and "What about the museum on Sunday?" in text and "Session s1" not in text
+    assert ', session] "s2"' in text and "What about the museum on Sunday?" in text and '"s1"' not in text
 
 
 def test_an_empty_or_unknown_scope_gives_an_empty_block(tree: KeywordTree) -> None:
@@ -77,16 +79,18 @@ def test_an_empty_or_unknown_scope_gives_an_empty_block(tree: KeywordTree) -> No
 
 def test_a_tiny_budget_leaves_out_what_does_not_fit(tree: KeywordTree) -> None:
     _seed(tree)
-    assert tree.assemble("jasmine tea", "user:alice", max_tokens=1) == ""
-    small = tree.assemble("jasmine tea", "user:alice", max_tokens=12)
-    assert small and estimate_tokens(small) <= 12 and small.startswith(HEADINGS["profile"])
+    frame = estimate_tokens("\n".join([FENCE_OPEN, NOTE, FENCE_CLOSE]))  # what the fence and its note cost
+    assert tree.assemble("jasmine tea", "user:alice", max_tokens=frame + 3) == ""  # no memory fits: no block
+    small = tree.assemble("jasmine tea", "user:alice", max_tokens=frame + 20)
+    assert small and estimate_tokens(small) <= frame + 20
+    assert small.split("\n")[:3] == [FENCE_OPEN, NOTE, HEADINGS["profile"]] and small.endswith(FENCE_CLOSE)
 
 
 _WORDS = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=80).filter(lambda t: t.strip())
 
 
 @settings(max_examples=15)
-@given(budget=st.integers(1, 120), texts=st.lists(st.tuples(st.sampled_from(["profile", "preferences", "events"]),
+@given(budget=st.integers(1, 160), texts=st.lists(st.tuples(st.sampled_from(["profile", "preferences", "events"]),
                                                              _WORDS), min_size=1, max_size=8),
        query=_WORDS)
 def test_blocks_never_exceed_their_budget(budget: int, texts: list[tuple[str, str]], query: str) -> None:
@@ -98,7 +102,8 @@ def test_blocks_never_exceed_their_budget(budget: int, texts: list[tuple[str, st
         for text in (tree.assemble(query, "user:a", budget, min_score=0), tree.bootstrap("user:a", budget)):
             assert estimate_tokens(text) <= budget
             lines = text.splitlines()
-            assert not lines or lines[0].startswith("## ")
+            assert not lines or (lines[:2] == [FENCE_OPEN, NOTE] and lines[2].startswith("## ")
+                                 and lines[-1] == FENCE_CLOSE)
             shown = [line for line in lines if line.startswith("- ")]
             assert len(shown) == len(set(shown))  # each text once
 

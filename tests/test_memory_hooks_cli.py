@@ -11,6 +11,7 @@ from helpers import log_bytes
 from kwtree import KeywordTree
 from kwtree.cli.main import main
 from kwtree.retrieval.context import estimate_tokens
+from kwtree.retrieval.fence import FENCE_OPEN, NOTE
 
 MESSAGES = [{"role": "user", "content": "Hi, my name is Alice. I love green tea.", "ts": "2024-05-08T10:00:00"},
             {"role": "assistant", "content": "Shall I brew some now?"}]
@@ -35,13 +36,14 @@ def test_assemble_and_bootstrap_print_the_hooks_blocks(tmp_path: Path, capsys) -
     assert code == 0
     with KeywordTree(data_dir, read_only=True) as tree:
         assert out == tree.assemble("what tea does Alice like?", "user:alice") + "\n"
-        expected_bootstrap = tree.bootstrap("user:alice", 60)
-    assert out.startswith("## Profile\n- [2024-05-08] Hi, my name is Alice.\n## Preferences\n")
-    code, out, _ = run(capsys, "bootstrap", data_dir, "--scope", "user:alice", "--max-tokens", "60")
-    assert code == 0 and out == expected_bootstrap + "\n" and estimate_tokens(out) <= 60
-    assert "Open questions: Shall I brew some now?" in out
+        expected_bootstrap = tree.bootstrap("user:alice", 120)
+    assert out.startswith(f'{FENCE_OPEN}\n{NOTE}\n## Profile\n- [user, 2024-05-08] "Hi, my name is Alice."\n'
+                          '## Preferences\n')
+    code, out, _ = run(capsys, "bootstrap", data_dir, "--scope", "user:alice", "--max-tokens", "120")
+    assert code == 0 and out == expected_bootstrap + "\n" and estimate_tokens(out) <= 120
+    assert ', open questions] ["Shall I brew some now?"]' in out
     code, out, _ = run(capsys, "bootstrap", data_dir, "--scope", "user:alice", "--json")
-    assert code == 0 and json.loads(out).startswith("## Profile")
+    assert code == 0 and json.loads(out).startswith(f"{FENCE_OPEN}\n{NOTE}\n## Profile")
 
 
 def test_an_empty_scope_prints_nothing(tmp_path: Path, capsys) -> None:

@@ -15,6 +15,7 @@ import kwtree
 from kwtree import KeywordTree
 
 PUBLIC = [
+    "PROVENANCES",
     "ROOT_ID",
     "AgentError",
     "AgentOutcome",

@@ -48,6 +48,7 @@ from kwtree.cli.worker import serve_outbox
 from kwtree.models import INFO_ABSTRACT, Hit, info_text
 from kwtree.retrieval import recall as recall_module
 from kwtree.retrieval.context import estimate_tokens
+from kwtree.retrieval.fence import FENCE_CLOSE, FENCE_OPEN, NOTE, memory_line
 from kwtree.retrieval.recall import RecallWeights
 
 LIMIT = 30.0  # seconds a wait_indexed may take before the test fails
@@ -615,41 +616,56 @@ def library(tmp_path_factory: pytest.TempPathFactory):
     tree.close()
 
 
+CATS, DOGS, FRUIT = '## "Animals" › "Cats"', '## "Animals" › "Dogs"', '## "Food" › "Fruit"'
+
+
+def sections(text: str) -> list[tuple[str, list[str]]]:
+    """A context block's sections in order, each a heading and its memory lines (the fence checked)."""
+    lines = text.split("\n")
+    assert lines[:2] == [FENCE_OPEN, NOTE] and lines[-1] == FENCE_CLOSE
+    found: list[tuple[str, list[str]]] = []
+    for line in lines[2:-1]:
+        if line.startswith("## "):
+            found.append((line, []))
+        else:
+            found[-1][1].append(line)
+    return found
+
+
 def test_context_groups_under_keyword_paths_and_shows_each_text_once(library: KeywordTree) -> None:
-    text = library.context("cats purr", max_tokens=1500)
-    blocks = text.split("\n\n")
-    headings = [block.splitlines()[0] for block in blocks]
+    found = sections(library.context("cats purr", max_tokens=1500))
+    headings = [heading for heading, _ in found]
     assert len(headings) == len(set(headings))  # one heading per keyword path
-    assert {"## Animals › Cats", "## Animals › Dogs", "## (no keyword)"} <= set(headings)
-    lines = [line for block in blocks for line in block.splitlines()[1:]]
-    assert all(line.startswith("- ") for line in lines)
-    assert sum(" ".join(line.split()).casefold().startswith("- cats purr when they are content")
+    assert {CATS, DOGS, "## (no keyword)"} <= set(headings)
+    lines = [line for _, members in found for line in members]
+    assert all(line.startswith("- [api, ") for line in lines)  # who said it: the application
+    assert sum(" ".join(line.split()).casefold().endswith('] "cats purr when they are content"')
                for line in lines) == 1  # two spellings of one text, shown once
-    cats = blocks[headings.index("## Animals › Cats")].splitlines()
-    assert "- A cat's whiskers sense air currents around obstacles in the dark (book)" in cats
-    dogs = blocks[headings.index("## Animals › Dogs")].splitlines()
-    assert "- Dogs wag their tails when happy, and cats flick theirs when annoyed" in dogs
-    assert "- Cats were revered in ancient Egypt" in blocks[headings.index("## (no keyword)")].splitlines()
+    by_heading = dict(found)
+    assert any(line.endswith(', from "book"] "A cat\'s whiskers sense air currents around obstacles in the dark"')
+               for line in by_heading[CATS])
+    assert any(line.endswith('] "Dogs wag their tails when happy, and cats flick theirs when annoyed"')
+               for line in by_heading[DOGS])
+    assert any(line.endswith('] "Cats were revered in ancient Egypt"') for line in by_heading["## (no keyword)"])
 
 
 @pytest.mark.parametrize(("query", "heading"), [
-    ("mangoes ripen", "## Food › Fruit"),
-    ("dogs daily walks", "## Animals › Dogs"),
-    ("whiskers air currents", "## Animals › Cats"),
+    ("mangoes ripen", FRUIT),
+    ("dogs daily walks", DOGS),
+    ("whiskers air currents", CATS),
     ("ancient egypt", "## (no keyword)"),
 ])
 def test_context_leads_with_the_group_of_the_best_hit(library: KeywordTree, query: str, heading: str) -> None:
     top = library.recall(query, k=1)[0]
-    first = library.context(query, max_tokens=1500).split("\n\n")[0].splitlines()
-    line = f"- {top.info.content}" + (f" ({top.info.source})" if top.info.source else "")
-    assert first[:2] == [heading, line]
+    first_heading, first_lines = sections(library.context(query, max_tokens=1500))[0]
+    assert (first_heading, first_lines[0]) == (heading, memory_line(top.info))
 
 
-@pytest.mark.parametrize(("query", "expected"), [("猫喜欢吃鱼", "- 我家的猫喜欢吃鱼"),
-                                                 ("一日中寝ている", "- 猫は一日中寝ている")])
+@pytest.mark.parametrize(("query", "expected"), [("猫喜欢吃鱼", '] "我家的猫喜欢吃鱼"'),
+                                                 ("一日中寝ている", '] "猫は一日中寝ている"')])
 def test_context_for_a_cjk_query_leads_with_its_memory(library: KeywordTree, query: str, expected: str) -> None:
-    first = library.context(query, max_tokens=1500).split("\n\n")[0].splitlines()
-    assert first[:2] == ["## Animals › Cats", expected]
+    first_heading, first_lines = sections(library.context(query, max_tokens=1500))[0]
+    assert first_heading == CATS and first_lines[0].endswith(expected)
 
 
 def test_a_one_character_cjk_word_is_found_by_full_text(mem: KeywordTree) -> None:
@@ -676,15 +692,15 @@ def test_context_never_exceeds_its_budget(library: KeywordTree, budget: int, que
     kept = [line for line in text.splitlines() if line.startswith("- ")]
     everything = [line for line in full.splitlines() if line.startswith("- ")]
     assert set(kept) <= set(everything)
-    for block in filter(None, text.split("\n\n")):  # a heading is never printed without a line
-        assert block.startswith("## ") and len(block.splitlines()) >= 2
+    for _, members in sections(text) if text else []:  # a heading is never printed without a line
+        assert members
 
 
 @pytest.mark.parametrize("budget", [1, 2, 5])
 def test_a_tiny_budget_gives_nothing_rather_than_too_much(library: KeywordTree, budget: int) -> None:
     text = library.context("cats purr", max_tokens=budget)
     assert estimate_tokens(text) <= budget
-    assert text == "" or text.startswith("## ")
+    assert text == ""  # not even the fence fits
 
 
 def test_context_of_a_tree_without_infos_is_empty(mem: KeywordTree) -> None:
@@ -858,9 +874,10 @@ def test_cli_worker_recall_context_and_outbox(tree_dir: Path, kw) -> None:
     hits = json.loads(kw("recall", tree_dir, "apples", "--under", fruit.id, "--relation", "example", "--json")[0])
     assert hits == []
 
-    out, _ = kw("context", tree_dir, "apples", "--max-tokens", "15")
-    assert out == "## Food › Fruit\n- Apples ripen in autumn (almanac)\n"
-    assert estimate_tokens(out.rstrip("\n")) <= 15
+    out, _ = kw("context", tree_dir, "apples", "--max-tokens", "60")
+    assert out == "\n".join([FENCE_OPEN, NOTE, '## "Food" › "Fruit"', memory_line(apples), FENCE_CLOSE]) + "\n"
+    assert memory_line(apples).endswith(', from "almanac"] "Apples ripen in autumn"')
+    assert estimate_tokens(out.rstrip("\n")) <= 60
 
     _, err = kw("recall", tree_dir, "   ", code=1)
     assert err.startswith("error: ") and "query" in err

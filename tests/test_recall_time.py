@@ -83,11 +83,13 @@ def test_since_after_until_is_refused(diary) -> None:
 
 
 def test_context_prints_the_date_a_memory_happened(diary) -> None:
-    tree, _ = diary
+    tree, made = diary
     text = tree.context("hiking ridge trail")
     lines = text.splitlines()
-    assert "- [2023-05-08] Went hiking on the ridge trail (may8)" in lines
-    assert "- [2023-06-20] Went hiking on the ridge trail (june20)" in lines
-    assert "- Went hiking on the ridge trail (undated)" in lines  # no happened_at: no date
-    assert "- Went hiking on the ridge trail (bad date)" in lines
-    assert tree.context("hiking ridge trail", since="2023-06-01").count("- [") == 1
+    assert '- [api, 2023-05-08] "Went hiking on the ridge trail (may8)"' in lines
+    assert '- [api, 2023-06-20] "Went hiking on the ridge trail (june20)"' in lines
+    for name, tail in (("undated", "undated"), ("bad", "bad date")):  # no happened_at: the day it was stored
+        stored = datetime.fromtimestamp(made[name].created_at, UTC).date().isoformat()
+        assert f'- [api, {stored}] "Went hiking on the ridge trail ({tail})"' in lines
+    later = tree.context("hiking ridge trail", since="2023-06-01")  # june20, and the two recorded today
+    assert later.count("- [") == 3 and "(june20)" in later and "(may8)" not in later and "(may1)" not in later

@@ -217,6 +217,8 @@ def plausible(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "since": st.one_of(st.none(), st.floats(), st.datetimes(),
                            st.sampled_from(["2024-05-01", "2024-05-01T10:00:00+02:00", "yesterday", "2024-13-01"])),
         "until": st.one_of(st.none(), st.floats(), st.datetimes(), st.sampled_from(["2024-05-01", "soon"])),
+        "provenance": st.one_of(st.none(), st.sampled_from([*kwtree.PROVENANCES, "admin", "USER", ""]),
+                                st.lists(st.sampled_from(["user", "tool", "root", 3]), max_size=3), HOSTILE),
     }
 
 
@@ -237,7 +239,7 @@ def _info_specs(world: World) -> st.SearchStrategy[Any]:
     spec = st.fixed_dictionaries(
         {"content": by_name["content"]},
         optional={"source": by_name["source"], "metadata": by_name["metadata"],
-                  "keyword_ids": by_name["keyword_ids"], "bogus": st.just(1)},
+                  "keyword_ids": by_name["keyword_ids"], "provenance": by_name["provenance"], "bogus": st.just(1)},
     )
     return st.lists(st.one_of(spec, HOSTILE), max_size=3)
 
@@ -335,7 +337,8 @@ def _commit_options(world: World) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), HOSTILE, st.builds(
         kwtree.CommitOptions, keep_turns=st.booleans(), dry_run=st.booleans(),
         dedup=st.sampled_from(["auto", "offline", "llm", "x"]), prefilter_k=st.integers(-1, 10),
-        session_time=st.one_of(st.none(), st.floats(), TEXT)))
+        session_time=st.one_of(st.none(), st.floats(), TEXT),
+        provenance=st.one_of(st.none(), st.sampled_from(["user", "tool", "boss"]), HOSTILE)))
 
 
 #: Every public name of KeywordTree -> overrides of the by-name strategies for its parameters.
@@ -353,7 +356,7 @@ FUZZED: dict[str, Any] = {
     )},
     "update_keyword": {"patch": lambda world: _patch(world, ("name", "aliases", "description", "metadata"))},
     "abstracts": {"rebuild": lambda world: st.one_of(st.booleans(), HOSTILE)},
-    "update_info": {"patch": lambda world: _patch(world, ("content", "source", "metadata"))},
+    "update_info": {"patch": lambda world: _patch(world, ("content", "source", "metadata", "provenance"))},
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
     "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
@@ -374,7 +377,7 @@ FUZZED: dict[str, Any] = {
        for name in ("after_turn", "end_session")},
     "batch_update_infos": {"patches": lambda world: st.one_of(HOSTILE, st.dictionaries(
         st.one_of(st.sampled_from([*world.infos, world.gone_info, UNKNOWN_ID]), TEXT, st.integers()),
-        _patch(world, ("content", "source", "metadata")), max_size=3))},
+        _patch(world, ("content", "source", "metadata", "provenance")), max_size=3))},
 }
 
 PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))

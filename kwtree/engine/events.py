@@ -7,7 +7,8 @@ One row is one version of one entity, written by orjson with keys in a fixed ord
      "end": {"kind", "actor", "ts", "rows", "audit"?}?}
 
 Fields that hold their default (empty aliases, description, source, reason or metadata,
-``deleted: false``, no parent, no ``before``, ``updated_at`` equal to ``created_at``) are
+an info's provenance "unknown", ``deleted: false``, no parent, no ``before``, ``updated_at``
+equal to ``created_at``) are
 omitted; a reader fills them back in, so every row still carries the entity's full state.
 ``before`` repeats the previous version's fields, including its ``op`` and ``v``, so ``undo``
 needs no history scan. The last row of each operation carries ``end``; an operation without
@@ -32,6 +33,8 @@ import orjson
 from kwtree.models import (
     EMPTY_METADATA,
     NOTE,
+    PROVENANCES,
+    UNKNOWN_PROVENANCE,
     Change,
     Entity,
     Info,
@@ -174,6 +177,8 @@ def _info_fields(i: Info, op: str, kind: str | None) -> dict[str, Any]:
         row["updated_at"] = i.updated_at
     if i.source:
         row["source"] = i.source
+    if i.provenance != UNKNOWN_PROVENANCE:
+        row["provenance"] = i.provenance
     if i.metadata:
         row["metadata"] = dict(i.metadata)
     if i.deleted:
@@ -491,6 +496,17 @@ def decode_keyword(r: dict[str, Any], op_id: str) -> Keyword:
     )
 
 
+_PROVENANCES = frozenset(PROVENANCES)
+
+
+def _provenance(value: object) -> str:
+    if value is None:
+        return UNKNOWN_PROVENANCE
+    if type(value) is not str or value not in _PROVENANCES:
+        raise ValueError(f"field 'provenance' must be one of {', '.join(PROVENANCES)}")
+    return value
+
+
 def decode_info(r: dict[str, Any], op_id: str) -> Info:
     created_at = _timestamp(r["created_at"], "created_at")
     updated_at = _timestamp(r.get("updated_at", created_at), "updated_at")
@@ -504,6 +520,7 @@ def decode_info(r: dict[str, Any], op_id: str) -> Info:
         created_at if updated_at == created_at else updated_at,
         r.get("deleted", False) is True,
         op_id if "wrote" not in r else _wrote(r["wrote"]),
+        _provenance(r.get("provenance")),
     )
 
 

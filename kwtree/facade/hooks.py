@@ -12,15 +12,20 @@ are called around the model call, never inside it::
     ...
     tree.end_session(messages, session_id, scope)      # when the conversation ends
 
-The prompt blocks are built from ``kwtree.memory.shelf`` (what a scope holds) and ``recall``;
-their size is measured with ``kwtree.retrieval.context.estimate_tokens`` on the whole block,
-so a block never exceeds ``max_tokens`` by that estimate.
+The prompt blocks are built from ``kwtree.memory.shelf`` (what a scope holds) and ``recall``,
+and rendered as ``kwtree.retrieval.context.Block`` renders every block: fenced as recalled data,
+one memory per line with who said it and when, stored text quoted so that it cannot forge a
+heading, a turn or the fence (``kwtree.retrieval.fence``). Their size is measured with
+``kwtree.retrieval.context.estimate_tokens`` on the whole block, so a block never exceeds
+``max_tokens`` by that estimate.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.facade.memory import MemoryMethods
 from kwtree.facade.retrieval import RetrievalMethods
@@ -30,11 +35,11 @@ from kwtree.memory.shelf import branch_infos, latest_summary, scope_memories, sc
 from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import relevance
-from kwtree.retrieval.context import estimate_tokens
+from kwtree.retrieval.context import Block
+from kwtree.retrieval.fence import memory_line
 from kwtree.retrieval.scopes import clean_scope, clean_scopes
 from kwtree.retrieval.scopes import scope_keyword as find_scope_keyword
-from kwtree.retrieval.timeline import happened_day
-from kwtree.validate import clean_id, clean_int
+from kwtree.validate import clean_id, clean_int, clean_provenances
 
 __all__ = ["HEADINGS", "HookMethods"]
 
@@ -43,34 +48,27 @@ HEADINGS = {"profile": "## Profile", "preferences": "## Preferences", "recalled"
             "summary": "## Last session"}
 #: ``assemble`` asks recall for this many hits (the budget, not k, bounds what is shown).
 _RECALL_K = 50
+#: The lines of the latest session's summary: kwtree's label of each, and its summary key.
+_SUMMARY_LISTS = (("open questions", "open_questions"), ("decisions", "decisions"), ("topics", "topics"))
 
 
-class _Block:
-    """Lines added under headings while the whole text stays within the budget."""
+class _Shelf:
+    """A ``Block`` that shows each text once: a line whose key (normalised) is shown already,
+    alone or inside a longer text, is skipped."""
 
     def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = max_tokens
-        self.lines: list[str] = []
+        self.block = Block(max_tokens)
         self.shown: set[str] = set()  # the normalised texts already in the block
 
-    def add(self, heading: str, lines: Sequence[str], dedup_keys: Sequence[str] | None = None) -> None:
+    def add(self, heading: str, lines: Sequence[str], keys: Sequence[str]) -> None:
         """Add each of ``lines`` that fits (a later, shorter one may fit where an earlier did
-        not), under ``heading`` when at least one does; a line whose key (normalised) is shown
-        already, alone or inside a longer text, is skipped."""
-        keys = dedup_keys if dedup_keys is not None else lines
-        opened = False
+        not) under ``heading``, unless its key is shown already."""
         for line, key in zip(lines, keys, strict=True):
             norm = normalize_name(key)
             if not norm or any(norm in shown for shown in self.shown):  # shown already, maybe inside a longer text
                 continue
-            added = [line] if opened else [heading, line]
-            if estimate_tokens("\n".join([*self.lines, *added])) <= self.max_tokens:
-                self.lines.extend(added)
+            if self.block.add(heading, line):
                 self.shown.add(norm)
-                opened = True
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 def _scopes(scope: object) -> tuple[str, ...]:
@@ -80,19 +78,27 @@ def _scopes(scope: object) -> tuple[str, ...]:
     return scopes
 
 
-def _memory_line(info: Info) -> str:
-    day = happened_day(info)
-    return f"- [{day}] {info.content}" if day else f"- {info.content}"
+def _session_time(state: State, summary: Info) -> float | None:
+    """When the summary's session took place: its keyword's ``session_time``, if recorded."""
+    for kid in state.keywords_by_info.get(summary.id, ()):
+        when = state.keywords[kid].metadata.get("session_time")
+        if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+            return float(when)
+    return None
 
 
-def _summary_lines(summary: Info) -> list[str]:
+def _summary_lines(summary: Info, when: float | None) -> tuple[list[str], list[str]]:
+    """The summary's lines (its session, then each non-empty list), dated ``when``, and their
+    dedup keys."""
     meta = summary.metadata
-    lines = [f"Session {meta.get('session_id', '')}".rstrip()]
-    for label, key in (("Open questions", "open_questions"), ("Decisions", "decisions"), ("Topics", "topics")):
+    lines = [memory_line(summary, label="session", value=str(meta.get("session_id", "")), when=when)]
+    keys = [f"session {meta.get('session_id', '')}"]
+    for label, key in _SUMMARY_LISTS:
         items = meta.get(key)
         if isinstance(items, list) and items:
-            lines.append(f"{label}: {'; '.join(str(item) for item in items)}")
-    return lines
+            lines.append(memory_line(summary, label=label, value=[str(item) for item in items], when=when))
+            keys.append(f"{label} {' '.join(str(item) for item in items)}")
+    return lines, keys
 
 
 class HookMethods(MemoryMethods, RetrievalMethods):
@@ -122,37 +128,45 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         path = clean_scope(scope)
         return self._read(lambda state: find_scope_keyword(state, path))
 
-    def bootstrap(self, scope: str | Sequence[str], max_tokens: int = 800) -> str:
+    def bootstrap(self, scope: str | Sequence[str], max_tokens: int = 800, *,
+                  provenance: str | Sequence[str] | None = None) -> str:
         """The cold-start block for a new conversation: the scope's profile, its preferences,
-        then what the latest session left open (its open questions, decisions and topics), as
-        prompt-ready text under ``## `` headings, within ``max_tokens`` (estimated as
-        ``estimate_tokens`` documents). Empty when the scope holds nothing. Reads only."""
+        then what the latest session left open (its open questions, decisions and topics),
+        fenced as recalled data under ``## `` headings (``kwtree.retrieval.fence``), within
+        ``max_tokens`` (estimated as ``estimate_tokens`` documents). ``provenance`` (one of
+        ``kwtree.PROVENANCES`` or a list; None: all) shows only what those said. Empty when
+        the scope holds nothing. Reads only."""
         self._check_open()
         scopes = _scopes(scope)
-        block = _Block(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
-        self._add_profile(block, scopes)
-        self._add_summary(block, scopes)
-        return block.text()
+        shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
+        said_by = clean_provenances(provenance)
+        self._add_profile(shelf, scopes, said_by)
+        self._add_summary(shelf, scopes, said_by)
+        return shelf.block.text()
 
     def assemble(self, query: str, scope: str | Sequence[str], max_tokens: int = 1500, *,
-                 min_score: float = relevance.MIN_SCORE) -> str:
+                 min_score: float = relevance.MIN_SCORE, provenance: str | Sequence[str] | None = None) -> str:
         """The context block for one model call: the scope's profile → its preferences → the
         memories ``recall(query, scope=scope, min_score=min_score)`` finds (archived turns
         included, session summaries not), most relevant first → the latest session's summary;
-        each text shown once (a recalled memory already shown as profile or preference is
-        skipped), within ``max_tokens`` by ``estimate_tokens``: a line that does not fit is
-        left out and a shorter later one may still fit. Empty when the scope holds nothing.
-        Reads only; InvalidInputError naming the argument for bad input."""
+        fenced as recalled data, one memory per line with who said it and when
+        (``kwtree.retrieval.fence``); each text shown once (a recalled memory already shown as
+        profile or preference is skipped), within ``max_tokens`` by ``estimate_tokens``: a
+        line that does not fit is left out and a shorter later one may still fit.
+        ``provenance`` (one of ``kwtree.PROVENANCES`` or a list; None: all) shows only what
+        those said, in every section. Empty when the scope holds nothing. Reads only;
+        InvalidInputError naming the argument for bad input."""
         self._check_open()
         scopes = _scopes(scope)
-        block = _Block(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
-        hits = self.recall(query, k=_RECALL_K, scope=list(scopes), min_score=min_score)
-        self._add_profile(block, scopes)
+        shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
+        said_by = clean_provenances(provenance)
+        hits = self.recall(query, k=_RECALL_K, scope=list(scopes), min_score=min_score,
+                           provenance=None if said_by is None else sorted(said_by))
+        self._add_profile(shelf, scopes, said_by)
         recalled = [hit.info for hit in hits if hit.info.metadata.get("kind") != SUMMARY_KIND]
-        block.add(HEADINGS["recalled"], [_memory_line(info) for info in recalled],
-                  [info.content for info in recalled])
-        self._add_summary(block, scopes)
-        return block.text()
+        shelf.add(HEADINGS["recalled"], [memory_line(info) for info in recalled], [info.content for info in recalled])
+        self._add_summary(shelf, scopes, said_by)
+        return shelf.block.text()
 
     def after_turn(self, messages: Sequence[Message], session_id: str, scope: str) -> CommitResult:
         """Commit the conversation so far after a turn: ``commit_session(messages,
@@ -171,12 +185,17 @@ class HookMethods(MemoryMethods, RetrievalMethods):
 
     # --- the blocks ---------------------------------------------------------------------------
 
-    def _add_profile(self, block: _Block, scopes: tuple[str, ...]) -> None:
+    def _add_profile(self, shelf: _Shelf, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
         for branch in ("profile", "preferences"):
             infos = self._read(lambda state, branch=branch: branch_infos(state, scopes, branch))  # type: ignore[misc]
-            block.add(HEADINGS[branch], [_memory_line(info) for info in infos], [info.content for info in infos])
+            infos = [info for info in infos if said_by is None or info.provenance in said_by]
+            shelf.add(HEADINGS[branch], [memory_line(info) for info in infos], [info.content for info in infos])
 
-    def _add_summary(self, block: _Block, scopes: tuple[str, ...]) -> None:
-        summary = self._read(lambda state: latest_summary(state, scopes))
-        if summary is not None:
-            block.add(HEADINGS["summary"], _summary_lines(summary))
+    def _add_summary(self, shelf: _Shelf, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
+        def latest(state: State) -> tuple[Info, float | None] | None:
+            summary = latest_summary(state, scopes)
+            return None if summary is None else (summary, _session_time(state, summary))
+
+        found = self._read(latest)
+        if found is not None and (said_by is None or found[0].provenance in said_by):
+            shelf.add(HEADINGS["summary"], *_summary_lines(*found))

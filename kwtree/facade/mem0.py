@@ -55,7 +55,8 @@ ID_KINDS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 VERBATIM = "memories"
 #: mem0's event for each commit decision.
 EVENTS = {"create": "ADD", "append": "ADD", "merge": "UPDATE", "supersede": "UPDATE", "skip": "NONE"}
-#: kwtree's own memory fields shown in an item's ``metadata`` (the caller's keys win).
+#: kwtree's own memory fields shown in an item's ``metadata``, with ``provenance`` (who said it:
+#: ``filters={"provenance": "user"}``); the caller's keys win.
 _SHOWN_FIELDS = ("category", "key", "confidence", "happened_at")
 _VERBATIM_POLICIES = {**POLICIES, VERBATIM: Policy(VERBATIM, "branch", "append")}
 
@@ -106,13 +107,14 @@ def _verbatim(messages: Sequence[Message], context: ExtractContext) -> list[Cand
     return found
 
 
-def verbatim_options(metadata: Mapping[str, Any] | None = None) -> CommitOptions:
+def verbatim_options(metadata: Mapping[str, Any] | None = None, provenance: str | None = None) -> CommitOptions:
     """The options of a commit that stores each new message (system messages aside) as one
     memory, word for word, under the scope's ``memories`` branch, keeping neither the turns nor
     a session summary (the session's keyword stays, so the same messages are stored once): what
-    ``add(infer=False)`` and the agents' ``remember`` tool write."""
+    ``add(infer=False)`` and the agents' ``remember`` tool write. ``provenance`` as
+    ``CommitOptions.provenance`` (None: each message's role says who said it)."""
     return CommitOptions(keep_turns=False, keep_summary=False, extractor=_verbatim, policies=_VERBATIM_POLICIES,
-                         metadata=metadata)
+                         metadata=metadata, provenance=provenance)
 
 
 class Memory:
@@ -347,6 +349,7 @@ class Memory:
         if scope is None:
             return None
         shown_meta = {key: info.metadata[key] for key in _SHOWN_FIELDS if key in info.metadata}
+        shown_meta["provenance"] = info.provenance
         user_meta = info.metadata.get(USER_METADATA)
         if isinstance(user_meta, Mapping):
             shown_meta.update(user_meta)

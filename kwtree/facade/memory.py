@@ -47,7 +47,7 @@ from kwtree.memory.when import parse_time
 from kwtree.models import Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
-from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, shown
+from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, clean_provenance, shown
 from kwtree.writes import Stamp
 
 __all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
@@ -168,7 +168,7 @@ class MemoryMethods(AgentMethods):
                                  "seen": len(messages), "candidates": len(candidates)}
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
                           opts.policies, opts.thresholds, {}, [], [None] * len(candidates), audit, opts.metadata,
-                          opts.keep_summary, fallbacks)
+                          opts.keep_summary, fallbacks, provenance=opts.provenance)
         self._place_holders(plan, llm)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
         audit["dedup"] = "offline"
@@ -408,6 +408,8 @@ def _clean_options(options: object) -> CommitOptions:
         raise InvalidInputError("options.thresholds must be a kwtree.DedupThresholds")
     clean_choice(options.dedup, "options.dedup", DEDUP_MODES)
     clean_int(options.prefilter_k, "options.prefilter_k", 1, 100)
+    if options.provenance is not None:
+        clean_provenance(options.provenance, "options.provenance")
     if options.metadata is not None:
         return dataclasses.replace(options, metadata=dict(clean_metadata(options.metadata)))
     return options

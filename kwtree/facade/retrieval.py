@@ -24,6 +24,7 @@ from kwtree.retrieval.timeline import Window, clean_window
 from kwtree.validate import (
     clean_choice,
     clean_int,
+    clean_provenances,
     clean_relation_type,
     clean_seconds,
     clean_text,
@@ -62,6 +63,7 @@ class RetrievalMethods(TreeCore):
         min_score: float = relevance.MIN_SCORE,
         since: float | datetime | date | str | None = None,
         until: float | datetime | date | str | None = None,
+        provenance: str | Sequence[str] | None = None,
     ) -> list[Hit]:
         """The ``k`` infos most relevant to ``query``, best first; none when nothing is.
 
@@ -81,7 +83,9 @@ class RetrievalMethods(TreeCore):
         with its year ("on 1 May, 2022", "in July 2022") lifts the infos that happened then
         (``kwtree.retrieval.dated``). A hit whose evidence is already returned above it (a
         turn a better memory came from, a memory whose ``sources`` are all there) is left
-        out (``kwtree.retrieval.sources``). Text is searchable as soon as the
+        out (``kwtree.retrieval.sources``). ``provenance`` (one of ``kwtree.PROVENANCES`` or a
+        list of them; None: all) keeps the infos whose text was said by one of them
+        (``Info.provenance``). Text is searchable as soon as the
         write returns; vectors once the outbox is drained (``wait_indexed``), and until then
         recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
@@ -95,6 +99,7 @@ class RetrievalMethods(TreeCore):
         scopes = clean_scopes(scope)
         floor = clean_fraction(min_score, "min_score")
         window = clean_window(since, until)
+        said_by = clean_provenances(provenance)
         if under is not None:
             under = self._read(lambda state: require_keyword(state, under, "under").id)
         if scopes is not None and not self._read(lambda state: any(scope_keyword(state, one) for one in scopes)):
@@ -122,7 +127,7 @@ class RetrievalMethods(TreeCore):
                     return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
                                        scope=inside, window=within, query=weighed, min_score=floor,
                                        vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector"
-                                       else None)
+                                       else None, provenance=said_by)
 
                 found = fuse(window)
                 return found if named is None else dated.lift(found, fuse(named), width)
@@ -144,16 +149,18 @@ class RetrievalMethods(TreeCore):
         min_score: float = relevance.MIN_SCORE,
         since: float | datetime | date | str | None = None,
         until: float | datetime | date | str | None = None,
+        provenance: str | Sequence[str] | None = None,
     ) -> str:
-        """Prompt-ready text for ``query``: the recalled infos under ``## keyword path``
-        headings, most relevant first, each once, a memory that has a ``happened_at`` led by
-        its date, within ``max_tokens`` (estimated as
+        """Prompt-ready text for ``query``: the recalled infos fenced as recalled data, under
+        ``## keyword path`` headings, most relevant first, each once, one line each with who
+        said it (its provenance) and when (``kwtree.retrieval.fence``: stored text can forge
+        no heading, turn or fence), within ``max_tokens`` (estimated as
         ``kwtree.retrieval.context.estimate_tokens`` documents). ``scope``, ``min_score``,
-        ``since`` and ``until`` as for ``recall``. Empty when nothing is relevant (no info
-        reaches the floor)."""
+        ``since``, ``until`` and ``provenance`` as for ``recall``. Empty when nothing is
+        relevant (no info reaches the floor)."""
         clean_int(max_tokens, "max_tokens", 1, 1_000_000)
-        return render_context(self.recall(query, k=50, scope=scope, min_score=min_score, since=since, until=until),
-                              max_tokens)
+        return render_context(self.recall(query, k=50, scope=scope, min_score=min_score, since=since, until=until,
+                                          provenance=provenance), max_tokens)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
         """Block until every queued embedding is done; True if that happened within

@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -551,38 +551,37 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         keyword_ids: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
         auto_link: bool = False,
+        provenance: str = info_commands.API_PROVENANCE,
     ) -> Info:
-        """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``. With
+        """Store a memory, linked (as PRIMARY) to each of ``keyword_ids``; ``provenance`` says
+        who said its text (one of ``kwtree.PROVENANCES``; "api": the application). With
         ``auto_link=True`` it is also linked to the keywords the agent finds for its content
         (the best PRIMARY, the others RELATED, created by "agent"; recorded with the
         operation), and the returned info's ``agent`` says which, or that it linked none and
         why (a ``fallback`` when the LLM failed; on a tree opened with
         ``on_agent_failure="raise"``, AgentError and nothing written instead)."""
+
+        def decide(agent_links: Sequence[tuple[str, RelationType]]) -> Callable[[State, Stamp], list[Change]]:
+            return lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata, agent_links,
+                                                           provenance)
+
         if not clean_flag(auto_link, "auto_link"):
-            op = self._commit(
-                "create_info",
-                lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata),
-            )
+            op = self._commit("create_info", decide(()))
             assert op is not None
             return op.changes[0].after  # type: ignore[return-value]
         self._check_writable()
-        self._check_before_agent(
-            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata)
-        )
+        self._check_before_agent(decide(()))
         agent_links, descent = self._find_links(content)
         audit = {"agent": descent.audit()}
         audit["agent"]["links"] = [[kid, relation.value] for kid, relation in agent_links]
-        op = self._commit(
-            "create_info",
-            lambda s, st: info_commands.create_info(s, st, content, source, keyword_ids, metadata, agent_links),
-            audit,
-        )
+        op = self._commit("create_info", decide(agent_links), audit)
         assert op is not None
         info: Info = op.changes[0].after  # type: ignore[assignment]
         return dataclasses.replace(info, agent=self._outcome(descent, tuple(kid for kid, _ in agent_links)))
 
     def update_info(self, info_id: str, patch: Mapping[str, Any], version: int | None = None) -> Info:
-        """Change some of content, source, metadata; checks ``version`` when given."""
+        """Change some of content, source, metadata, provenance; checks ``version`` when given.
+        New content without a ``provenance`` in the patch is the caller's: "api"."""
         op = self._commit("update_info", lambda s, st: info_commands.update_info(s, st, info_id, patch, version))
         assert op is not None
         return op.changes[0].after  # type: ignore[return-value]
@@ -595,7 +594,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
 
     def batch_create_infos(self, specs: Sequence[Mapping[str, Any]]) -> list[Info]:
         """Create many infos in ONE operation; each spec has ``content`` and optionally
-        ``source``, ``metadata`` and ``keyword_ids``."""
+        ``source``, ``metadata``, ``keyword_ids`` and ``provenance`` (default "api")."""
         op = self._commit("batch_create_infos", lambda s, st: info_commands.batch_create_infos(s, st, specs))
         return [] if op is None else [c.after for c in op.changes if type(c.after) is Info]
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 __all__ = ["DEFAULT_MAX_CHARS", "MIN_MAX_CHARS", "clip", "dumps", "fit"]
 
 #: The default budget of one result, in characters of its JSON (about 5,000 tokens).
@@ -27,8 +25,12 @@ _NOTE_ROOM = 600
 
 
 def dumps(value: Any) -> str:
-    """``value`` as compact JSON text (UTF-8 kept as it is)."""
-    return orjson.dumps(value).decode()
+    """``value`` as compact JSON text whose every string is quoted as stored text is shown to
+    a model (``kwtree.retrieval.fence.to_json``: no tag, header, turn or invisible character
+    can be written by what a memory holds)."""
+    from kwtree.retrieval.fence import to_json  # (here: ``kwtree --help`` reads DEFAULT_MAX_CHARS only)
+
+    return to_json(value)
 
 
 def _cut(value: Any, items: int | None, chars: int, path: str, notes: list[str]) -> Any:

@@ -15,7 +15,14 @@ What a toolbox promises, whatever the door:
 - **Errors.** ``call`` never raises a kwtree error: it returns a reply marked as an error whose
   text is the error's class and message (naming the argument), and nothing was written.
 - **Bounded.** A reply is at most ``max_result_chars`` characters, with a ``truncated`` note when
-  something was cut (``kwtree.integrations.bounded``).
+  something was cut (``kwtree.integrations.bounded``); a ``context`` or ``assemble`` block
+  loses whole memory lines, never its fence.
+- **Data, not instructions.** Stored text reaches the model only as ``kwtree.retrieval.fence``
+  quotes it: JSON replies are written with every string quoted so (a memory's text, a keyword's
+  name and path, a source, an error message naming them), the outline quotes each name, and
+  ``context`` and ``assemble`` give the library's fenced blocks. Every memory shown carries its
+  ``provenance`` (who said it); what the agent writes through ``remember`` and ``create_info``
+  is recorded as said by "assistant".
 - **Fresh.** Each call first applies what other processes appended to the directory, so several
   servers on one directory see each other's writes.
 - **Whole or nothing.** Each writing tool is one kwtree operation: a call interrupted by a
@@ -34,6 +41,7 @@ from kwtree.integrations import catalog
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, dumps, fit
 from kwtree.integrations.guard import ScopeGuard
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, SearchResult
+from kwtree.retrieval.fence import FENCE_OPEN, quote, trim
 from kwtree.retrieval.scopes import clean_scope
 from kwtree.validate import clean_int, shown
 
@@ -51,6 +59,10 @@ MAX_LISTED = 50
 MAX_CHANGES = 20
 #: A memory count at this size or more is shown as "N+".
 _COUNTED = 100
+#: Room kept in a text reply for its ``[truncated: ...]`` note.
+_TEXT_NOTE_ROOM = 200
+#: Who said what the agent writes through the tools (``kwtree.PROVENANCES``).
+_AGENT_PROVENANCE = "assistant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,17 @@ def _iso(seconds: float) -> str | float:
 
 def _path_text(path: Sequence[Keyword]) -> str:
     return " › ".join(keyword.name for keyword in path if keyword.id != ROOT_ID) or "(root)"
+
+
+def _path_line(path: Sequence[Keyword]) -> str:
+    """A path in a text reply: each name quoted (``fence.quote``), as a heading of a block."""
+    return " › ".join(quote(keyword.name) for keyword in path if keyword.id != ROOT_ID) or "(root)"
+
+
+def _said(message: str) -> str:
+    """An error message as the model reads it: it may name stored text (a keyword's name), so
+    it is quoted like stored text, without the quotes around it."""
+    return quote(message)[1:-1]
 
 
 def _when(value: str | None) -> str | float | None:
@@ -116,14 +139,32 @@ class ToolBox:
             if pin is not None and not self.guard.keyword_inside(exc.existing_id, self.guard.tops([pin])):
                 text = ("a keyword of that name is already where this one would go, outside this server's scope; "
                         "choose another name")  # (not its id: it is not this scope's to see)
-            return ToolReply(clip(f"DuplicateKeywordError: {text}", self.max_result_chars), is_error=True)
+            return ToolReply(clip(f"DuplicateKeywordError: {_said(text)}", self.max_result_chars), is_error=True)
         except KwtreeError as exc:
-            return ToolReply(clip(f"{type(exc).__name__}: {exc}", self.max_result_chars), is_error=True)
-        result = fit(result, self.max_result_chars)
-        if set(result) <= {"text", "truncated"} and "text" in result:
+            return ToolReply(clip(f"{type(exc).__name__}: {_said(str(exc))}", self.max_result_chars), is_error=True)
+        if set(result) == {"text"}:  # prompt-ready text (a block, an outline): bounded as text
+            result = self._bounded_text(result["text"])
             note = f"\n\n[truncated: {result['truncated']}]" if "truncated" in result else ""
             return ToolReply(result["text"] + note, data=result)
-        return ToolReply(dumps(result), data=result)
+        text = dumps(result)
+        if len(text) > self.max_result_chars:
+            result = fit(result, self.max_result_chars)
+            text = dumps(result)
+        return ToolReply(text, data=result)
+
+    def _bounded_text(self, text: str) -> dict[str, Any]:
+        """A text reply within the budget: a fenced block loses whole memory lines from its end
+        (``fence.trim``: a cut inside a line would lose the fence), other text its end."""
+        room = self.max_result_chars - _TEXT_NOTE_ROOM
+        if len(text) <= room:
+            return {"text": text}
+        if text.startswith(FENCE_OPEN):
+            kept, dropped = trim(text, room)
+            return {"text": kept or "(not even one memory fits the result's budget)",
+                    "truncated": f"{dropped} memories left out to fit {self.max_result_chars:,} characters; "
+                                 "ask with a smaller max_tokens"}
+        return {"text": clip(text, room), "truncated": f"{room:,} of {len(text):,} characters shown; start lower "
+                                                        "(keyword_id) or lower the depth"}
 
     def run(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Run tool ``name`` and return its whole result as JSON data (not bounded); raises the
@@ -144,7 +185,7 @@ class ToolBox:
 
     @staticmethod
     def _info_brief(info: Info) -> dict[str, Any]:
-        brief: dict[str, Any] = {"id": info.id, "text": info.content}
+        brief: dict[str, Any] = {"id": info.id, "text": info.content, "provenance": info.provenance}
         happened = info.metadata.get("happened_at")
         if isinstance(happened, (int, float)) and not isinstance(happened, bool):
             brief["happened_at"] = _iso(happened)
@@ -161,9 +202,10 @@ class ToolBox:
     # --- reading tools -----------------------------------------------------------------------
 
     def _recall(self, query: str, k: int = 10, scope: object = None, since: str | None = None,
-                until: str | None = None, min_score: float = 0.35) -> dict[str, Any]:
+                until: str | None = None, min_score: float = 0.35,
+                provenance: str | list[str] | None = None) -> dict[str, Any]:
         hits = self.tree.recall(query, k, scope=self.guard.read_scopes(scope), min_score=min_score,
-                                since=_when(since), until=_when(until))
+                                since=_when(since), until=_when(until), provenance=provenance)
         found = []
         for hit in hits:
             memory = self._info_brief(hit.info)
@@ -173,17 +215,18 @@ class ToolBox:
         return {"memories": found}
 
     def _context(self, query: str, max_tokens: int = 1500, scope: object = None, since: str | None = None,
-                 until: str | None = None) -> dict[str, Any]:
+                 until: str | None = None, provenance: str | list[str] | None = None) -> dict[str, Any]:
         text = self.tree.context(query, max_tokens, scope=self.guard.read_scopes(scope), since=_when(since),
-                                 until=_when(until))
+                                 until=_when(until), provenance=provenance)
         return {"text": text or "(no stored memory is relevant to this query)"}
 
-    def _assemble(self, query: str, scope: str | None = None, max_tokens: int = 1500) -> dict[str, Any]:
+    def _assemble(self, query: str, scope: str | None = None, max_tokens: int = 1500,
+                  provenance: str | list[str] | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
         if chosen is None:
             raise InvalidInputError("assemble: scope is required (whose memory, e.g. 'user:alice')")
-        text = self.tree.assemble(query, chosen, max_tokens)
-        return {"text": text or f"(scope {chosen!r} holds no memory yet)"}
+        text = self.tree.assemble(query, chosen, max_tokens, provenance=provenance)
+        return {"text": text or f"(scope {quote(chosen)} holds no memory yet)"}
 
     def _search(self, query: str, scope: object = None) -> dict[str, Any]:
         result: SearchResult = self.tree.search(query, scope=self.guard.read_scopes(scope))
@@ -241,7 +284,7 @@ class ToolBox:
         elif scopes is not None:
             starts = sorted(self.guard.tops(scopes))
             if not starts:
-                return {"text": f"(scope {' or '.join(map(repr, scopes))} holds nothing yet)"}
+                return {"text": f"(scope {' or '.join(map(quote, scopes))} holds nothing yet)"}
         else:
             starts = [ROOT_ID]
         lines: list[str] = []
@@ -253,13 +296,13 @@ class ToolBox:
                 return
             count = len(self.tree.get_infos_of_keyword(keyword.id, size=_COUNTED))
             held = f", {count}{'+' if count >= _COUNTED else ''} memor{'y' if count == 1 else 'ies'}" if count else ""
-            lines.append(f"{'  ' * (level - 1)}- {keyword.name} [{keyword.id}{held}]")
+            lines.append(f"{'  ' * (level - 1)}- {quote(keyword.name)} [{keyword.id}{held}]")
             if level < depth:
                 for child in self.tree.get_children(keyword.id):
                     walk(child, level + 1)
 
         for start in starts:
-            lines.append(_path_text(self.tree.get_path(start)))
+            lines.append(_path_line(self.tree.get_path(start)))
             shown = len(lines)
             for child in self.tree.get_children(start):
                 walk(child, 1)
@@ -303,13 +346,14 @@ class ToolBox:
         chosen = self.guard.write_scope(scope) or DEFAULT_SCOPE
         messages = [{"role": "user", "content": text}]
         session = f"remember-{digest(messages)[:16]}"
-        result = self.tree.commit_session(messages, session_id=session, scope=chosen, options=verbatim_options())
+        options = verbatim_options(provenance=_AGENT_PROVENANCE)
+        result = self.tree.commit_session(messages, session_id=session, scope=chosen, options=options)
         held: list[str] = []
         if result.op_id is None:  # remembered before: which memory holds it (none: forgotten or deleted since)
             held = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
             if not held:  # so remember it again, anew
                 result = self.tree.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}",
-                                                  scope=chosen, options=verbatim_options())
+                                                  scope=chosen, options=options)
         ids = [decision.info_id for decision in result.decisions if decision.info_id is not None] or held
         return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids, "already_stored": result.op_id is None}
 
@@ -359,7 +403,7 @@ class ToolBox:
                                         "(or use remember, which files a fact in the scope by itself)")
             for index, keyword_id in enumerate(keyword_ids):
                 self.guard.require(keyword_id, (chosen,), f"keyword_ids[{index}]")
-        info = self.tree.create_info(content, source, keyword_ids, auto_link=auto_link)
+        info = self.tree.create_info(content, source, keyword_ids, auto_link=auto_link, provenance=_AGENT_PROVENANCE)
         return {"op_id": info.op_id, "memory": self._info_brief(info), "filed_under": self._filed_under(info.id, None)}
 
     def _link_info(self, info_id: str, keyword_id: str, relation: str = "primary",

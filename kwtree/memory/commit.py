@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +27,10 @@ from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, Candidate, Extra
 from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
 from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
+from kwtree.memory.reading import provenance_of
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
-from kwtree.models import INFO_ABSTRACT, ROOT_ID, Change, Info, Keyword, RelationType
+from kwtree.models import INFO_ABSTRACT, ROOT_ID, Change, Info, Keyword, RelationType, least_trusted
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
 from kwtree.writes import Stamp
@@ -68,7 +69,9 @@ class CommitOptions:
     place (epoch seconds or ISO 8601; default: the first message's ``ts``); ``metadata`` is
     the caller's, put under ``metadata["user_metadata"]`` of every memory the commit creates,
     appends, merges into or supersedes (over what that memory held there), in the same
-    operation."""
+    operation; ``provenance`` says who said every message (one of ``kwtree.PROVENANCES``: the
+    agent's ``remember`` tool passes "assistant"), None: each message's role says
+    (``kwtree.memory.reading.provenance_of``)."""
 
     keep_turns: bool = True
     keep_summary: bool = True
@@ -80,6 +83,7 @@ class CommitOptions:
     prefilter_k: int = 8
     session_time: float | str | None = None
     metadata: Mapping[str, Any] | None = None
+    provenance: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +184,8 @@ class CommitPlan:
     keep_summary: bool = True
     #: the steps the LLM failed, filled while the plan is prepared
     fallbacks: list[CommitFallback] = field(default_factory=list)
+    #: who said every message (``CommitOptions.provenance``); None: each message's role says
+    provenance: str | None = None
     #: filled by commit_changes
     decisions: list[CommitDecision] = field(default_factory=list)
     session_keyword_id: str | None = None
@@ -239,15 +245,16 @@ class _Draft:
                 f"the {what} is in the way; rename or move it") from None
         return made[0].after  # type: ignore[return-value]
 
-    def info(self, content: str, keyword_id: str, metadata: Mapping[str, Any]) -> Info:
-        made = self.put(info_commands.create_info(self.state, self.stamp, content, "", [keyword_id], metadata))
+    def info(self, content: str, keyword_id: str, metadata: Mapping[str, Any], provenance: str) -> Info:
+        made = self.put(info_commands.create_info(self.state, self.stamp, content, "", [keyword_id], metadata, (),
+                                                  provenance))
         return made[0].after  # type: ignore[return-value]
 
     def link(self, info_id: str, keyword_id: str) -> None:
         self.put(info_commands.link_info(self.state, self.stamp, info_id, keyword_id, RelationType.RELATED, "agent"))
 
-    def update_info(self, info: Info, content: str, metadata: Mapping[str, Any]) -> Info:
-        patch = {"content": content, "metadata": metadata}
+    def update_info(self, info: Info, content: str, metadata: Mapping[str, Any], provenance: str) -> Info:
+        patch = {"content": content, "metadata": metadata, "provenance": provenance}
         return self.put(info_commands.update_info(self.state, self.stamp, info.id, patch, None))[0].after  # type: ignore[return-value]
 
     def update_keyword_metadata(self, keyword: Keyword, metadata: Mapping[str, Any]) -> Keyword:
@@ -290,6 +297,15 @@ def _new_session(draft: _Draft, sessions: Keyword, session_id: str) -> Keyword:
     return draft.keyword(name, sessions.id, {"session_id": session_id}, "session keyword")
 
 
+def _said_by(plan: CommitPlan, indices: Iterable[int]) -> str:
+    """Who said what ``plan.messages[indices]`` hold: the commit's provenance when it sets one,
+    else the least trusted of their speakers' (none given: of every new message's)."""
+    if plan.provenance is not None:
+        return plan.provenance
+    chosen = list(indices) or range(plan.first_new, len(plan.messages))
+    return least_trusted(provenance_of(plan.messages[index]) for index in chosen)
+
+
 def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]:
     """Every change of the commit ``plan`` describes, decided against ``state``, one row per
     entity, in an order ``apply`` takes; ``plan.decisions`` and ``plan.audit`` are filled in.
@@ -313,16 +329,18 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
     plan.session_keyword_id = session_kw.id
     summary_info = next((info for info in draft.infos_of(session_kw.id)
                          if info.metadata.get("kind") == SUMMARY_KIND), None)
+    said = _said_by(plan, ())  # what the summary is drawn from: every new message
     if summary_info is None and plan.keep_summary:  # first, so that it leads the session's infos
         summary_info = draft.info(f"Session {plan.session_id}.", session_kw.id,
-                                  {"kind": SUMMARY_KIND, "session_id": plan.session_id})
+                                  {"kind": SUMMARY_KIND, "session_id": plan.session_id}, said)
     turn_ids = _turns(draft, plan, session_kw, session_time)
     for index, candidate in enumerate(plan.candidates):
         _route(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
     if summary_info is not None:
         summary = summarise(plan.messages, plan.first_new, plan.candidates, summary_info.metadata)
         draft.update_info(summary_info, summary_text(plan.session_id, summary),
-                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary})
+                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary},
+                          least_trusted((summary_info.provenance, said)))
     metadata: dict[str, Any] = {**session_kw.metadata, "session_id": plan.session_id,
                                 "seen": len(plan.messages), "digest": digest(plan.messages)}
     if session_time is not None:
@@ -349,7 +367,7 @@ def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: f
         when = parse_time(message.get("ts"), "ts")
         when = when if when is not None else session_time if session_time is not None else draft.stamp.timestamp
         metadata = {"role": message["role"], "turn": index, "session_id": plan.session_id, HAPPENED_AT: when}
-        found[index] = draft.info(text, session_kw.id, metadata).id
+        found[index] = draft.info(text, session_kw.id, metadata, _said_by(plan, (index,))).id
     return found
 
 
@@ -442,8 +460,9 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
     branch = _branch(draft, scope_kw, policy.branch)
     holder = _holder(draft, plan, branch, candidate.category, candidate.key, policy)
     metadata = _memory_metadata(candidate, plan, turn_ids, session_time, draft.stamp)
+    said = _said_by(plan, candidate.sources)
     if policy.write == "accumulate":
-        _accumulate(draft, plan, index, candidate, holder, metadata)
+        _accumulate(draft, plan, index, candidate, holder, metadata, said)
         return
     # (a memory of another category filed here by a name it mentions is not this key's to merge into)
     held = [info for info in draft.infos_of(holder.id) if info.metadata.get("category") == candidate.category]
@@ -456,7 +475,7 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
                 _decide(plan, index, candidate, "skip", f"the same {metadata['attribute']} is held already",
                         old.id, holder.id)
                 return
-            draft.update_info(old, candidate.content, _with_user_metadata(metadata, plan, old))
+            draft.update_info(old, candidate.content, _with_user_metadata(metadata, plan, old), said)
             _decide(plan, index, candidate, "supersede",
                     f"contradicts the held {metadata['attribute']}: the old version stays in history()",
                     old.id, holder.id, previous=old.content)
@@ -475,10 +494,11 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         if content == target.content and sources == list(target.metadata.get("sources", ())):
             _decide(plan, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
             return
-        draft.update_info(target, content, _with_user_metadata({**target.metadata, "sources": sources}, plan, target))
+        draft.update_info(target, content, _with_user_metadata({**target.metadata, "sources": sources}, plan, target),
+                          least_trusted((target.provenance, said)))
         _decide(plan, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
     else:
-        info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None))
+        info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None), said)
         action = "append" if policy.write == "append" else "create"
         _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
 
@@ -515,7 +535,7 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
 
 
 def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, holder: Keyword,
-                metadata: dict[str, Any]) -> None:
+                metadata: dict[str, Any], said: str) -> None:
     """A skill: its statistics in the holder's metadata, its lesson merged into the guide."""
     facts = candidate.facts or {}
     current = draft.state.keywords[holder.id]
@@ -534,7 +554,7 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
     draft.update_keyword_metadata(current, stats)
     guide = next((info for info in draft.infos_of(holder.id) if info.metadata.get("guide")), None)
     if guide is None:
-        info = draft.info(candidate.content, holder.id, {**metadata, "guide": True})
+        info = draft.info(candidate.content, holder.id, {**metadata, "guide": True}, said)
         _decide(plan, index, candidate, "create", "the first lesson about this tool: a new guide", info.id, holder.id)
         return
     content = merged_text(guide.content, candidate.content)
@@ -543,7 +563,7 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
                 guide.id, holder.id)
         return
     sources = list(dict.fromkeys([*guide.metadata.get("sources", ()), *metadata["sources"]]))
-    draft.update_info(guide, content, {**guide.metadata, "sources": sources})
+    draft.update_info(guide, content, {**guide.metadata, "sources": sources}, least_trusted((guide.provenance, said)))
     _decide(plan, index, candidate, "merge", "a new lesson merged into the tool's guide", guide.id, holder.id,
             previous=guide.content)
 

@@ -27,11 +27,15 @@ from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Me
 from kwtree.memory.when import message_time
 
 __all__ = ["AGENT_ROLES", "TOOL_ROLES", "USER_ROLE", "ToolOutcome", "anchor_of", "check_session", "dedupe",
-           "speaker_of", "text_of", "tool_outcomes"]
+           "provenance_of", "speaker_of", "text_of", "tool_outcomes"]
 
 USER_ROLE = "user"
 AGENT_ROLES = frozenset({"assistant", "system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
+#: The provenance (``kwtree.models.PROVENANCES``) of what a message of each known role says;
+#: any other role is a named speaker, a person in the conversation: "user".
+_ROLE_PROVENANCE = {"assistant": "assistant", "system": "system", "developer": "system", "tool": "tool",
+                    "function": "tool"}
 
 
 def check_session(messages: object, context: object) -> tuple[float | None, ...]:
@@ -80,6 +84,17 @@ def speaker_of(message: Message) -> str | None:
     if role.lower() in AGENT_ROLES or role.lower() in TOOL_ROLES:
         return None
     return role
+
+
+def provenance_of(message: Message) -> str:
+    """Who said the message, as the memories drawn from it record it: "user" for the user and
+    a named speaker, "assistant", "system" (a system or developer message) or "tool" (a tool
+    or function result, also one carried in ``tool_result`` blocks of a user's message)."""
+    content = message.get("content")
+    if isinstance(content, list) and any(isinstance(block, Mapping) and block.get("type") == "tool_result"
+                                         for block in content):
+        return "tool"
+    return _ROLE_PROVENANCE.get(str(message["role"]).strip().lower(), "user")
 
 
 def text_of(message: Message) -> str:

@@ -5,7 +5,7 @@ The JSON export is versioned and keeps every live entity with the fields that de
     {"kwtree_export": 1, "exported_at": <epoch s>, "last_op_id": <op id of the source>,
      "keywords":  [{"id", "name", "aliases", "parent_id", "description", "metadata",
                     "created_at", "updated_at"}, ...],       # root first, parents before children
-     "infos":     [{"id", "content", "source", "metadata", "created_at", "updated_at"}, ...],
+     "infos":     [{"id", "content", "source", "provenance", "metadata", "created_at", "updated_at"}, ...],
      "links":     [{"info_id", "keyword_id", "relation", "created_by", "created_at"}, ...],
      "relations": [{"from_id", "to_id", "type", "weight", "reason", "created_at"}, ...]}
 
@@ -19,6 +19,8 @@ bookkeeping of the source log and are not exported.
 ``import_changes`` rebuilds the tree as ONE operation (kind ``"import"``): the root's fields if
 they differ, the keywords in placement order, then infos, links and relations in file order.
 ``read_export`` checks the whole file first, so a bad file raises before anything is written.
+An info keeps the ``provenance`` its entry gives; one without (an export made before kwtree
+recorded provenance) is imported as ``"import"``.
 
 The Markdown export is an outline for people (``_write_markdown`` says what it looks like);
 it cannot be imported. Both writers stream to a temporary file that replaces ``path`` when it is
@@ -55,6 +57,7 @@ from kwtree.validate import (
     clean_metadata,
     clean_name_key,
     clean_path,
+    clean_provenance,
     clean_relation_type,
     clean_text,
     clean_weight,
@@ -159,7 +162,8 @@ def _keyword_json(k: Keyword) -> dict[str, Any]:
 
 
 def _info_json(i: Info) -> dict[str, Any]:
-    return {"id": i.id, "content": i.content, "source": i.source, "metadata": dict(i.metadata),
+    return {"id": i.id, "content": i.content, "source": i.source, "provenance": i.provenance,
+            "metadata": dict(i.metadata),
             "created_at": i.created_at, "updated_at": i.updated_at}
 
 
@@ -321,7 +325,9 @@ class ImportPlan:
 _TOP_FIELDS = frozenset({"kwtree_export", "exported_at", "last_op_id", "keywords", "infos", "links", "relations"})
 _KEYWORD_FIELDS = frozenset({"id", "name", "aliases", "parent_id", "description", "metadata",
                              "created_at", "updated_at"})
-_INFO_FIELDS = frozenset({"id", "content", "source", "metadata", "created_at", "updated_at"})
+_INFO_FIELDS = frozenset({"id", "content", "source", "provenance", "metadata", "created_at", "updated_at"})
+#: The provenance of an imported info whose entry does not say (an export older than provenance).
+IMPORT_PROVENANCE = "import"
 _LINK_FIELDS = frozenset({"info_id", "keyword_id", "relation", "created_by", "created_at"})
 _RELATION_FIELDS = frozenset({"from_id", "to_id", "type", "weight", "reason", "created_at"})
 _MAX_ID = 200
@@ -538,6 +544,7 @@ class _Infos:
             "id": iid,
             "content": _check("content", clean_text, entry["content"], "content", allow_empty=False),
             "source": _check("source", clean_text, entry.get("source", ""), "source", allow_empty=True),
+            "provenance": _check("provenance", clean_provenance, entry.get("provenance", IMPORT_PROVENANCE)),
             "metadata": _check("metadata", clean_metadata, entry.get("metadata")),
             "created_at": _time(entry.get("created_at"), "created_at"),
             "updated_at": _time(entry.get("updated_at"), "updated_at"),
@@ -630,7 +637,7 @@ def import_changes(plan: ImportPlan, state: State, stamp: Stamp) -> list[Change]
     for spec in plan.infos:
         created = spec["created_at"] if spec["created_at"] is not None else ts
         info = Info(spec["id"], spec["content"], spec["source"], spec["metadata"], 1, created,
-                    _updated(spec, created), False, op_id)
+                    _updated(spec, created), False, op_id, spec["provenance"])
         changes.append(Change(info, None))
     for spec in plan.links:
         created = spec["created_at"] if spec["created_at"] is not None else ts

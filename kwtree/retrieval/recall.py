@@ -238,11 +238,13 @@ def _thread_gain(state: State, near: Neighbours, own: dict[str, float], weights:
 
 
 def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None,
-             window: Window | None) -> bool:
-    """True if ``info_id`` is live, happened within ``window`` and has a live link (of type
-    ``relation``) into ``subtree``, for each filter given."""
+             window: Window | None, provenance: frozenset[str] | None = None) -> bool:
+    """True if ``info_id`` is live, happened within ``window``, was said by one of
+    ``provenance`` and has a live link (of type ``relation``) into ``subtree``, for each
+    filter given."""
     info = state.live_info(info_id)
-    if info is None or (window is not None and not in_window(info, window)):
+    if info is None or (window is not None and not in_window(info, window)) or (
+            provenance is not None and info.provenance not in provenance):
         return False
     if subtree is None and relation is None:
         return True
@@ -271,10 +273,12 @@ def fuse(
     query: QueryTerms | None = None,
     min_score: float = 0.0,
     vector_relevance: Callable[[float], float] | None = None,
+    provenance: frozenset[str] | None = None,
 ) -> list[Hit]:
-    """The best ``k`` live infos whose relevance to ``query`` is at least ``HIT_SHARE *
-    min_score`` — none unless one of the candidates reaches ``min_score`` — with their score
-    parts and the keywords (inside ``scope``) that link them."""
+    """The best ``k`` live infos (said by one of ``provenance``, when given) whose relevance
+    to ``query`` is at least ``HIT_SHARE * min_score`` — none unless one of the candidates
+    reaches ``min_score`` — with their score parts and the keywords (inside ``scope``) that
+    link them."""
     subtree = set(state.subtree(under)) if under is not None else None
     if scope is not None:
         subtree = scope if subtree is None else subtree & scope
@@ -291,7 +295,7 @@ def fuse(
     post_memo: dict[str, float] = {}
     own: dict[str, float] = {}
     for iid in candidates:
-        if not _allowed(state, iid, subtree, relation, window):
+        if not _allowed(state, iid, subtree, relation, window, provenance):
             continue
         fused = 0.0
         if iid in text_rank:
@@ -302,7 +306,7 @@ def fuse(
     if weights.thread > 0:
         neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0], scope)
         joining = {n for near in neighbours.values() for n in near if n is not None and n not in own}
-        joining = {iid for iid in joining if _allowed(state, iid, subtree, relation, window)}
+        joining = {iid for iid in joining if _allowed(state, iid, subtree, relation, window, provenance)}
         own.update(dict.fromkeys(joining, 0.0))
         neighbours.update(_neighbours(state, joining, scope))
         threads = {iid: _thread_gain(state, neighbours.get(iid, (None, None)), own, weights) for iid in own}

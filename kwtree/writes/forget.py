@@ -8,9 +8,10 @@ same tombstone. An entity is *erased* when a ``forget`` operation wrote it: the 
 ids is read from the log itself, so a rerun after a crash finds what is left to do.
 
 The tombstone keeps what the structure needs (ids, versions, parents, times, the deleted
-flag, link and relation endpoints) and drops every text: an info's content and source, a
-keyword's name, aliases and description, a relation's reason; metadata becomes
-``{"forgotten_by": <op id>}``. Every row stays a valid row for the codec and replay.
+flag, link and relation endpoints) and drops every text and what was said about it: an info's
+content, source and provenance (who said it: "unknown" again), a keyword's name, aliases and
+description, a relation's reason; metadata becomes ``{"forgotten_by": <op id>}``. Every row
+stays a valid row for the codec and replay.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import ROOT_ID, Change, Entity, Info, Keyword, Operation, Relation
+from kwtree.models import ROOT_ID, UNKNOWN_PROVENANCE, Change, Entity, Info, Keyword, Operation, Relation
 from kwtree.normalize import normalize_name
 from kwtree.validate import clean_id, clean_metadata
 from kwtree.writes.abstracts import ABSTRACT_KEY, quotes, stored_abstract
@@ -46,7 +47,7 @@ def tombstone(entity: Entity, op_id: str) -> Entity:
     forgot it (links carry no text and come back unchanged)."""
     mark = MappingProxyType({FORGOTTEN_BY: op_id})
     if type(entity) is Info:
-        return dataclasses.replace(entity, content="", source="", metadata=mark)
+        return dataclasses.replace(entity, content="", source="", metadata=mark, provenance=UNKNOWN_PROVENANCE)
     if type(entity) is Keyword:
         return dataclasses.replace(entity, name="", aliases=(), description="", metadata=mark)
     if type(entity) is Relation:

@@ -13,6 +13,7 @@ from kwtree.validate import (
     clean_int,
     clean_label,
     clean_metadata,
+    clean_provenance,
     clean_relation_type,
     clean_text,
     clean_weight,
@@ -20,6 +21,7 @@ from kwtree.validate import (
 from kwtree.writes import Stamp, new_ids, require_info, require_keyword
 
 __all__ = [
+    "API_PROVENANCE",
     "INFO_PATCH_FIELDS",
     "batch_create_infos",
     "create_info",
@@ -33,8 +35,10 @@ __all__ = [
     "update_info",
 ]
 
-INFO_PATCH_FIELDS = ("content", "source", "metadata")
-_INFO_SPEC_FIELDS = frozenset({"content", "source", "metadata", "keyword_ids"})
+INFO_PATCH_FIELDS = ("content", "source", "metadata", "provenance")
+_INFO_SPEC_FIELDS = frozenset({"content", "source", "metadata", "keyword_ids", "provenance"})
+#: Who said a text written through the API when the call does not say (``kwtree.models.PROVENANCES``).
+API_PROVENANCE = "api"
 
 
 def retire_link(link: Link, op_id: str) -> Change:
@@ -70,9 +74,10 @@ def _new_info_changes(
     content = clean_text(spec.get("content"), f"{where}content", allow_empty=False)
     source = clean_text(spec.get("source", ""), f"{where}source", allow_empty=True)
     metadata = clean_metadata(spec.get("metadata"))
+    provenance = clean_provenance(spec.get("provenance", API_PROVENANCE), f"{where}provenance")
     keywords = _keywords(state, spec.get("keyword_ids"), f"{where}keyword_ids")
     ts, op = stamp.timestamp, stamp.op_id
-    changes = [Change(Info(iid, content, source, metadata, 1, ts, ts, False, op), None)]
+    changes = [Change(Info(iid, content, source, metadata, 1, ts, ts, False, op, provenance), None)]
     for keyword in keywords:
         link = Link(iid, keyword.id, RelationType.PRIMARY, stamp.actor, ts, False, 1, op)
         changes.append(Change(link, None))
@@ -93,10 +98,13 @@ def create_info(
     keyword_ids: object,
     metadata: object,
     agent_links: Sequence[tuple[str, RelationType]] = (),
+    provenance: object = API_PROVENANCE,
 ) -> list[Change]:
-    """The new info and its links: PRIMARY by the caller to ``keyword_ids``, then the
-    ``agent_links`` (keyword id, relation) the agent chose, created by "agent"."""
-    spec = {"content": content, "source": source, "keyword_ids": keyword_ids, "metadata": metadata}
+    """The new info (said by ``provenance``) and its links: PRIMARY by the caller to
+    ``keyword_ids``, then the ``agent_links`` (keyword id, relation) the agent chose, created
+    by "agent"."""
+    spec = {"content": content, "source": source, "keyword_ids": keyword_ids, "metadata": metadata,
+            "provenance": provenance}
     (iid,) = new_ids(1)
     return _new_info_changes(state, stamp, iid, spec, "", agent_links)
 
@@ -120,11 +128,16 @@ def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change
 
 
 def update_info(state: State, stamp: Stamp, info_id: object, patch: object, version: object) -> list[Change]:
+    """The info with ``patch`` applied. ``provenance`` says who said the text: the patch's
+    when it gives one; else, when the patch changes the content, "api" (the caller wrote the
+    new text); else it is kept."""
     info = require_info(state, info_id)
     patch = check_patch(patch, INFO_PATCH_FIELDS, "use link_info / unlink_info to change its keywords")
     content = clean_text(patch["content"], "content", allow_empty=False) if "content" in patch else info.content
     source = clean_text(patch["source"], "source", allow_empty=True) if "source" in patch else info.source
     metadata = clean_metadata(patch["metadata"]) if "metadata" in patch else info.metadata
+    provenance = (clean_provenance(patch["provenance"]) if "provenance" in patch
+                  else API_PROVENANCE if content != info.content else info.provenance)
     if version is not None:
         expected = clean_int(version, "version", 1)
         if expected != info.version:
@@ -134,6 +147,7 @@ def update_info(state: State, stamp: Stamp, info_id: object, patch: object, vers
         content=content,
         source=source,
         metadata=metadata,
+        provenance=provenance,
         version=info.version + 1,
         updated_at=stamp.timestamp,
         op_id=stamp.op_id,
