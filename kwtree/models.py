@@ -19,6 +19,7 @@ __all__ = [
     "DIRECTIONS",
     "DURABILITY_MODES",
     "EMPTY_METADATA",
+    "FORGOTTEN_BY",
     "HAPPENED_AT",
     "INFO_POLICIES",
     "NOTE",
@@ -41,6 +42,7 @@ __all__ = [
     "SearchStatus",
     "entity_key",
     "info_text",
+    "is_forgotten",
     "least_trusted",
 ]
 
@@ -58,6 +60,10 @@ ABSTRACT_KEY = "kwtree:abstract"
 #: tournament (8 May 2022)." for "Last week I won my second tournament!"). Search reads it
 #: with the content (``info_text``).
 INFO_ABSTRACT = "abstract"
+#: The metadata key of a forget tombstone: the id of the forget operation that erased the
+#: entity (``kwtree.writes.forget``). Here, on the ground floor, because the caches must tell
+#: a forgotten entity from a deleted one too.
+FORGOTTEN_BY = "forgotten_by"
 ROOT_ID = "root"
 #: The shared metadata of every entity that has none (one object, not one per entity).
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
@@ -184,6 +190,11 @@ def info_text(info: Info) -> str:
     if not isinstance(abstract, str) or not abstract.strip() or abstract.strip() in info.content:
         return info.content
     return f"{info.content}\n{abstract}"
+
+
+def is_forgotten(entity: Info | Keyword) -> bool:
+    """True when this version is a forget tombstone (deleted, its text erased)."""
+    return entity.deleted and FORGOTTEN_BY in entity.metadata
 
 
 @final

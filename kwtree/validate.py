@@ -3,6 +3,7 @@ InvalidInputError with a message that names the argument and says what is allowe
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import reprlib
@@ -35,6 +36,7 @@ __all__ = [
     "clean_relation_type",
     "clean_text",
     "clean_weight",
+    "finite_number",
     "shown",
 ]
 
@@ -82,6 +84,7 @@ def check_unicode(text: str, field: str) -> None:
 def clean_id(value: object, field: str) -> str:
     if type(value) is not str or not value:
         raise InvalidInputError(f"{field} must be a non-empty id string, got {shown(value)}")
+    check_unicode(value, field)  # (an id is looked up in UTF-8 bytes, e.g. by history())
     return value
 
 
@@ -218,23 +221,39 @@ def check_patch(patch: object, allowed: tuple[str, ...], hint: str) -> Mapping[s
 def clean_relation_type(value: object) -> RelationType:
     if isinstance(value, RelationType):
         return value
+    if type(value) is str:  # (the Enum's own error would repr any other value, at any depth)
+        with contextlib.suppress(ValueError):
+            return RelationType(value)
+    allowed = ", ".join(repr(m.value) for m in RelationType)
+    raise InvalidInputError(f"relation must be a RelationType or one of {allowed}, got {shown(value)}")
+
+
+def finite_number(value: object) -> float | None:
+    """``value`` as a float when it is an int or a float (not a bool) that is finite as a
+    float, else None. An int beyond the float range (``10**400``) is not one: ``float()`` and
+    ``math.isfinite`` raise OverflowError on it, which no caller should see."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
     try:
-        return RelationType(value)
-    except ValueError:
-        allowed = ", ".join(repr(m.value) for m in RelationType)
-        raise InvalidInputError(f"relation must be a RelationType or one of {allowed}, got {shown(value)}") from None
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def clean_weight(value: object) -> float:
-    if type(value) is bool or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = finite_number(value)
+    if number is None:
         raise InvalidInputError(f"weight must be a finite number, got {shown(value)}")
-    return float(value)
+    return number
 
 
-def clean_int(value: object, field: str, minimum: int, maximum: int | None = None) -> int:
-    if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
-        limit = f" and at most {maximum}" if maximum is not None else ""
-        raise InvalidInputError(f"{field} must be an integer of at least {minimum}{limit}, got {shown(value)}")
+def clean_int(value: object, field: str, minimum: int, maximum: int = _MAX_INT) -> int:
+    """An int (not a bool) in [``minimum``, ``maximum``]; the default maximum, 2**63 - 1, keeps
+    every count and index one that slices, ``range`` and C code take (a larger int raises
+    OverflowError there)."""
+    if type(value) is not int or value < minimum or value > maximum:
+        raise InvalidInputError(f"{field} must be an integer from {minimum} to {maximum}, got {shown(value)}")
     return value
 
 
@@ -270,10 +289,15 @@ def clean_path(value: object, field: str) -> Path:
 
 
 def clean_seconds(value: object, field: str) -> float:
-    """A duration in seconds: an int or float >= 0 (not a bool)."""
-    if (type(value) is not int and type(value) is not float) or not value >= 0:
+    """A duration in seconds: an int or float >= 0 (not a bool; infinity waits for ever, but an
+    int too large for a float is refused rather than raising OverflowError)."""
+    number = None
+    if type(value) is int or type(value) is float:
+        with contextlib.suppress(OverflowError):
+            number = float(value)
+    if number is None or not number >= 0:
         raise InvalidInputError(f"{field} must be a number of seconds >= 0, got {shown(value)}")
-    return float(value)
+    return number
 
 
 def clean_provenance(value: object, field: str = "provenance") -> str:

@@ -17,8 +17,8 @@ is rebuilt, never a reason for an open (or a search) to fail.
 * Trees that may not write the shared full-text index (``read_only``, ``as_of``): with the
   cache deleted, left behind by a writer SIGKILLed in a child process, ahead of an ``as_of``
   view, or corrupt, they find what a writer without caches finds, follow other processes'
-  writes after ``refresh()``, leave the data directory byte for byte as it was, and remove
-  their private index on close; a third property plays random histories for them.
+  writes after ``refresh()``, leave the data directory byte for byte as it was, and keep
+  their private index in memory, writing no file; a third property plays random histories for them.
 
 Directories are real (``tempfile``); trees use durability="none".
 """
@@ -635,8 +635,8 @@ def test_a_fulltext_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:
 # --- trees that may not write the shared full-text index (read_only, as_of) -----------------------
 #
 # Such a tree searches cache/fulltext/ only while its watermark is the tree's last op id;
-# otherwise it searches a private index in a temporary directory, fed from its own state
-# (started from a copy of the shared index when that is not ahead of the state).
+# otherwise it searches a private index in memory, fed from its own state (never a file: see
+# tests/test_trust_forget_readers.py).
 
 HANG = 60  # seconds before a stuck child process is reported as a failure (never reached normally)
 
@@ -699,7 +699,8 @@ def writers() -> Iterator[Any]:
 
 @pytest.fixture
 def private_tmp(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """tempfile's directory for this test: where read-only trees put their private index."""
+    """tempfile's directory for this test: where a read-only tree must leave nothing (its
+    private index is in memory)."""
     path = base / "tmp"
     path.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(path))
@@ -772,7 +773,7 @@ def test_a_read_only_tree_searches_what_a_killed_writer_left_out_of_the_cache(
         assert bm25_ids(reader, "mats") == bm25_ids(reader, "jazz") == []
         for query in QUERIES:
             assert text_matches(reader, query) == text_matches(reference, query)
-    assert "starts from the shared one" in caplog.text  # the committed index, and only the tail
+    assert "searching a private index in memory" in caplog.text
     assert fulltext_watermark(directory) == committed
 
 
@@ -796,7 +797,7 @@ def test_a_read_only_tree_follows_other_processes_writes_after_refresh(
         assert reader.refresh() == 2
         assert bm25_ids(reader, "laser") == [killed.ids["laser"]]
         assert bm25_ids(reader, "jazz") == []
-        assert len(list(private_tmp.iterdir())) == 1
+        assert list(private_tmp.iterdir()) == []  # a private index, in memory
         more = writers(directory, [["update", mats.id, "dogs doze on rugs"], ["create", "box", "cats nap in a box"]])
         more.close()
         assert reader.refresh() == 2  # the private index takes these two operations next
@@ -854,10 +855,8 @@ def test_read_only_searches_leave_the_data_directory_untouched(base: Path, priva
             reader.search(query)
         assert bm25_ids(reader, "laser") == [laser] and bm25_ids(reader, "rugs") == [mats]
         assert bm25_ids(reader, "mats") == bm25_ids(reader, "jazz") == []
-        private = list(private_tmp.iterdir())
-        assert len(private) == (0 if cache == "current" else 1)
+        assert list(private_tmp.iterdir()) == []  # a private index (cache not current) is in memory
     assert dir_bytes(directory) == before
-    assert list(private_tmp.iterdir()) == []  # the private index went with close()
 
 
 @pytest.mark.parametrize(("name", "damage"), [

@@ -1,19 +1,18 @@
 """FullTextIndex on a real tantivy index on disk: matching (English, Chinese, Japanese),
 BM25 order, kinds, replace and delete, read-your-writes, persistence, rebuild of a bad
-cache, read-only mode, copies of a committed index, and query text that would be tantivy
-syntax."""
+cache, read-only mode, an index in memory that writes no file, and query text that would be
+tantivy syntax."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 from kwtree.errors import ClosedError, InvalidInputError, ReadOnlyError, StorageError
-from kwtree.stores.fulltext import FullTextIndex, copy_committed
+from kwtree.stores.fulltext import FullTextIndex
 
 W1 = "0" * 31 + "1"
 W2 = "0" * 31 + "2"
@@ -267,35 +266,26 @@ def test_threads_write_and_search_concurrently(fts: FullTextIndex) -> None:
     assert fts.count("info") == 16
 
 
-def test_a_committed_index_copies_into_an_independent_writable_index(tmp_path: Path) -> None:
-    writer = FullTextIndex(tmp_path / "fts")
-    writer.upsert("info", "i1", "astronomy notes")
-    writer.commit(W1)
-    writer.upsert("info", "i2", "astronomy telescopes")  # buffered, not committed: not copied
-    assert copy_committed(tmp_path / "fts", tmp_path / "copy") == W1
-    copy = FullTextIndex(tmp_path / "copy")
-    assert not copy.rebuilt and copy.watermark == W1
-    assert ids(copy, "astronomy") == ["i1"]
-    copy.upsert("info", "i3", "astronomy at home")  # the copy has its own tantivy writer lock
-    copy.delete("info", "i1")
-    copy.commit(W2)
-    assert ids(copy, "astronomy") == ["i3"]
-    writer.commit(W2)
-    assert sorted(ids(writer, "astronomy")) == ["i1", "i2"]  # the source is untouched by the copy
-    copy.close()
-    writer.close()
-
-
-@pytest.mark.parametrize("damage", ["no index", "meta of another format", "meta garbage"])
-def test_a_failed_copy_raises_and_leaves_no_target(tmp_path: Path, damage: str) -> None:
-    writer = FullTextIndex(tmp_path / "fts")
-    writer.upsert("info", "i1", "astronomy notes")
-    writer.commit(W1)
-    writer.close()
-    if damage == "no index":
-        shutil.rmtree(tmp_path / "fts" / "index")
-    else:
-        (tmp_path / "fts" / "meta.json").write_bytes(b'{"format": 1}' if damage == "meta of another format" else b"{")
-    with pytest.raises(StorageError, match="cannot copy"):
-        copy_committed(tmp_path / "fts", tmp_path / "copy")
-    assert not (tmp_path / "copy").exists()
+def test_an_index_in_memory_searches_like_one_on_disk_and_writes_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    on_disk = FullTextIndex(tmp_path / "fts")
+    in_memory = FullTextIndex(None, writable=False)  # always writable: it is nobody else's
+    assert in_memory.rebuilt and in_memory.directory is None and in_memory.watermark is None
+    for index in (on_disk, in_memory):
+        index.upsert("info", "i1", "astronomy notes")
+        index.upsert("info", "i2", "astronomy telescopes and astronomy books")
+        index.upsert("keyword", "k1", "astronomy")
+        index.commit(W1)
+        index.delete("info", "i1")
+        index.upsert("info", "i3", "home astronomy")
+    assert in_memory.search("astronomy", "info") == on_disk.search("astronomy", "info")
+    assert in_memory.count("info") == 2 and in_memory.matching("info", ["astronomi"]) == 2
+    in_memory.commit(W2)
+    assert in_memory.watermark == W2
+    in_memory.clear()
+    assert in_memory.watermark is None and ids(in_memory, "astronomy") == []
+    in_memory.close()
+    on_disk.close()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fts"]  # nothing but the index on disk

@@ -49,6 +49,28 @@ def test_undo_restores_before_images_as_a_new_operation(tree):
     assert tree.find_keywords("x") == []
 
 
+def test_undo_of_a_list_is_one_operation_newest_first_and_all_or_nothing(tree, tree_dir):
+    a = tree.create_keyword("A", description="first")
+    renamed = tree.update_keyword(a.id, {"description": "second"}, version=1)  # over the create
+    info = tree.create_info("memo", keyword_ids=[a.id])
+    create_a = tree.history(a.id)[0].op_id
+    op = tree.undo([create_a, renamed.op_id])  # the older first: still undone newest first, no conflict
+    assert op.kind == "undo" and dict(op.audit) == {"undo_of": [create_a, renamed.op_id]}
+    assert len(tree.history()) == 5  # init, 3 writes, ONE undo
+    with pytest.raises(NotFoundError):
+        tree.get_keyword(a.id)
+    assert tree.get_info(info.id).content == "memo"  # its link went with A; the info stays
+    tree.undo(op.op_id)  # the undo of the undo: A back as it was, with the link it lost
+    assert tree.get_keyword(a.id).description == "second"
+    assert [found.id for found in tree.get_infos_of_keyword(a.id)] == [info.id]
+    frozen = snapshot(tree), tree.last_op_id
+    with pytest.raises(UndoConflictError):  # A was written after the create by more than the list
+        tree.undo([create_a, info.op_id])
+    with pytest.raises(InvalidInputError, match=r"op_id\[1\]"):
+        tree.undo([info.op_id, "not-an-op"])
+    assert (snapshot(tree), tree.last_op_id) == frozen
+
+
 def test_undo_of_a_create_deletes_and_undo_of_the_undo_brings_back(tree):
     a = tree.create_keyword("A")
     info = tree.create_info("memo", keyword_ids=[a.id])

@@ -1,9 +1,13 @@
-"""Hostile input to every public call of KeywordTree, its constructor, ``import_json`` and
-``Limits``: each call either succeeds or raises a KwtreeError, and a call that raises leaves
-the log bytes and every public read (``helpers.snapshot``) exactly as they were.
+"""Hostile input to every public call of KeywordTree, its constructor (``as_of`` included),
+``import_json``, ``Limits``, ``kwtree.Memory`` and the package's functions: each call either
+succeeds or raises a KwtreeError, and a call that raises leaves the log bytes and every public
+read (``helpers.snapshot``) exactly as they were.
 
-The methods and their parameters are read from KeywordTree itself, so a new public method or
-parameter without a strategy here fails ``test_every_public_method_has_a_fuzz_strategy``.
+The methods and their parameters are read from KeywordTree and Memory themselves, so a new
+public method or parameter without a strategy here fails
+``test_every_public_method_has_a_fuzz_strategy`` (``..._memory_method_...``). Besides the
+random draws, every parameter of every method is given each of ``BREAKOUT`` (issue 25, B21:
+the values that escaped as TypeError, OverflowError, UnicodeEncodeError and RecursionError).
 Each argument is drawn from a plausible strategy (live, deleted and unknown ids of a small
 tree, names, texts, JSON) or a hostile one: wrong types, None, huge integers, NaN and
 infinities, lone surrogates, NUL and control characters, deep nesting, values over the size
@@ -13,22 +17,25 @@ limits. Paths are drawn only inside the test's temporary directory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import log_bytes, snapshot
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kwtree
-from kwtree import KeywordTree, KwtreeError, Limits, RelationType
+from kwtree import KeywordTree, KwtreeError, Limits, Memory, RelationType
 from kwtree.agent.clients import StubLLMClient
 from kwtree.caches.embed import HashEmbedder
+from kwtree.memory.filters import LOGICAL, OPERATORS
 from kwtree.retrieval.recall import RecallWeights
 
 UNKNOWN_ID = "f" * 32
@@ -58,7 +65,13 @@ OVERSIZED = (
     "q" * (DEFAULT.query_bytes + 1),
     "y" * (DEFAULT.label_bytes + 1),
 )
-DEEP = tuple(_nested(depth, kind) for depth in (64, 65, 300, 900) for kind in (dict, list))
+DEEP = tuple(_nested(depth, kind) for depth in (64, 65, 300, 900, 5000) for kind in (dict, list))
+#: An int beyond the float range: float() and math.isfinite raise OverflowError on it.
+HUGE = 10**400
+#: One of each kind of value that once escaped as an error that was not a KwtreeError, given
+#: to every parameter by test_every_parameter_refuses_what_once_broke_out.
+BREAKOUT = {"huge int": HUGE, "lone surrogate": "a\ud800b", "5000-deep dict": _nested(5000, dict),
+            "5000-deep list": _nested(5000, list)}
 
 
 class Opaque:
@@ -69,7 +82,7 @@ SCALAR = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(),
-    st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**40, -1, 0]),
+    st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**40, HUGE, -HUGE, -1, 0]),
     st.floats(),
     st.sampled_from([math.nan, math.inf, -math.inf, -0.0]),
     st.binary(max_size=6),
@@ -87,8 +100,10 @@ HOSTILE = st.one_of(
         ),
         max_leaves=6,
     ),
-    st.sampled_from(OVERSIZED),
-    st.sampled_from(DEEP),
+    # By index: hypothesis shows a sampled_from's values in its own reprs, and megabytes slow
+    # them down, 5,000 levels break them.
+    st.integers(0, len(OVERSIZED) - 1).map(OVERSIZED.__getitem__),
+    st.integers(0, len(DEEP) - 1).map(DEEP.__getitem__),
 )
 #: Hostile values that may be passed where a path is expected: never an absolute path.
 PATH_HOSTILE = st.one_of(
@@ -204,7 +219,8 @@ def plausible(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "page": st.integers(-1, 3), "size": st.integers(0, 20), "k": st.integers(0, 20),
         "limit": st.one_of(st.none(), st.integers(-1, 5)), "max_tokens": st.integers(0, 3000),
         "timeout": st.one_of(st.none(), st.floats(0, 5)),
-        "op_id": st.sampled_from([*world.op_ids, UNKNOWN_OP]),
+        "op_id": st.one_of(st.sampled_from([*world.op_ids, UNKNOWN_OP]),
+                           st.lists(st.sampled_from([*world.op_ids, UNKNOWN_OP]), max_size=3)),
         "plan": st.fixed_dictionaries(
             {"steps": st.lists(st.one_of(step, HOSTILE), max_size=3)},
             optional={"planner": st.one_of(text, HOSTILE), "request": HOSTILE, "dropped": HOSTILE,
@@ -295,7 +311,8 @@ def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
         ),
         "durability": st.sampled_from(["full", "none", "fast"]),
         "actor": st.one_of(st.just("agent-1"), TEXT),
-        "as_of": st.one_of(st.none(), st.sampled_from([*world.op_ids, UNKNOWN_OP]), st.floats()),
+        "as_of": st.one_of(st.none(), st.sampled_from([*world.op_ids, UNKNOWN_OP]), st.floats(), st.integers(),
+                           st.sampled_from([HUGE, -HUGE, 2**63]), TEXT),
         "read_only": st.booleans(),
         "lock_timeout": st.floats(0, 2),
         "segment_bytes": st.one_of(st.none(), st.integers()),
@@ -383,11 +400,11 @@ FUZZED: dict[str, Any] = {
 PUBLIC = sorted(name for name in dir(KeywordTree) if not name.startswith("_"))
 
 
-def _parameters(name: str) -> list[inspect.Parameter]:
-    member = inspect.getattr_static(KeywordTree, name)
+def _parameters(name: str, owner: type = KeywordTree) -> list[inspect.Parameter]:
+    member = inspect.getattr_static(owner, name)
     if isinstance(member, property):
         return []
-    return [p for p in inspect.signature(getattr(KeywordTree, name)).parameters.values() if p.name != "self"]
+    return [p for p in inspect.signature(getattr(owner, name)).parameters.values() if p.name != "self"]
 
 
 def _strategy(world: World, method: str, parameter: str) -> st.SearchStrategy[Any] | None:
@@ -416,10 +433,15 @@ def test_every_public_method_has_a_fuzz_strategy(tmp_path):
         world.current().close()
 
 
-def _draw_arguments(data: Any, world: World, name: str) -> tuple[list[Any], dict[str, Any]]:
-    """Arguments for one call: each plausible, except those of a drawn set (none, one, or
-    any) that are hostile; a parameter with a default is sometimes left out."""
-    parameters = _parameters(name)
+def _draw_arguments(data: Any, world: Any, name: str, owner: type = KeywordTree,
+                    strategy_of: Callable[[str], st.SearchStrategy[Any] | None] | None = None,
+                    ) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for one call of ``owner.name``: each plausible (``strategy_of`` a parameter;
+    by default KeywordTree's), except those of a drawn set (none, one, or any) that are
+    hostile; a parameter with a default is sometimes left out."""
+    parameters = _parameters(name, owner)
+    if strategy_of is None:
+        strategy_of = functools.partial(_strategy, world, name)
     names = [p.name for p in parameters if p.kind is not p.VAR_KEYWORD]
     choice = st.sampled_from(names) if names else st.nothing()
     hostile = data.draw(st.one_of(st.just(set()), st.sets(choice, min_size=1, max_size=1), st.sets(choice)),
@@ -435,7 +457,7 @@ def _draw_arguments(data: Any, world: World, name: str) -> tuple[list[Any], dict
         if p.name in hostile:
             strategy = PATH_HOSTILE if "path" in p.name or p.name in ("snapshot", "data_dir") else HOSTILE
         else:
-            strategy = _strategy(world, name, p.name)
+            strategy = strategy_of(p.name)
         assert strategy is not None
         value = data.draw(strategy, label=p.name)
         if p.kind is p.KEYWORD_ONLY:
@@ -597,3 +619,219 @@ def test_hostile_arguments_to_public_functions_raise_kwtree_errors(name, tmp_pat
             assert log_bytes(world.directory) == before_log
 
     run()
+
+
+# --- kwtree.Memory --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class MemoryWorld:
+    directory: Path
+    memory_ids: list[str]  # live memories
+    gone_id: str  # a deleted memory
+    op_ids: list[str]
+    memory: Memory
+
+    def current(self) -> Memory:
+        """The Memory, reopened if a fuzzed ``close`` closed it."""
+        if "closed" in repr(self.memory):
+            self.memory = open_memory(self.directory)
+        return self.memory
+
+
+def open_memory(directory: Path) -> Memory:
+    return Memory(directory, durability="none", worker=False)
+
+
+def build_memory_world(tmp_path: Path) -> MemoryWorld:
+    memory = open_memory(tmp_path / "memory")
+    tea = memory.add("I love green tea.", user_id="alice", infer=False)["results"][0]["id"]
+    dog = memory.add([{"role": "user", "content": "My dog is called Rex."}], user_id="alice", agent_id="coder",
+                     metadata={"topic": "pets"}, infer=False)["results"][0]["id"]
+    gone = memory.add("A note for later.", user_id="bob", infer=False)["results"][0]["id"]
+    memory.update(tea, "I love green tea with honey.")
+    memory.delete(gone)
+    op_ids = [op.op_id for op in memory.tree.history()]
+    return MemoryWorld(memory.tree.data_dir, [tea, dog], gone, op_ids, memory)
+
+
+#: A filter in mem0's grammar (kwtree.memory.filters): fields, "*", operators, AND / OR / NOT.
+_CONDITION = st.one_of(JSON, st.just("*"),
+                       st.dictionaries(st.sampled_from([*OPERATORS, "bogus"]), st.one_of(JSON, HOSTILE),
+                                       min_size=1, max_size=2))
+FILTERS = st.recursive(
+    st.dictionaries(st.one_of(st.sampled_from(["topic", "category", "user_id", *LOGICAL]), TEXT), _CONDITION,
+                    max_size=2),
+    lambda inner: st.one_of(st.builds(lambda key, parts: {key: parts}, st.sampled_from(["AND", "OR", "NOT"]),
+                                      st.lists(inner, max_size=2)),
+                            st.builds(lambda part: {"NOT": part}, inner)),
+    max_leaves=4,
+)
+
+
+def memory_plausible(world: MemoryWorld) -> dict[str, st.SearchStrategy[Any]]:
+    """Strategies for the parameters of Memory's methods, by parameter name."""
+    whose = st.one_of(st.none(), st.sampled_from(["alice", "bob", "coder", "42", "User A", "a/b"]), WORDS)
+    text = st.one_of(st.sampled_from(["green tea", "I love jazz.", ""]), WORDS)
+    op_id = st.sampled_from([*world.op_ids, UNKNOWN_OP])
+    message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": text})
+    return {
+        "messages": st.one_of(text, message, _messages(None)),  # type: ignore[arg-type]  # (it needs no world)
+        "user_id": whose, "agent_id": whose, "run_id": whose,
+        "metadata": st.one_of(st.none(), st.dictionaries(WORDS, JSON, max_size=3)),
+        "infer": st.booleans(), "query": text, "data": text,
+        "limit": st.integers(-1, 200),
+        "filters": st.one_of(st.none(), FILTERS),
+        "threshold": st.one_of(st.none(), st.floats(), st.sampled_from([0, 0.35, 1, HUGE, "0.5"])),
+        "memory_id": st.sampled_from([*world.memory_ids, world.gone_id, UNKNOWN_ID]),
+        "op_id": st.one_of(op_id, st.lists(op_id, max_size=3), st.tuples(op_id)),
+        "time_or_op": st.one_of(op_id, st.floats(), st.integers(), st.sampled_from([HUGE, -HUGE])),
+    }
+
+
+#: Every public method of Memory -> overrides of the by-name strategies for its parameters.
+#: A name missing here fails test_every_public_memory_method_has_a_fuzz_strategy.
+MEMORY_FUZZED: dict[str, dict[str, Any]] = {name: {} for name in (
+    "add", "as_of", "close", "delete", "delete_all", "forget", "get", "get_all", "history", "search", "undo",
+    "update",
+)}
+MEMORY_PUBLIC = sorted(name for name in dir(Memory) if not name.startswith("_"))
+
+
+def _memory_strategy(world: MemoryWorld, method: str, parameter: str) -> st.SearchStrategy[Any] | None:
+    override = MEMORY_FUZZED.get(method, {}).get(parameter)
+    if override is not None:
+        return override(world)  # type: ignore[no-any-return]
+    return memory_plausible(world).get(parameter)
+
+
+def test_every_public_memory_method_has_a_fuzz_strategy(tmp_path):
+    world = build_memory_world(tmp_path)
+    try:
+        missing = [name for name in MEMORY_PUBLIC if name not in MEMORY_FUZZED]
+        assert not missing, f"public Memory methods without a fuzz strategy: {missing}; add them to MEMORY_FUZZED"
+        lacking = [f"{name}({p.name})" for name in MEMORY_PUBLIC for p in _parameters(name, Memory)
+                   if p.kind is not p.VAR_KEYWORD and _memory_strategy(world, name, p.name) is None]
+        assert not lacking, f"Memory parameters without a fuzz strategy: {lacking}"
+        ctor = [p.name for p in inspect.signature(Memory).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        assert ctor == ["path", "llm", "embedder"], "a new Memory constructor parameter needs a strategy below"
+    finally:
+        world.current().close()
+
+
+def _call_memory(world: MemoryWorld, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+    result = getattr(world.current(), name)(*args, **kwargs)
+    if isinstance(result, Memory):  # as_of: a view to close
+        result.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MEMORY_PUBLIC)
+def test_hostile_arguments_to_memory_raise_kwtree_errors_and_change_nothing(name, tmp_path):
+    world = build_memory_world(tmp_path)
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        memory = world.current()
+        args, kwargs = _draw_arguments(data, world, name, Memory, functools.partial(_memory_strategy, world, name))
+        before_log, before = log_bytes(world.directory), snapshot(memory.tree)
+        try:
+            _call_memory(world, name, args, kwargs)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log, f"Memory.{name} raised but changed the log"
+            assert snapshot(world.current().tree) == before, f"Memory.{name} raised but changed what reads return"
+
+    try:
+        run()
+    finally:
+        world.current().close()
+
+
+@pytest.mark.slow
+def test_hostile_memory_constructor_arguments_raise_kwtree_errors(tmp_path, monkeypatch):
+    """Memory(path, llm, embedder, **options): the options are KeywordTree's (``as_of`` ...)."""
+    world = build_world(tmp_path)
+    world.tree.close()
+    monkeypatch.chdir(world.scratch)
+    strategies = constructor_strategies(world)
+
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        path = data.draw(st.one_of(strategies["data_dir"], PATH_HOSTILE), label="path")
+        llm = data.draw(st.one_of(strategies["llm_client"], HOSTILE), label="llm")
+        embedder = data.draw(st.one_of(strategies["embedder"], HOSTILE), label="embedder")
+        # (An ``embedder`` option beside the argument is Python's TypeError, before kwtree runs.)
+        options = {key: value for key, value in _draw_options(data, world).items() if key != "embedder"}
+        before_log, existed = log_bytes(world.directory), _exists(path)
+        try:
+            memory = Memory(path, llm, embedder, **options)
+        except KwtreeError:
+            assert log_bytes(world.directory) == before_log
+            if not existed:
+                assert not _exists(path), f"a failed Memory() left {path!r} behind"
+            return
+        memory.close()
+
+    run()
+
+
+# --- the values that once broke out, at every parameter ------------------------------------------
+
+
+def _breakout_calls(data: Any, world: Any, owner: type, name: str,
+                    strategy_of: Callable[[str], st.SearchStrategy[Any] | None]) -> list[tuple[str, dict[str, Any]]]:
+    """One call of ``owner.name`` per (parameter, BREAKOUT value): that parameter gets the value,
+    the others without a default a plausible draw."""
+    parameters = [p for p in _parameters(name, owner) if p.kind is not p.VAR_KEYWORD]
+    calls = []
+    for target in parameters:
+        for label, value in BREAKOUT.items():
+            kwargs = {}
+            for p in parameters:
+                if p.name == target.name:
+                    kwargs[p.name] = value
+                elif p.default is p.empty:
+                    strategy = strategy_of(p.name)
+                    assert strategy is not None
+                    kwargs[p.name] = data.draw(strategy, label=p.name)
+            calls.append((f"{name}({target.name}={label})", kwargs))
+    return calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("owner", "name"), [
+    *((KeywordTree, name) for name in PUBLIC if name != "import_json"),
+    *((Memory, name) for name in MEMORY_PUBLIC),
+])
+def test_every_parameter_refuses_what_once_broke_out(owner, name, tmp_path, monkeypatch):
+    """Issue 25, B21: an int beyond the float range, a lone surrogate and a value nested 5,000
+    deep, given to each parameter of each public method, succeed or raise a KwtreeError that
+    changed nothing; never OverflowError, UnicodeEncodeError, RecursionError or TypeError."""
+    if owner is Memory:
+        world: Any = build_memory_world(tmp_path)
+        strategy_of = functools.partial(_memory_strategy, world, name)
+    else:
+        world = build_world(tmp_path)
+        monkeypatch.chdir(world.scratch)
+        strategy_of = functools.partial(_strategy, world, name)
+
+    @settings(max_examples=1, derandomize=True)
+    @given(data=st.data())
+    def run(data: Any) -> None:
+        for call, kwargs in _breakout_calls(data, world, owner, name, strategy_of):
+            target = world.current()
+            tree = target.tree if owner is Memory else target
+            before_log, before = log_bytes(world.directory), snapshot(tree)
+            try:
+                result = getattr(target, name)(**kwargs)
+            except KwtreeError:
+                assert log_bytes(world.directory) == before_log, f"{call} raised but changed the log"
+                assert snapshot(tree) == before, f"{call} raised but changed what reads return"
+            else:
+                if isinstance(result, Memory):
+                    result.close()
+
+    try:
+        run()
+    finally:
+        world.current().close()

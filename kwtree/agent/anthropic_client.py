@@ -26,6 +26,7 @@ from kwtree.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
 )
+from kwtree.validate import finite_number
 
 __all__ = ["DEFAULT_MODEL", "AnthropicLLMClient"]
 
@@ -218,7 +219,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value) is not None
 
 
 def _translate(exc: anthropic.APIError, timeout: float) -> tuple[LLMError, bool, float | None]:

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
-from kwtree.facade.tree import KeywordTree
+from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.facade.tree import KeywordTree, check_options
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
 from kwtree.memory.commit import USER_METADATA, CommitOptions, CommitResult
 from kwtree.memory.filters import check_filters, matches
@@ -39,7 +39,7 @@ from kwtree.memory.policies import POLICIES, Policy
 from kwtree.memory.when import parse_time
 from kwtree.models import Hit, Info, Operation
 from kwtree.retrieval import relevance
-from kwtree.validate import clean_flag, clean_id, clean_int, clean_metadata, clean_text, shown
+from kwtree.validate import check_unicode, clean_flag, clean_id, clean_int, clean_metadata, clean_text, shown
 
 if TYPE_CHECKING:
     from kwtree.agent.clients import LLMClient
@@ -76,6 +76,7 @@ def scope_path(user_id: object = None, agent_id: object = None, run_id: object =
                 or any(ord(ch) < 32 or ord(ch) == 127 for ch in value) or len(value) > 200:
             raise InvalidInputError(f"{field} must be a non-empty id without '/', control characters or surrounding "
                                     f"spaces (at most 200 characters), got {shown(value)}")
+        check_unicode(value, field)
         parts.append(f"{kind}:{value}")
     if not parts:
         raise InvalidInputError("at least one of user_id, agent_id or run_id must be given: they say whose "
@@ -121,11 +122,13 @@ class Memory:
     """mem0's ``Memory`` calls over a KeywordTree in ``path`` (created when new), which it owns:
     ``close()`` (or a ``with`` block) releases it. ``llm`` (a kwtree LLMClient) makes extraction,
     dedup and placement use the model; ``embedder`` embeds for vector search; ``options`` are
-    KeywordTree's (``durability``, ``as_of``, ``read_only`` ...). Every call checks its
-    arguments first: InvalidInputError names the field and nothing is written."""
+    KeywordTree's (``durability``, ``as_of``, ``read_only`` ...; another name, ``data_dir`` or
+    ``llm_client`` raises InvalidInputError). Every call checks its arguments first:
+    InvalidInputError names the field and nothing is written."""
 
     def __init__(self, path: str | os.PathLike[str], llm: LLMClient | None = None, embedder: Embedder | None = None,
                  **options: Any) -> None:
+        check_options(options, "Memory", {"data_dir": "path", "llm_client": "llm"})
         self._path, self._llm, self._embedder, self._options = path, llm, embedder, options
         #: The KeywordTree underneath, for every call mem0 does not have.
         self.tree = KeywordTree(path, llm_client=llm, embedder=embedder, **options)
@@ -300,26 +303,13 @@ class Memory:
     # --- what mem0 lacks --------------------------------------------------------------------
 
     def undo(self, op_id: str | Sequence[str]) -> list[Operation]:
-        """Undo an operation, or several (``add``'s ``op_ids``: undone newest first, each over
-        the undo of the one after it); returns the undo operations written. See
-        ``KeywordTree.undo``: UndoConflictError when an operation outside the list wrote the
-        same memories later."""
-        ids = [op_id] if isinstance(op_id, str) else list(op_id)
-        if not ids:
-            raise InvalidInputError("op_id must be an operation id or a non-empty list of them")
-        done: list[Operation] = []
-        for one in reversed(ids):
-            try:
-                undone = self.tree.undo(one)
-            except UndoConflictError as exc:
-                # The undo of a later op of the list rewrote the same memories: that is the
-                # order asked for, not a conflict with someone else's write.
-                if not set(exc.conflicts.values()) <= {op.op_id for op in done}:
-                    raise
-                undone = self.tree.undo(one, force=True)
-            if undone is not None:
-                done.append(undone)
-        return done
+        """Undo an operation, or several (``add``'s ``op_ids``) as ONE operation, all or nothing
+        (``KeywordTree.undo``); returns the undo operation written (none when everything already
+        was as before). UndoConflictError when an operation outside the list wrote the same
+        memories later; InvalidInputError, with nothing undone, when ``op_id`` or one of its
+        items is no operation id."""
+        undone = self.tree.undo(op_id)
+        return [] if undone is None else [undone]
 
     def as_of(self, time_or_op: str | float) -> Memory:
         """A read-only Memory of the same directory as it was at ``time_or_op`` (an op id or

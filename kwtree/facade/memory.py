@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,7 +46,16 @@ from kwtree.memory.when import parse_time
 from kwtree.models import Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
-from kwtree.validate import clean_choice, clean_flag, clean_int, clean_label, clean_metadata, clean_provenance, shown
+from kwtree.validate import (
+    clean_choice,
+    clean_flag,
+    clean_int,
+    clean_label,
+    clean_metadata,
+    clean_provenance,
+    finite_number,
+    shown,
+)
 from kwtree.writes import Stamp
 
 __all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
@@ -159,7 +167,7 @@ class MemoryMethods(AgentMethods):
         if session_time is None and seen:  # the date an earlier commit of the session recorded
             earlier = self._read(lambda state: _session(state, scope, session_id))
             recorded = earlier.metadata.get("session_time") if earlier is not None else None
-            session_time = float(recorded) if isinstance(recorded, (int, float)) else None
+            session_time = finite_number(recorded)
         fallbacks: list[CommitFallback] = []
         found = self._extract(messages, ExtractContext(session_id, seen, session_time), opts.extractor, llm,
                               fallbacks)
@@ -438,7 +446,7 @@ def _clean_candidates(found: object, policies: Mapping[str, Policy], count: int)
             raise InvalidInputError(f"{where}.sources must be a tuple of message indices below {count}, "
                                     f"got {shown(candidate.sources)}")
         happened = candidate.happened_at
-        if happened is not None and (type(happened) not in (int, float) or not math.isfinite(happened)):
+        if happened is not None and (type(happened) not in (int, float) or finite_number(happened) is None):
             raise InvalidInputError(f"{where}.happened_at must be epoch seconds or None, got {shown(happened)}")
     return list(found)
 

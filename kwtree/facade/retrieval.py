@@ -7,7 +7,6 @@ the caches (``kwtree/caches/coordinator.py``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
@@ -28,6 +27,7 @@ from kwtree.validate import (
     clean_relation_type,
     clean_seconds,
     clean_text,
+    finite_number,
     shown,
 )
 from kwtree.writes import require_keyword
@@ -40,10 +40,10 @@ OVERFETCH = 5
 
 def clean_fraction(value: object, field: str) -> float:
     """``value`` as a number in [0, 1]; InvalidInputError naming ``field`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= 1:
+    number = finite_number(value)
+    if number is None or not 0 <= number <= 1:
         raise InvalidInputError(f"{field} must be a number from 0 (no floor) to 1, got {shown(value)}")
-    return float(value)
+    return number
 
 
 class RetrievalMethods(TreeCore):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
 from kwtree.engine.follower import BackgroundFollower
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
-from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
 from kwtree.facade.abstracts import AbstractMethods
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.forget import ForgetMethods
@@ -64,6 +63,7 @@ from kwtree.validate import (
     clean_path,
     clean_relation_type,
     clean_seconds,
+    finite_number,
     shown,
 )
 from kwtree.writes import Stamp, require_info, require_keyword
@@ -79,16 +79,31 @@ __all__ = ["LOCK_NAME", "KeywordTree"]
 T = TypeVar("T")
 
 
+def check_options(options: Mapping[str, object], who: str, given: Mapping[str, str]) -> None:
+    """InvalidInputError, before anything is opened, when the ``options`` that ``who`` passes on to
+    KeywordTree's constructor hold a name it does not take, or one of ``given`` (option name ->
+    the argument of ``who`` that gives it): Python would raise TypeError."""
+    known = inspect.signature(KeywordTree).parameters
+    unknown = sorted(str(name) for name in options if name not in known or name in given)
+    if unknown:
+        instead = "".join(f"; pass {argument}= instead of {name}=" for name, argument in given.items()
+                          if name in options)
+        raise InvalidInputError(f"{who} got unknown option(s) {', '.join(unknown)}{instead}; the options are "
+                                f"KeywordTree's: {', '.join(name for name in known if name not in given)}")
+
+
 def _clean_as_of(as_of: object) -> Bound | None:
     if as_of is None:
         return None
     if isinstance(as_of, str):
         if not is_op_id(as_of):
-            raise InvalidInputError(f"as_of must be an op id (32 lowercase hex digits) or a timestamp, got {as_of!r}")
+            raise InvalidInputError(f"as_of must be an op id (32 lowercase hex digits) or a timestamp, "
+                                    f"got {shown(as_of)}")
         return Bound(op_id=as_of)
-    if type(as_of) in (int, float) and math.isfinite(as_of):  # type: ignore[arg-type]
-        return Bound(timestamp=float(as_of))  # type: ignore[arg-type]
-    raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {as_of!r}")
+    timestamp = finite_number(as_of) if type(as_of) in (int, float) else None
+    if timestamp is None:
+        raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {shown(as_of)}")
+    return Bound(timestamp=timestamp)
 
 
 def _log_store(log: object, data_path: Path) -> dict[str, Any]:
@@ -102,7 +117,8 @@ def _log_store(log: object, data_path: Path) -> dict[str, Any]:
             return {}
         log = known
     if not isinstance(log, str) or not postgres.is_postgres_url(log):
-        raise InvalidInputError(f"log must be None (the JSONL log in data_dir) or a postgresql:// URL, got {log!r}")
+        raise InvalidInputError(f"log must be None (the JSONL log in data_dir) or a postgresql:// URL, "
+                                f"got {shown(log)}")
     _, tree, schema = postgres.split_url(log)  # InvalidInputError naming log
     if known is not None and postgres.split_url(known)[1:] != (tree, schema):
         raise InvalidInputError(f"log names the tree {tree!r} (schema {schema!r}), but data_dir {data_path} holds the "
@@ -306,11 +322,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         into it again resumes (any other tree is refused as not empty)."""
         from kwtree.ops import export as exporting
 
-        known = inspect.signature(cls).parameters
-        unknown = sorted(str(name) for name in options if name == "data_dir" or name not in known)
-        if unknown:
-            raise InvalidInputError(f"import_json got unknown option(s) {', '.join(unknown)}; the options are "
-                                    f"KeywordTree's: {', '.join(name for name in known if name != 'data_dir')}")
+        check_options(options, "import_json", {"data_dir": "data_dir"})
         clean_path(data_dir, "data_dir")
         plan = exporting.read_export(path)
         was_new = exporting.prepare_import_target(data_dir)
@@ -683,7 +695,8 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             ops = [op for op in ops if touches(op, entity_id)]
         return ops[-limit:] if limit is not None else ops
 
-    def undo(self, op_id: str, force: bool = False, *, scope: str | Sequence[str] | None = None) -> Operation | None:
+    def undo(self, op_id: str | Sequence[str], force: bool = False, *,
+             scope: str | Sequence[str] | None = None) -> Operation | None:
         """Restore everything operation ``op_id`` wrote to its state before it, as a new
         operation (None if everything already is). Raises UndoConflictError when a later
         operation wrote one of those entities, unless ``force=True``. An operation that wrote
@@ -691,33 +704,58 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         InvalidInputError, even with ``force``. With ``scope`` (a scope path or a list), the
         undo is refused (NotFoundError, nothing written) unless everything it would write lies
         inside the scopes, as it is now and as the undo leaves it
-        (``kwtree.retrieval.scopes.writes_outside``), judged under the writer lock."""
-        if not is_op_id(op_id):
-            raise InvalidInputError(f"op_id must be an operation id (32 lowercase hex digits), got {op_id!r}")
-        if type(force) is not bool:
-            raise InvalidInputError(f"force must be True or False, got {force!r}")
+        (``kwtree.retrieval.scopes.writes_outside``), judged under the writer lock.
+
+        ``op_id`` may be a list of operation ids (``Memory.add``'s ``op_ids``): they are undone
+        as ONE operation, newest first, each over the undo of the later ones (which is no
+        conflict), all or nothing; every id is checked before anything is decided."""
+        ids = [op_id] if isinstance(op_id, str) else list(op_id) if isinstance(op_id, (list, tuple)) else []
+        if not ids:
+            raise InvalidInputError(f"op_id must be an operation id or a non-empty list of them, got {shown(op_id)}")
+        for index, one in enumerate(ids):
+            if not isinstance(one, str) or not is_op_id(one):
+                field = "op_id" if isinstance(op_id, str) else f"op_id[{index}]"
+                raise InvalidInputError(f"{field} must be an operation id (32 lowercase hex digits), got {shown(one)}")
+        clean_flag(force, "force")
         scopes = clean_scopes(scope)
         engine = self._engine
 
-        def decide(state: State, stamp: Stamp) -> list[Change]:
-            target = engine.find_operation(op_id)
-            if target is None or state.last_op_id is None or op_id > state.last_op_id:
-                raise NotFoundError(f"no operation {op_id} in {engine.directory} "
+        def undo_one(state: State, stamp: Stamp, one: str) -> list[Change]:
+            target = engine.find_operation(one)
+            if target is None or state.last_op_id is None or one > state.last_op_id:
+                raise NotFoundError(f"no operation {one} in {engine.directory} "
                                     "(compact() drops the operations it folds)")
             if target.kind == COMPACT_KIND:
-                raise InvalidInputError(f"operation {op_id} is a compaction: it holds no before-images to go back to")
+                raise InvalidInputError(f"operation {one} is a compaction: it holds no before-images to go back to")
             if not target.changes:
-                raise InvalidInputError(f"operation {op_id} is a note about the log itself ({target.kind}): it "
+                raise InvalidInputError(f"operation {one} is a note about the log itself ({target.kind}): it "
                                         "changed nothing to go back to")
             refuse_forgotten(state, target)
-            changes = undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
+            try:
+                return undo_changes(state, target, stamp.op_id, stamp.timestamp, force)
+            except UndoConflictError as exc:
+                if set(exc.conflicts.values()) != {stamp.op_id}:
+                    raise
+                # Only the undo of a later operation of the list rewrote them: the order asked for.
+                return undo_changes(state, target, stamp.op_id, stamp.timestamp, True)
+
+        def decide(state: State, stamp: Stamp) -> list[Change]:
+            if len(ids) == 1:
+                changes = undo_one(state, stamp, ids[0])
+            else:
+                fork, made = state.fork(), []
+                for one in sorted(set(ids), reverse=True):  # op ids are time-ordered
+                    step = undo_one(fork, stamp, one)
+                    put_changes(fork, step)
+                    made.extend(step)
+                changes = in_apply_order(state, coalesce(made))
             outside = None if scopes is None else writes_outside(state, changes, scopes)
             if outside is not None:
                 raise NotFoundError(f"op_id: undoing operation {op_id} would write outside scope "  # (not what:
                                     f"{' or '.join(map(repr, scopes or ()))}; nothing was written")  # it is not theirs)
             return changes
 
-        return self._commit("undo", decide, audit={"undo_of": op_id})
+        return self._commit("undo", decide, audit={"undo_of": op_id if isinstance(op_id, str) else ids})
 
     def tree_metrics(self) -> dict[str, Any]:
         """Counts and shape of the live tree, and the size of its log (see docs/api.md)."""

@@ -16,7 +16,6 @@ plan is (``kwtree.writes.reorganize``), so ``undo`` reverses the whole commit.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from kwtree.memory.when import parse_time
 from kwtree.models import INFO_ABSTRACT, ROOT_ID, Change, Info, Keyword, RelationType, least_trusted
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
+from kwtree.validate import finite_number
 from kwtree.writes import Stamp
 from kwtree.writes import infos as info_commands
 from kwtree.writes import keywords as keyword_commands
@@ -546,9 +546,9 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
         stats["successes"] = int(stats.get("successes", 0)) + 1
     elif outcome == "failure":
         stats["failures"] = int(stats.get("failures", 0)) + 1
-    duration = facts.get("duration")
-    if isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 <= duration < math.inf:
-        stats["duration_total"] = float(stats.get("duration_total", 0.0)) + float(duration)
+    duration = finite_number(facts.get("duration"))
+    if duration is not None and duration >= 0:
+        stats["duration_total"] = float(stats.get("duration_total", 0.0)) + duration
         stats["timed_calls"] = int(stats.get("timed_calls", 0)) + 1
         stats["duration_mean"] = stats["duration_total"] / stats["timed_calls"]
     draft.update_keyword_metadata(current, stats)

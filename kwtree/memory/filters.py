@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kwtree.errors import InvalidInputError
-from kwtree.validate import shown
+from kwtree.validate import MAX_METADATA_DEPTH, check_unicode, clean_json, shown
 
 __all__ = ["LOGICAL", "OPERATORS", "check_filters", "matches"]
 
@@ -31,23 +31,31 @@ def _number(value: object) -> bool:
     return type(value) in (int, float)
 
 
-def check_filters(filters: object, where: str = "filters") -> Mapping[str, Any]:
-    """``filters`` checked (see the module's docstring); InvalidInputError naming the part."""
+def check_filters(filters: object, where: str = "filters", depth: int = 0) -> Mapping[str, Any]:
+    """``filters`` checked (see the module's docstring); InvalidInputError naming the part.
+    Values are JSON (as metadata is: no lone surrogate, no int beyond 64 bits, no NaN), and
+    filters nest at most ``MAX_METADATA_DEPTH`` levels, so that matching them never recurses
+    without bound."""
     if not isinstance(filters, Mapping):
         raise InvalidInputError(f"{where} must be a dict such as {{'category': 'preferences'}}, got {shown(filters)}")
+    if depth > MAX_METADATA_DEPTH:
+        raise InvalidInputError(f"{where}: filters nested deeper than {MAX_METADATA_DEPTH} levels; flatten them")
     for key, condition in filters.items():
-        at = f"{where}[{key!r}]"
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"{where} has a key that is not a field name: {shown(key)}")
+        check_unicode(key, f"{where} key")
+        at = f"{where}[{key!r}]"
         if key in ("AND", "OR") or (key == "NOT" and isinstance(condition, list)):
             if not isinstance(condition, list) or not condition:
                 raise InvalidInputError(f"{at} must be a non-empty list of filters")
             for index, part in enumerate(condition):
-                check_filters(part, f"{at}[{index}]")
+                check_filters(part, f"{at}[{index}]", depth + 1)
         elif key == "NOT":
-            check_filters(condition, at)
+            check_filters(condition, at, depth + 1)
         elif isinstance(condition, Mapping):
             _check_operators(condition, at)
+        else:
+            clean_json(condition, at)
     return filters
 
 
@@ -64,6 +72,7 @@ def _check_operators(condition: Mapping[Any, Any], at: str) -> None:
             raise InvalidInputError(f"{at}[{op!r}] must be a list of values, got {shown(value)}")
         if op in ("contains", "icontains") and not isinstance(value, str):
             raise InvalidInputError(f"{at}[{op!r}] must be text, got {shown(value)}")
+        clean_json(value, f"{at}[{op!r}]")
 
 
 def _holds(op: str, have: object, want: Any) -> bool:

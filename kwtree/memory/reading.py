@@ -17,7 +17,6 @@ OpenAI shape is read too: an assistant's ``tool_calls`` (``id``, ``function.name
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from kwtree.errors import InvalidInputError
 from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Message
 from kwtree.memory.when import message_time
+from kwtree.validate import finite_number, shown
 
 __all__ = ["AGENT_ROLES", "TOOL_ROLES", "USER_ROLE", "ToolOutcome", "anchor_of", "check_session", "dedupe",
            "provenance_of", "speaker_of", "text_of", "tool_outcomes"]
@@ -49,15 +49,14 @@ def check_session(messages: object, context: object) -> tuple[float | None, ...]
         raise InvalidInputError(
             f"messages must be a list of {{'role', 'content'}} dicts, got {type(messages).__name__}")
     session_time = context.session_time
-    if session_time is not None and (isinstance(session_time, bool) or not isinstance(session_time, (int, float))
-                                     or not math.isfinite(session_time)):
+    if session_time is not None and finite_number(session_time) is None:
         raise InvalidInputError(f"context.session_time must be epoch seconds (a finite number) or None, got "
-                                f"{session_time!r:.40}; kwtree.memory.when.parse_time reads a date string")
+                                f"{shown(session_time)}; kwtree.memory.when.parse_time reads a date string")
     first_new = context.first_new
     if isinstance(first_new, bool) or not isinstance(first_new, int) or not 0 <= first_new <= len(messages):
         raise InvalidInputError(
             f"context.first_new must be an index in [0, {len(messages)}] (the first message not seen before), "
-            f"got {first_new!r}")
+            f"got {shown(first_new)}")
     times = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
@@ -181,9 +180,9 @@ def _looks_failed(text: str) -> bool:
 def _duration(item: Mapping[str, Any]) -> float | None:
     """A ``duration`` (or ``duration_s``) in seconds given with the result, if any."""
     for key in ("duration", "duration_s"):
-        value = item.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-            return float(value)
+        value = finite_number(item.get(key))
+        if value is not None and value >= 0:
+            return value
     return None
 
 

@@ -45,13 +45,13 @@ seasons, holidays, "recently", "the other day", ordinal weeks ("the first week o
 from __future__ import annotations
 
 import calendar
-import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from kwtree.errors import InvalidInputError
+from kwtree.validate import finite_number, shown
 
 __all__ = ["DAY", "message_time", "parse_time", "resolve_when"]
 
@@ -98,9 +98,10 @@ def parse_time(value: object, field: str = "ts") -> float | None:
         raise InvalidInputError(
             f"{field} must be epoch seconds or an ISO 8601 date string, got {type(value).__name__}")
     if not isinstance(value, str):
-        if not math.isfinite(value):
-            raise InvalidInputError(f"{field} must be a finite number of epoch seconds, got {value!r}")
-        return float(value)
+        seconds = finite_number(value)
+        if seconds is None:
+            raise InvalidInputError(f"{field} must be a finite number of epoch seconds, got {shown(value)}")
+        return seconds
     text = value.strip()
     found = _LOCOMO.match(text)
     if found:
@@ -139,9 +140,8 @@ def resolve_when(text: str, anchor: float | None) -> float | None:
     Raises InvalidInputError when ``text`` is not a string or ``anchor`` not a finite number."""
     if not isinstance(text, str):
         raise InvalidInputError(f"text must be a string, got {type(text).__name__}")
-    if anchor is not None and (isinstance(anchor, bool) or not isinstance(anchor, (int, float))
-                               or not math.isfinite(anchor)):
-        raise InvalidInputError(f"anchor must be epoch seconds (a finite number) or None, got {anchor!r:.40}")
+    if anchor is not None and finite_number(anchor) is None:
+        raise InvalidInputError(f"anchor must be epoch seconds (a finite number) or None, got {shown(anchor)}")
     if _TRIGGER.search(text) is None:
         return None  # most sentences state no time: one scan instead of one per rule
     today = None if anchor is None else datetime.fromtimestamp(anchor, UTC).date()

@@ -462,8 +462,9 @@ def unreachable(directory: Path) -> tuple[UnreachableCopy, ...]:
             "them with a copy of this directory"),
         UnreachableCopy(
             "open trees", (),
-            "other processes that have this tree open hold the text in memory until their refresh() or next write "
-            "(which replay the rewritten log), and a read-only tree's private full-text copy until it closes"),
+            "other processes that have this tree open hold the text in memory until they catch up with the log "
+            "(refresh(), or their next write, replays the rewritten log), a read-only tree's private full-text index "
+            "until its next search after that, and an as_of view until it is closed; none of them keeps it on disk"),
     ]
     git = _git_history(directory)
     if git is not None:

@@ -127,10 +127,10 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
     return problems
 
 
-def _compare(index: FullTextIndex, state: State) -> list[str]:
+def _compare(index: FullTextIndex, where: Path, state: State) -> list[str]:
     if index.available and index.watermark != state.last_op_id:
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
-    problems = _checksum_problems(index.directory / "index")
+    problems = _checksum_problems(where / "index")
     if not index.available:
         return [*problems, "tantivy cannot open it"]
     try:
@@ -152,7 +152,7 @@ def check_fulltext(directory: Path, state: State, findings: _Findings) -> None:
         return
     index = FullTextIndex(where, writable=False)
     try:
-        problems = _compare(index, state)
+        problems = _compare(index, where, state)
     finally:
         index.close()
     if problems:

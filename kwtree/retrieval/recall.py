@@ -44,6 +44,7 @@ from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
 from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
 from kwtree.retrieval.timeline import Window, in_window
+from kwtree.validate import finite_number, shown
 
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
 
@@ -94,11 +95,12 @@ class RecallWeights:
     def __post_init__(self) -> None:
         for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {value!r}")
+            number = finite_number(value)
+            if number is None or number < 0:
+                raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {shown(value)}")
         for name in ("a", "signpost_alpha"):
             if getattr(self, name) > 1:
-                raise InvalidInputError(f"RecallWeights.{name} must be in [0, 1], got {getattr(self, name)!r}")
+                raise InvalidInputError(f"RecallWeights.{name} must be in [0, 1], got {shown(getattr(self, name))}")
 
 
 def feedback_terms(state: State, query: str, hits: Sequence[tuple[str, float]]) -> list[str]:

@@ -9,12 +9,11 @@ recorded), so that infos written by hand still fall in a window.
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, date, datetime, timedelta
 
 from kwtree.errors import InvalidInputError
 from kwtree.models import HAPPENED_AT, Info
-from kwtree.validate import shown
+from kwtree.validate import finite_number, shown
 
 __all__ = ["Window", "clean_window", "happened_at", "happened_day", "in_window"]
 
@@ -23,10 +22,7 @@ Window = tuple[float | None, float | None]
 
 
 def _stated(info: Info) -> float | None:
-    value = info.metadata.get(HAPPENED_AT)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    return finite_number(info.metadata.get(HAPPENED_AT))
 
 
 def happened_at(info: Info) -> float:
@@ -54,8 +50,9 @@ def _moment(value: object, field: str, end_of_day: bool) -> float:
     day: date | None = None
     moment: datetime | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if math.isfinite(value):
-            return float(value)
+        seconds = finite_number(value)
+        if seconds is not None:
+            return seconds
     elif isinstance(value, datetime):
         moment = value
     elif isinstance(value, date):

@@ -12,15 +12,15 @@ queries, which tantivy answers with block-max WAND, and document frequencies are
 ``directory`` holds ``index/`` (tantivy's files) and ``meta.json`` (``{"format": 1,
 "watermark": <op id or null>}``), written and fsynced after each tantivy commit: a crash in
 between leaves an older watermark, and re-feeding idempotent upserts and deletes is
-harmless. The watermark never claims more than the index holds. ``copy_committed`` copies
-a committed index for a process that may not write it (a read-only tree's private index).
+harmless. The watermark never claims more than the index holds. With no ``directory`` the
+index lives in memory only (tantivy's RAM directory): a read-only tree's private index, which
+leaves no file behind whatever happens to its process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import threading
 from pathlib import Path
 from typing import cast
@@ -39,7 +39,7 @@ from kwtree.errors import (
 from kwtree.normalize import terms
 from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, remove_cache_dir, write_atomically
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex", "copy_committed", "is_panic"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "is_panic"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
@@ -74,13 +74,16 @@ def _count(result: tantivy.SearchResult) -> int:
 
 
 class FullTextIndex:
-    """BM25 search over ``info`` and ``keyword`` documents kept under ``directory``.
+    """BM25 search over ``info`` and ``keyword`` documents kept under ``directory``, or in
+    memory when ``directory`` is None.
 
     Opening never fails on a bad cache: a writable index that is missing, corrupt or of
     another format is deleted and recreated empty (``rebuilt`` is then True and the caller
     must feed every document again). ``writable=False`` never writes (writes raise
     :class:`ReadOnlyError`): a missing or unreadable index searches as empty with
-    ``available`` False, and ``refresh()`` moves to the latest commit.
+    ``available`` False, and ``refresh()`` moves to the latest commit. An index in memory
+    starts empty (``rebuilt``), is always writable, writes no file and is gone with
+    ``close()`` or its process; its watermark is kept in memory.
 
     Tantivy's writer lock is held only from the first buffered write to the next commit
     (or close). If another process holds it then, the write raises :class:`StorageError`
@@ -88,13 +91,13 @@ class FullTextIndex:
     writer lock. All methods are thread-safe.
     """
 
-    def __init__(self, directory: Path, writable: bool = True, file_mode: int = PRIVATE_FILE_MODE) -> None:
+    def __init__(self, directory: Path | None, writable: bool = True, file_mode: int = PRIVATE_FILE_MODE) -> None:
         """``file_mode``: of the files it writes itself; its directories get the matching
         directory mode, which keeps the files tantivy writes (with the umask's mode) from
         other users."""
-        self._dir = Path(directory)
+        self._dir = None if directory is None else Path(directory)
         self._file_mode = file_mode
-        self._writable = writable
+        self._writable = writable or directory is None
         self._lock = threading.RLock()
         self._schema = _schema()
         self._writer: tantivy.IndexWriter | None = None
@@ -105,7 +108,7 @@ class FullTextIndex:
         self._watermark: str | None = None
         self._dirty = False
         self._closed = False
-        self._rebuilt = not self._load() and writable
+        self._rebuilt = not self._load() and self._writable
         if self._rebuilt:
             self._create()
 
@@ -115,8 +118,14 @@ class FullTextIndex:
         return self._rebuilt
 
     @property
-    def directory(self) -> Path:
+    def directory(self) -> Path | None:
+        """Where its files are; None for an index in memory."""
         return self._dir
+
+    @property
+    def _where(self) -> str:
+        """Where it is, for messages."""
+        return "memory" if self._dir is None else str(self._dir)
 
     @property
     def available(self) -> bool:
@@ -134,6 +143,8 @@ class FullTextIndex:
         return self._dirty
 
     def _load(self) -> bool:
+        if self._dir is None:
+            return False  # in memory: nothing to load
         meta_path = self._dir / "meta.json"
         if not meta_path.exists() and not (self._dir / "index").exists():
             _log.debug("no full-text index in %s", self._dir)
@@ -163,6 +174,10 @@ class FullTextIndex:
         self._index = index
 
     def _create(self) -> None:
+        self._watermark = None
+        if self._dir is None:
+            self._open_index(tantivy.Index(self._schema))  # no path: tantivy's RAM directory
+            return
         try:
             # meta.json goes first and comes last: a process killed between leaves a folder
             # that is no index, never one whose meta.json stands for a broken one.
@@ -177,9 +192,10 @@ class FullTextIndex:
             if isinstance(exc, ValueError) and low_on_space(self._dir):
                 raise disk_full_error(what, self._dir, f"tantivy: {exc}") from exc
             raise storage_error(what, exc, self._dir) from exc
-        self._watermark = None
 
     def _write_meta(self, watermark: str | None) -> None:
+        if self._dir is None:
+            return  # in memory: the watermark is the attribute the caller sets
         write_atomically(self._dir / "meta.json", orjson.dumps({"format": FORMAT, "watermark": watermark}),
                          self._file_mode)
 
@@ -192,8 +208,8 @@ class FullTextIndex:
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.wait_merging_threads()  # consumes it, even a killed one: frees the lock
-        what = f"{what} in {self._dir} failed"
-        if not isinstance(exc, OSError) and low_on_space(self._dir):
+        what = f"{what} in {self._where} failed"
+        if self._dir is not None and not isinstance(exc, OSError) and low_on_space(self._dir):
             return disk_full_error(what, self._dir, f"tantivy: {exc}")
         return storage_error(what, exc, self._dir)
 
@@ -211,7 +227,7 @@ class FullTextIndex:
                 self._writer = self._index.writer(heap_size=_HEAP_BYTES, num_threads=1)
             except ValueError as exc:
                 raise StorageError(
-                    f"cannot write the full-text index in {self._dir}: {exc}; another process "
+                    f"cannot write the full-text index in {self._where}: {exc}; another process "
                     "holds its writer, so retry once that process has committed"
                 ) from exc
         return self._writer
@@ -265,7 +281,7 @@ class FullTextIndex:
             try:  # meta first: a crash must not leave an old watermark over an emptied index
                 self._write_meta(None)
             except OSError as exc:
-                raise storage_error(f"cannot write {self._dir / 'meta.json'}", exc, self._dir) from exc
+                raise storage_error(f"cannot write the meta.json of {self._where}", exc, self._dir) from exc
             self._watermark = None
             writer.delete_all_documents()
             self._dirty = True
@@ -397,31 +413,3 @@ class FullTextIndex:
                 self._closed = True
                 self._writer = self._searcher = self._index = None  # drops tantivy's lock
 
-
-def copy_committed(source: Path, target: Path) -> str | None:
-    """Copy the index committed in ``source`` to the new directory ``target`` and return the
-    copy's watermark, for a process that may not write ``source`` but wants a writable index
-    that needs only the operations after it. ``meta.json`` is copied before ``index/``, so the
-    watermark may lag what the copy holds, never lead it (as for a read-only open).
-
-    Raises :class:`StorageError` (and leaves no ``target``) if a file cannot be copied or the
-    meta is unusable: a writer may be merging segments meanwhile. A copy that was taken may
-    still fail to open; ``FullTextIndex`` then rebuilds it empty.
-    """
-    source, target = Path(source), Path(target)
-    try:
-        make_dir(target, PRIVATE_FILE_MODE, parents=True)  # a private copy, in a private temporary directory
-        shutil.copyfile(source / "meta.json", target / "meta.json")
-        meta = orjson.loads((target / "meta.json").read_bytes())
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ValueError(f"meta.json is not of format {FORMAT}")
-        watermark = meta.get("watermark")
-        if watermark is not None and not isinstance(watermark, str):
-            raise ValueError(f"watermark {watermark!r} is not a string")
-        # Tantivy's lock files guard the source's writer and readers, not the copy's; its
-        # ".tmp*" files are a writer's files being written, not yet part of any commit.
-        shutil.copytree(source / "index", target / "index", ignore=shutil.ignore_patterns(".tantivy-*.lock", ".tmp*"))
-    except (OSError, ValueError) as exc:  # shutil.Error is an OSError, JSONDecodeError a ValueError
-        shutil.rmtree(target, ignore_errors=True)
-        raise StorageError(f"cannot copy the full-text index in {source} to {target}: {exc}") from exc
-    return watermark

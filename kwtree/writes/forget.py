@@ -25,7 +25,18 @@ from typing import Any
 from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import ROOT_ID, UNKNOWN_PROVENANCE, Change, Entity, Info, Keyword, Operation, Relation
+from kwtree.models import (
+    FORGOTTEN_BY,
+    ROOT_ID,
+    UNKNOWN_PROVENANCE,
+    Change,
+    Entity,
+    Info,
+    Keyword,
+    Operation,
+    Relation,
+    is_forgotten,
+)
 from kwtree.normalize import normalize_name
 from kwtree.validate import clean_id, clean_metadata
 from kwtree.writes.abstracts import ABSTRACT_KEY, quotes, stored_abstract
@@ -38,8 +49,6 @@ __all__ = [
 
 #: The kind of the operation that deletes what ``forget`` erases.
 FORGET_KIND = "forget"
-#: The metadata key of a tombstone: the id of the forget operation that erased the entity.
-FORGOTTEN_BY = "forgotten_by"
 
 
 def tombstone(entity: Entity, op_id: str) -> Entity:
@@ -53,11 +62,6 @@ def tombstone(entity: Entity, op_id: str) -> Entity:
     if type(entity) is Relation:
         return dataclasses.replace(entity, reason="")
     return entity
-
-
-def is_forgotten(entity: Info | Keyword) -> bool:
-    """True when this version is a forget tombstone (deleted, its text erased)."""
-    return entity.deleted and FORGOTTEN_BY in entity.metadata
 
 
 def refuse_forgotten(state: State, op: Operation) -> None:

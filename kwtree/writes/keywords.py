@@ -31,10 +31,12 @@ from kwtree.validate import (
     check_patch,
     clean_aliases,
     clean_choice,
+    clean_flag,
     clean_int,
     clean_metadata,
     clean_name_key,
     clean_text,
+    shown,
 )
 from kwtree.writes import Stamp, new_ids, require_keyword
 from kwtree.writes.abstracts import check_user_metadata
@@ -222,8 +224,7 @@ def delete_keyword(
     keyword = require_keyword(state, keyword_id)
     if keyword.id == ROOT_ID:
         raise InvalidInputError("the root keyword cannot be deleted")
-    if type(cascade) is not bool:
-        raise InvalidInputError(f"cascade must be True or False, got {cascade!r}")
+    clean_flag(cascade, "cascade")
     policy = clean_choice(info_policy, "info_policy", INFO_POLICIES)
     children = state.children.get(keyword.id)
     if children and not cascade:
@@ -327,9 +328,9 @@ def _batch_keyword(
     if parent_ref is not None:
         if pid is not None:
             raise InvalidInputError("gives both parent_id and parent_ref; give one")
-        parent = by_ref.get(parent_ref)
+        parent = by_ref.get(parent_ref) if type(parent_ref) is str else None
         if parent is None:
-            raise InvalidInputError(f"parent_ref {parent_ref!r} names no earlier spec's ref")
+            raise InvalidInputError(f"parent_ref {shown(parent_ref)} names no earlier spec's ref")
     elif pid is None:
         parent = root
     else:
@@ -348,9 +349,9 @@ def _batch_keyword(
     ref = spec.get("ref")
     if ref is not None:
         if type(ref) is not str or not ref:
-            raise InvalidInputError(f"ref must be a non-empty string, got {ref!r}")
+            raise InvalidInputError(f"ref must be a non-empty string, got {shown(ref)}")
         if ref in by_ref:
-            raise InvalidInputError(f"ref {ref!r} is used by an earlier spec")
+            raise InvalidInputError(f"ref {shown(ref)} is used by an earlier spec")
     keyword = Keyword(
         kid,
         name,

@@ -22,7 +22,7 @@ from kwtree.errors import (
     NotFoundError,
 )
 from kwtree.models import Change
-from kwtree.validate import clean_id, clean_text
+from kwtree.validate import clean_id, clean_text, shown
 from kwtree.writes import Stamp
 from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.undo import check_consistent, in_apply_order
@@ -54,8 +54,8 @@ def clean_plan(plan: object) -> list[dict[str, Any]]:
         if not isinstance(step, Mapping):
             raise InvalidInputError(f"{where} must be a dict, got {type(step).__name__}")
         kind = step.get("op")
-        if kind not in STEP_FIELDS:
-            raise InvalidInputError(f"{where}: op must be one of {', '.join(STEP_FIELDS)}, got {kind!r}")
+        if type(kind) is not str or kind not in STEP_FIELDS:  # (a dict or list is no key: TypeError)
+            raise InvalidInputError(f"{where}: op must be one of {', '.join(STEP_FIELDS)}, got {shown(kind)}")
         allowed = ("op", *STEP_FIELDS[kind], *_OPTIONAL[kind])
         unknown = sorted(str(key) for key in step if key not in allowed)
         missing = [field for field in STEP_FIELDS[kind] if field not in step]
