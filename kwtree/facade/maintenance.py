@@ -41,6 +41,9 @@ class MaintenanceMethods(TreeCore):
         is checked to replay to the same state before it replaces the old one in one atomic
         step: a crash leaves one or the other. Other processes that hold the tree open replay
         the new log at their next refresh or write. Returns sizes before and after.
+        Raises StorageError — DiskFullError when the disk is full — if the new log cannot be
+        written: it is removed, the log and the state are as before, and the same call works
+        once space is freed.
         """
         from kwtree.ops import compaction
 
@@ -68,7 +71,8 @@ class MaintenanceMethods(TreeCore):
         is taken, not during the copy. ``path`` (default ``<dirname>-<last op id>.kwsnap``
         beside the directory) must not exist and must lie outside the directory. Durable on
         return. Raises InvalidInputError, NotFoundError (``path``'s directory is missing),
-        StorageError, LockTimeoutError."""
+        StorageError (DiskFullError when the disk is full; no partial archive is left),
+        LockTimeoutError."""
         from kwtree.ops.restore import facts_of
         from kwtree.stores import snapshot as snapshots
 
@@ -173,7 +177,8 @@ class MaintenanceMethods(TreeCore):
         name and replaces ``path`` once complete and synced. Returns the path, the format,
         the counts written and the ``last_op_id`` exported. Raises InvalidInputError (bad
         path or format), NotFoundError (no such directory) or StorageError (the disk refused
-        the file; ``path`` is unchanged)."""
+        the file, DiskFullError when it is full; ``path`` is unchanged, no temporary file is
+        left)."""
         from kwtree.ops import export as exporting
 
         self._check_open()

@@ -18,6 +18,7 @@ the log says. Afterwards it verifies again; the report lists what it did, then w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -28,7 +29,7 @@ import orjson
 
 from kwtree.engine.events import CRC_KEY, OpClock, encode_operation, with_checksum
 from kwtree.engine.references import REPAIR_KIND, to_retire
-from kwtree.errors import FormatError, StorageError
+from kwtree.errors import FormatError, StorageError, storage_error
 from kwtree.models import Change, Link, Operation
 from kwtree.ops.verify import (
     Report,
@@ -75,7 +76,9 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     retired by one appended ``repair`` operation, and the caches that follow the log by a watermark (the full-text
     index) and unreadable ones are deleted, to be rebuilt from the log. Returns a report of what was done (info
     findings) followed by what a verify then finds; ``ok`` is True when no error remains.
-    Raises FormatError for a directory of a newer format (it changes nothing then).
+    Raises FormatError for a directory of a newer format (it changes nothing then), and
+    StorageError when the disk fails — DiskFullError when it is full: the log is then as it
+    was, nothing the repair began is left behind, and the same call works once space is freed.
 
     A changed log replaces ``log/`` in one atomic step (as compaction does), so processes
     that have the tree open replay the repaired log at their next refresh or write."""
@@ -84,17 +87,20 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     try:  # (with the log in PostgreSQL, the directory's lock is the one its caches are written under)
         return run_locked(directory, timeout, repair_under_lock)
     except OSError as exc:
-        raise StorageError(f"could not repair {directory}: {exc}") from exc
+        raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
 def repair_under_lock(directory: Path) -> Report:
     """``repair_directory`` for a caller that holds the directory's writer lock already
-    (``KeywordTree.repair``). A failing disk raises StorageError: every step before it is
-    complete (quarantined bytes are synced before the log changes; the log swap is atomic)."""
+    (``KeywordTree.repair``). A failing disk raises StorageError (DiskFullError when it is
+    full) and leaves the log as it was: the copies this repair made in ``quarantine/`` and
+    the new log it was building are removed (their bytes are still in the log), so the same
+    call works once space is freed. Only the ``repair`` operation appended after the new log
+    is in place can fail with the repaired log kept; running repair again appends it."""
     try:
         return _repair(directory) if recorded(directory) is None else _repair_caches(directory)
     except OSError as exc:
-        raise StorageError(f"could not repair {directory}: {exc}; run verify to see where it stands") from exc
+        raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
 def _repair(directory: Path) -> Report:
@@ -108,11 +114,21 @@ def _repair(directory: Path) -> Report:
         # The log tells its format: format 2 operations carry checksums.
         checksummed = not exam.operations or CRC_KEY in exam.operations[0].rows[-1]["end"]
         _replace_manifest(directory, FORMAT_VERSION if checksummed else OLDEST_FORMAT, done)
-    bodies = {segment.name: _quarantine_spans(directory, segment, done) for segment in exam.segments if segment.spans}
-    _reseal(directory, exam, bodies, done)
-    root = _root_operation(exam, done) if exam.needs_root else None
-    if bodies or root is not None:
-        _swap_log(directory, bodies, root)
+    kept = _quarantine_entries(directory)
+    try:
+        bodies = {segment.name: _quarantine_spans(directory, segment, done)
+                  for segment in exam.segments if segment.spans}
+        _reseal(directory, exam, bodies, done)
+        root = _root_operation(exam, done) if exam.needs_root else None
+        swap = bool(bodies) or root is not None
+        if swap:
+            _build_log(directory, bodies, root)
+    except BaseException:
+        # All or nothing: the log still holds every byte this repair copied aside.
+        _drop_quarantined_since(directory, kept)
+        raise
+    if swap:
+        logswap.swap_in(directory)
         exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
     _retire_dangling(directory, exam, done)
     _remove_caches(directory, exam, done)
@@ -241,27 +257,50 @@ def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
     return op_id, data
 
 
-def _swap_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
+def _build_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
     """Build the repaired log in ``log.compacting/`` — repaired segments written anew, every
     other entry of ``log/`` hard-linked (copied where links fail), so nothing else changes —
-    and swap it in atomically (kwtree.stores.logswap)."""
+    for ``logswap.swap_in`` to put in place atomically. If that fails (a full disk), the
+    partial ``log.compacting/`` is removed and the error raised."""
     target = logswap.new_log_dir(directory)
     source = directory / LOG_DIR
-    for entry in sorted(os.listdir(source)):
-        stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
-        if stem is not None and stem in bodies:
-            logswap.write_segment(target, stem, bodies[stem])
-        elif (source / entry).is_dir():
-            shutil.copytree(source / entry, target / entry)
-        else:
-            try:
-                os.link(source / entry, target / entry)
-            except OSError:
-                shutil.copy2(source / entry, target / entry)
-    if root is not None:
-        logswap.write_segment(target, *root)
-    logswap.seal(target)
-    logswap.swap_in(directory)
+    try:
+        for entry in sorted(os.listdir(source)):
+            stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
+            if stem is not None and stem in bodies:
+                logswap.write_segment(target, stem, bodies[stem])
+            elif (source / entry).is_dir():
+                shutil.copytree(source / entry, target / entry)
+            else:
+                try:
+                    os.link(source / entry, target / entry)
+                except OSError:
+                    shutil.copy2(source / entry, target / entry)
+        if root is not None:
+            logswap.write_segment(target, *root)
+        logswap.seal(target)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _quarantine_entries(directory: Path) -> set[str] | None:
+    """The names in ``quarantine/`` (None when there is no such directory)."""
+    folder = directory / QUARANTINE_DIR
+    return set(os.listdir(folder)) if folder.is_dir() else None
+
+
+def _drop_quarantined_since(directory: Path, kept: set[str] | None) -> None:
+    """Remove what was added to ``quarantine/`` since it held ``kept`` (the folder too, if it
+    was not there): copies of bytes the log still holds, for a repair that did not finish."""
+    folder = directory / QUARANTINE_DIR
+    if kept is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for name in set(os.listdir(folder)) - kept:
+            (folder / name).unlink()
+        fsync_directory(folder)
 
 
 def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> None:
