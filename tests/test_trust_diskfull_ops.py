@@ -20,6 +20,7 @@ A real full disk: the ``disk`` fixture's tmpfs, filled by ``helpers.fill_disk`` 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -27,10 +28,11 @@ from typing import Any
 
 import pytest
 from helpers import dir_bytes, fill_disk, log_bytes, says_disk_full, snapshot
+from test_forget import holders
 from test_trust_log_format import make_format_1
 
 import kwtree
-from kwtree import DiskFullError, KeywordTree
+from kwtree import DiskFullError, KeywordTree, NotFoundError
 from kwtree.cli.main import main
 from kwtree.ops.upgrade import upgrade_directory
 from kwtree.retrieval.scopes import SCOPE_KEY
@@ -88,6 +90,85 @@ def reads(tree: KeywordTree, ids: dict[str, Any]) -> dict[str, Any]:
     found = snapshot(tree, [ids["secrets"], ids["others"]], ids["infos"][:5] + ids["kept"][:5])
     del found["metrics"]["operations"]
     return found
+
+
+# --- forget ----------------------------------------------------------------------------------------
+
+TARGETS = {"info": lambda ids: {"entity_id": ids["infos"][0]},
+           "keyword": lambda ids: {"entity_id": ids["secrets"]},
+           "scope": lambda ids: {"scope": "user:alice"}}
+
+
+def _forget(tree: KeywordTree, ids: dict[str, Any], target: str) -> kwtree.ForgetReport:
+    arguments = TARGETS[target](ids)
+    return tree.forget(arguments.pop("entity_id", None), **arguments)
+
+
+def _pending(directory: Path, op_id: str) -> None:
+    """verify reports the unfinished erasure of ``op_id`` as an error that says how to finish it."""
+    report = kwtree.verify_directory(directory)
+    errors = [f for f in report.errors if f.code == "forget-unfinished"]
+    assert [f for f in report.errors if f.code != "forget-unfinished"] == [], report.to_text()
+    assert len(errors) == 1 and op_id in errors[0].message, report.to_text()
+    assert "still" in errors[0].message and "forget" in errors[0].message and "repair" in errors[0].message
+
+
+@pytest.mark.parametrize("finish", ["forget", "repair", "open"])
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_a_forget_on_a_full_disk_says_the_text_is_still_in_the_log_and_is_finished_later(
+        disk: Path, on_disk: tuple[Path, dict[str, Any]], target: str, finish: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    directory, ids = on_disk
+    erased = f"{SECRET} fact 0:" if target == "info" else SECRET  # the text this forget erases
+    tree = KeywordTree(directory, durability="none", worker=False)
+    filler = fill_disk(disk, LEAVE)
+    with pytest.raises(DiskFullError) as raised:
+        _forget(tree, ids, target)
+    says_disk_full(raised, directory)
+    op_id = tree.last_op_id
+    assert tree.history()[-1].kind == "forget" and op_id in str(raised.value)
+    assert "still in the log" in said(raised, disk) and "forget again" in said(raised, disk)
+    with pytest.raises(NotFoundError):  # the forget operation is committed: the entities are gone
+        tree.get_info(ids["infos"][0])
+    assert leftovers(directory) == []
+    assert any("/log/" in path for path in holders(directory, erased))
+    _pending(directory, op_id)
+    with caplog.at_level(logging.WARNING, logger="kwtree"):  # a writable open tries, and still opens
+        KeywordTree(directory, durability="none", worker=False).close()
+    assert any(op_id in record.getMessage() and "is full" in record.getMessage() for record in caplog.records)
+    _pending(directory, op_id)
+    assert leftovers(directory) == []
+
+    filler.unlink()
+    if finish == "forget":
+        report = _forget(tree, ids, target)
+        assert report.already_forgotten_by == op_id and report.log_rewritten
+    elif finish == "repair":
+        report = tree.repair()
+        assert report.ok and [f.code for f in report.findings if op_id in f.message] == ["finished-forget"]
+    else:
+        tree.close()
+        with caplog.at_level(logging.WARNING, logger="kwtree"):
+            tree = KeywordTree(directory, durability="none", worker=False)
+        assert any(f"finished the erasure of forget operation {op_id}" in r.getMessage() for r in caplog.records)
+    tree.close()
+    assert holders(directory, erased) == []
+    assert kwtree.verify_directory(directory).ok
+    with KeywordTree(directory, read_only=True) as reader:
+        assert reader.tree_metrics()["infos"] == OTHER_INFOS + (SECRET_INFOS - 1 if target == "info" else 0)
+
+
+def test_the_next_forget_of_another_target_finishes_an_erasure_a_full_disk_stopped(
+        disk: Path, on_disk: tuple[Path, dict[str, Any]]) -> None:
+    directory, ids = on_disk
+    with KeywordTree(directory, durability="none", worker=False) as tree:
+        filler = fill_disk(disk, LEAVE)
+        with pytest.raises(DiskFullError):
+            tree.forget(ids["infos"][0])
+        filler.unlink()
+        tree.forget(ids["kept"][0])
+    assert holders(directory, f"{SECRET} fact 0:") == []
+    assert kwtree.verify_directory(directory).ok
 
 
 # --- compaction ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -32,6 +33,7 @@ from kwtree.engine.references import REPAIR_KIND, to_retire
 from kwtree.errors import FormatError, StorageError, storage_error
 from kwtree.models import Change, Link, Operation
 from kwtree.ops.verify import (
+    Finding,
     Report,
     _clean_directory,
     _Examination,
@@ -66,7 +68,7 @@ from kwtree.stores.postgres import recorded
 from kwtree.validate import clean_seconds
 from kwtree.writes.infos import retire_link, retire_relation
 
-__all__ = ["repair_directory", "repair_under_lock"]
+__all__ = ["repair_directory", "repair_under_lock", "repaired_report"]
 
 def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Report:
     """Repair the data directory at ``path`` under its writer lock (waiting ``lock_timeout``
@@ -85,14 +87,20 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:  # (with the log in PostgreSQL, the directory's lock is the one its caches are written under)
-        return run_locked(directory, timeout, repair_under_lock)
+        return run_locked(directory, timeout, lambda locked: repaired_report(locked, repair_under_lock(locked)))
     except OSError as exc:
         raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
-def repair_under_lock(directory: Path) -> Report:
-    """``repair_directory`` for a caller that holds the directory's writer lock already
-    (``KeywordTree.repair``). A failing disk raises StorageError (DiskFullError when it is
+def repaired_report(directory: Path, done: Iterable[Finding]) -> Report:
+    """A repair's report: what it did (``done``), then what a verify now finds."""
+    return _examine(directory).report(done)
+
+
+def repair_under_lock(directory: Path) -> list[Finding]:
+    """``repair_directory``'s repair, for a caller that holds the directory's writer lock
+    already (``KeywordTree.repair``): returns what it did, for ``repaired_report``, which
+    the caller may extend with what it did next. A failing disk raises StorageError (DiskFullError when it is
     full) and leaves the log as it was: the copies this repair made in ``quarantine/`` and
     the new log it was building are removed (their bytes are still in the log), so the same
     call works once space is freed. Only the ``repair`` operation appended after the new log
@@ -103,7 +111,7 @@ def repair_under_lock(directory: Path) -> Report:
         raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
-def _repair(directory: Path) -> Report:
+def _repair(directory: Path) -> list[Finding]:
     done = _Findings()
     if logswap.recover(directory):
         done.add("info", "log-swap", None, None, "finished a log replacement that a crash had interrupted")
@@ -132,10 +140,10 @@ def _repair(directory: Path) -> Report:
         exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
     _retire_dangling(directory, exam, done)
     _remove_caches(directory, exam, done)
-    return _examine(directory).report(done.items)
+    return done.items
 
 
-def _repair_caches(directory: Path) -> Report:
+def _repair_caches(directory: Path) -> list[Finding]:
     """Repair for a directory whose log is in PostgreSQL (a database tears no operation, and
     its log is not this directory's to rewrite): the caches are rebuilt; what verify finds
     in the log itself is reported."""
@@ -144,7 +152,7 @@ def _repair_caches(directory: Path) -> Report:
     if exam.manifest_problem == "newer":
         raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
     _remove_caches(directory, exam, done)
-    return _examine(directory).report(done.items)
+    return done.items
 
 
 def _remove_caches(directory: Path, exam: _Examination, done: _Findings) -> None:

@@ -31,7 +31,7 @@ from kwtree.writes.abstracts import ABSTRACT_KEY, quotes, stored_abstract
 from kwtree.writes.infos import retire_link
 
 __all__ = [
-    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten",
+    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten", "last_forget",
     "refuse_forgotten", "revise_survivors", "tombstone",
 ]
 
@@ -57,6 +57,13 @@ def tombstone(entity: Entity, op_id: str) -> Entity:
 def is_forgotten(entity: Info | Keyword) -> bool:
     """True when this version is a forget tombstone (deleted, its text erased)."""
     return entity.deleted and FORGOTTEN_BY in entity.metadata
+
+
+def last_forget(state: State) -> str | None:
+    """The id of the last forget operation that erased an entity (the newest ``forgotten_by``
+    of a tombstone in ``state``), None when nothing was forgotten."""
+    return max((str(entity.metadata[FORGOTTEN_BY]) for entities in (state.infos, state.keywords)
+                for entity in entities.values() if is_forgotten(entity)), default=None)
 
 
 def refuse_forgotten(state: State, op: Operation) -> None:
