@@ -173,21 +173,27 @@ class DiskFullError(StorageError):
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def storage_error(what: str, exc: BaseException, path: str | os.PathLike[str] | None = None) -> StorageError:
+#: What else a DiskFullError suggests, unless the caller knows better.
+_MOVE_THE_TREE = "move the data directory to a larger disk"
+
+
+def storage_error(what: str, exc: BaseException, path: str | os.PathLike[str] | None = None, *,
+                  instead: str = _MOVE_THE_TREE) -> StorageError:
     """The error to raise (``from exc``) when ``what`` (e.g. "could not append to <file>")
     failed with ``exc``: a DiskFullError naming ``path`` and what to do when ``exc`` is an
-    OSError with a no-space errno, else a StorageError carrying ``exc``'s text."""
+    OSError with a no-space errno (free space, or ``instead``), else a StorageError carrying
+    ``exc``'s text."""
     if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
-        return disk_full_error(what, path, exc.strerror or str(exc))
+        return disk_full_error(what, path, exc.strerror or str(exc), instead=instead)
     return StorageError(f"{what}: {exc}")
 
 
-def disk_full_error(what: str, path: str | os.PathLike[str] | None, detail: str) -> DiskFullError:
+def disk_full_error(what: str, path: str | os.PathLike[str] | None, detail: str, *,
+                    instead: str = _MOVE_THE_TREE) -> DiskFullError:
     """A DiskFullError for ``what`` that failed on the full disk holding ``path``."""
     where = f"the disk holding {path}" if path is not None else "the disk"
     return DiskFullError(f"{what}: {where} is full ({detail}); nothing was written: free space on it "
-                         "(or move the data directory to a larger disk) and retry",
-                         None if path is None else str(path))
+                         f"(or {instead}) and retry", None if path is None else str(path))
 
 
 class FormatError(KwtreeError):

@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Child
+from helpers import Child, tmpfs
 from hypothesis import HealthCheck, settings
 from messages_api import FakeMessagesAPI
+
+#: The size of the ``disk`` fixture's file system: room for a small tree and its caches.
+DISK_BYTES = 8 << 20
 
 settings.register_profile(
     "default",
@@ -44,6 +47,15 @@ def tree(tree_dir: Path):
     t = KeywordTree(tree_dir, durability="none")
     yield t
     t.close()
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on its own small real file system (a tmpfs of ``DISK_BYTES``), for full-disk
+    tests (helpers.fill_disk fills it); unmounted afterwards, skipped where mounting is not
+    permitted."""
+    with tmpfs(tmp_path / "disk", f"size={DISK_BYTES}") as mount_point:
+        yield mount_point
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ of data directories, and child processes."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -17,8 +18,8 @@ import pytest
 
 from kwtree.testing import public_reads as snapshot
 
-__all__ = ["HANG", "Child", "assert_every_open_refuses", "child_line", "copy_tree_dir", "dir_bytes", "log_bytes",
-           "snapshot", "tmpfs"]
+__all__ = ["HANG", "Child", "assert_every_open_refuses", "child_line", "copy_tree_dir", "dir_bytes", "fill_disk",
+           "log_bytes", "says_disk_full", "snapshot", "tmpfs"]
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
 
@@ -37,6 +38,34 @@ def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill_disk(disk: Path, leave: int = 0) -> Path:
+    """Write a file on the file system holding ``disk`` until it is full (ENOSPC), then give
+    back ``leave`` bytes of it (rounded by the file system to its blocks); delete the file
+    to free the space."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (b"\0" * (1 << 16), b"\0"):
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError as exc:
+                assert exc.errno == 28, exc  # ENOSPC
+        if leave:
+            os.ftruncate(fd, max(os.fstat(fd).st_size - leave, 0))
+    finally:
+        os.close(fd)
+    return filler
+
+
+def says_disk_full(exc: pytest.ExceptionInfo[Exception], path: Path) -> None:
+    """The DiskFullError's message says the disk holding ``path`` is full and to free space,
+    not the system's bare "short write"."""
+    message = str(exc.value)
+    assert "is full" in message and "free space" in message and str(path) in message, message
+    assert "short write" not in message
 
 
 def assert_every_open_refuses(directory: Path, segment: Path, line: int, *words: str) -> None:

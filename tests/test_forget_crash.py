@@ -1,9 +1,11 @@
 """forget killed by SIGKILL: a real writer process dies at each step of a forget — after the
-forget operation is durable, after the new log generation is written but before the swap,
-after the swap, while the caches are purged — and at random moments. Each time the directory
-verifies, holds either the old log or the new one (both valid, with the forgotten entities
-already gone from the live view once the forget operation was written), and running forget
-again finishes the job: no byte under the directory holds the text.
+forget operation is durable, in the middle of writing the new log generation, after it is
+written but before the swap, after the swap, while the caches are purged — and at random
+moments. Each time the directory holds either the old log or the new one (both valid, with
+the forgotten entities already gone from the live view once the forget operation was
+written); verify's only error is ``forget-unfinished`` while the old log still holds the
+text, and running forget again — or only opening the tree for writing — finishes the job:
+no byte under the directory holds the text.
 
 To stop the child at an exact step, the child script (this file, run as a program) wraps
 the module function that begins that step so that it first prints ``P <step>`` and waits;
@@ -24,11 +26,13 @@ from test_forget import abstracted_secret, holders, live_view, secret_tree
 
 import kwtree
 from kwtree import KeywordTree
+from kwtree.cli.main import main
 
 HERE = Path(__file__)
 #: step -> (module, function, pause before or after it, at its n-th call)
 STEPS = {
     "committed": ("kwtree.ops.forget", "erase_log", "before", 1),
+    "rewriting": ("kwtree.stores.logswap", "write_segment", "after", 1),  # in log.compacting/, mid-rewrite
     "written": ("kwtree.stores.logswap", "swap_in", "before", 1),
     "swapped": ("kwtree.stores.logswap", "swap_in", "after", 1),
     "purging": ("kwtree.caches.coordinator", "erase_vectors", "before", 1),
@@ -119,10 +123,18 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return base, ids, expected
 
 
+def _verifies(directory: Path, *, unfinished: bool | None) -> None:
+    """verify finds no error but ``forget-unfinished``, and that one exactly when the log's
+    erasure did not finish (``unfinished``; None: either)."""
+    report = kwtree.verify_directory(directory)
+    codes = {finding.code for finding in report.errors}
+    assert codes <= {"forget-unfinished"}, report.to_text()
+    assert unfinished is None or bool(codes) == unfinished, report.to_text()
+
+
 def _after_the_kill(directory: Path, expected: dict[str, Any], kind: str, target: str) -> None:
     """A killed forget left a valid directory; forget again finishes the erasure."""
-    report = kwtree.verify_directory(directory)
-    assert report.ok, report
+    _verifies(directory, unfinished=None)
     again = KeywordTree(directory, worker=False)
     done = again.forget(scope=target) if kind == "scope" else again.forget(target)
     assert done.already_forgotten_by is not None or done.op_id is not None
@@ -145,7 +157,7 @@ def test_a_forget_killed_at_each_step_leaves_a_valid_log_and_a_rerun_finishes(
     child.expect("B")
     child.expect(f"P {step}")
     child.kill()
-    assert kwtree.verify_directory(directory).ok
+    _verifies(directory, unfinished=step not in NEW_LOG)
     view = KeywordTree(directory, read_only=True)
     assert live_view(view) == expected  # the forget operation was durable before every step
     assert view.history()[-1].kind == "forget"
@@ -153,6 +165,34 @@ def test_a_forget_killed_at_each_step_leaves_a_valid_log_and_a_rerun_finishes(
     in_log = any("/log/" in path for path in holders(directory))
     assert in_log == (step not in NEW_LOG), f"after {step} the log should be the {'new' if in_log else 'old'} one"
     _after_the_kill(directory, expected, kind, target)
+
+
+@pytest.mark.parametrize(("step", "how"), [("committed", "open"), ("rewriting", "open"),
+                                           ("rewriting", "kwtree repair")])
+def test_the_next_writable_open_finishes_an_erasure_a_kill_interrupted(
+        prepared: tuple[Path, dict[str, str], dict[str, Any]], tmp_path: Path, children, step: str, how: str) -> None:
+    """The forget operation is durable, the text is still in the log and nobody was told:
+    verify names the operation, a read-only open changes nothing, and the next writable open
+    alone finishes the erasure (log, quarantine, caches, outbox); so does ``kwtree repair``."""
+    base, _, expected = prepared
+    directory = shutil.copytree(base, tmp_path / "tree")
+    child = children(str(HERE), directory, step, "scope", "user:alice")
+    child.expect("B")
+    child.expect(f"P {step}")
+    child.kill()
+    with KeywordTree(directory, read_only=True) as view:
+        forget_op = view.history()[-1]
+        assert forget_op.kind == "forget" and live_view(view) == expected
+    found = [f for f in kwtree.verify_directory(directory).errors if f.code == "forget-unfinished"]
+    assert len(found) == 1 and forget_op.op_id in found[0].message, found
+    assert any("/log/" in path for path in holders(directory))
+    if how == "open":
+        with KeywordTree(directory, worker=False) as tree:  # nothing but an open
+            assert live_view(tree) == expected
+    else:
+        assert main(["repair", str(directory)]) == 0
+    assert holders(directory) == []
+    assert kwtree.verify_directory(directory).ok
 
 
 @pytest.mark.parametrize("step", list(FULLTEXT_MOMENTS))
@@ -166,7 +206,7 @@ def test_a_forget_killed_while_it_rebuilds_the_fulltext_index_leaves_a_valid_dir
     child.expect("B")
     child.expect(f"P {step}")
     child.kill()
-    assert kwtree.verify_directory(directory).ok
+    _verifies(directory, unfinished=False)
     _after_the_kill(directory, expected, "scope", "user:alice")
 
 
@@ -183,7 +223,7 @@ def test_a_forget_killed_at_a_random_moment_is_finished_by_a_rerun(
     # Kill the child when its next line arrives or after a random wait, whichever is first.
     select.select([child.proc.stdout], [], [], random.Random(seed).uniform(0.0, 0.15))
     child.kill()
-    assert kwtree.verify_directory(directory).ok
+    _verifies(directory, unfinished=None)
     view = KeywordTree(directory, read_only=True)
     assert live_view(view) in (before, expected)  # the forget operation happened whole or not at all
     committed = view.history()[-1].kind == "forget"
@@ -207,7 +247,7 @@ def test_a_forget_killed_around_its_second_operation_is_finished_by_a_rerun(tmp_
     child.expect("B")
     child.expect(f"P {step}")
     child.kill()
-    assert kwtree.verify_directory(directory).ok
+    _verifies(directory, unfinished=True)
     again = KeywordTree(directory, worker=False)
     report = again.forget(ids["info"])
     assert report.already_forgotten_by is not None

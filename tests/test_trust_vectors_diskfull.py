@@ -19,12 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import log_bytes, snapshot, tmpfs
+from helpers import fill_disk, log_bytes, says_disk_full, snapshot
 
 from kwtree import DiskFullError, KeywordTree
 from kwtree.caches.embed import HashEmbedder
@@ -33,36 +32,6 @@ from kwtree.cli.worker import serve_outbox
 from kwtree.stores.vectors import VectorStore
 
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
-DISK_BYTES = 8 << 20
-
-
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[Path]:
-    """A directory on its own small tmpfs, unmounted afterwards."""
-    with tmpfs(tmp_path / "disk", f"size={DISK_BYTES}") as mount_point:
-        yield mount_point
-
-
-def fill(disk: Path) -> Path:
-    """Write a file until the disk is full (ENOSPC); delete it to free the space."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for chunk in (b"\0" * (1 << 16), b"\0"):
-            try:
-                while True:
-                    os.write(fd, chunk)
-            except OSError as exc:
-                assert exc.errno == 28, exc  # ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
-def says_disk_full(exc: pytest.ExceptionInfo[DiskFullError], path: Path) -> None:
-    message = str(exc.value)
-    assert "is full" in message and "free space" in message and str(path) in message, message
-    assert "short write" not in message
 
 
 def texts(n: int) -> list[str]:
@@ -84,7 +53,7 @@ def queued(directory: Path, n: int) -> list[str]:
 def test_the_worker_thread_survives_a_full_disk_and_resumes_when_space_returns(disk: Path) -> None:
     directory = disk / "tree"
     ids = queued(directory, 100)
-    filler = fill(disk)
+    filler = fill_disk(disk)
     with KeywordTree(directory, durability="none") as tree:
         with pytest.raises(DiskFullError) as raised:
             tree.wait_indexed(LIMIT)
@@ -108,7 +77,7 @@ def test_the_worker_thread_survives_a_full_disk_and_resumes_when_space_returns(d
 def test_without_a_worker_thread_wait_indexed_raises_disk_full_and_works_after(disk: Path) -> None:
     directory = disk / "tree"
     ids = queued(directory, 100)
-    filler = fill(disk)
+    filler = fill_disk(disk)
     with KeywordTree(directory, durability="none", worker=False) as tree:
         for _ in range(2):  # and again: nothing was left half done
             with pytest.raises(DiskFullError) as raised:
@@ -127,7 +96,7 @@ def test_recall_on_a_full_disk_raises_disk_full_and_works_after(disk: Path) -> N
     with KeywordTree(directory, durability="none", worker=False, embed_async=False) as tree:
         tree.recall("apples", mode="bm25")  # the full-text index exists and is current
         ids = [tree.create_info(text).id for text in texts(300)]
-        filler = fill(disk)
+        filler = fill_disk(disk)
         for mode in ("bm25", "hybrid"):
             with pytest.raises(DiskFullError) as raised:
                 tree.recall("apples", mode=mode)
@@ -148,7 +117,7 @@ def test_a_write_on_a_full_disk_says_so_and_changes_nothing(disk: Path) -> None:
         keyword = tree.create_keyword("Fruit", llm_auto_place=False)
         infos = [tree.create_info(text, keyword_ids=[keyword.id]).id for text in texts(5)]
         before, log_before = snapshot(tree, [keyword.id], infos), log_bytes(directory)
-        filler = fill(disk)
+        filler = fill_disk(disk)
         with pytest.raises(DiskFullError) as raised:
             tree.create_info("a long memory " * 2_000, keyword_ids=[keyword.id])
         says_disk_full(raised, directory / "log")
@@ -178,7 +147,7 @@ def test_the_outbox_and_the_vector_store_refuse_a_full_disk_whole(disk: Path) ->
     store.add([(f"e{n}", "h") for n in range(10)], unit(10))
     files = {p: p.read_bytes() for p in (disk / "outbox.jsonl", disk / "vectors" / "vectors.f32",
                                          disk / "vectors" / "keys.jsonl")}
-    filler = fill(disk)
+    filler = fill_disk(disk)
     with pytest.raises(DiskFullError) as raised:
         box.enqueue([("info", f"j{n}", "h" * 40, "m") for n in range(200)])
     says_disk_full(raised, disk / "outbox.jsonl")
@@ -212,7 +181,7 @@ def test_the_worker_process_waits_out_a_full_disk(disk: Path) -> None:
     """``kwtree worker`` (serve_outbox) used to exit with the outbox's StorageError."""
     directory = disk / "tree"
     ids = queued(directory, 100)
-    filler = fill(disk)
+    filler = fill_disk(disk)
     seen = _Seen("trying again in")
     logger = logging.getLogger("kwtree.caches.outbox")
     logger.addHandler(seen)
@@ -238,7 +207,7 @@ def test_an_atomic_replace_refused_by_a_full_disk_leaves_the_old_file_and_no_tem
 
     target = disk / "meta.json"
     write_atomically(target, b"old")
-    filler = fill(disk)
+    filler = fill_disk(disk)
     with pytest.raises(OSError) as exc:
         write_atomically(target, b"x" * (1 << 20))
     assert exc.value.errno == 28  # ENOSPC

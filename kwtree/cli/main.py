@@ -200,6 +200,11 @@ def _verify(_: None, args: argparse.Namespace) -> None:
 
 def _repair(_: None, args: argparse.Namespace) -> None:
     report = kwtree.repair_directory(args.dir, lock_timeout=args.lock_timeout)
+    if any(finding.code == "forget-unfinished" for finding in report.errors):
+        # Finishing a forget's erasure purges the caches too: the tree's work (its open finishes
+        # it already); KeywordTree.repair then reports on the directory as it is now.
+        with kwtree.KeywordTree(args.dir, worker=False, lock_timeout=args.lock_timeout) as tree:
+            report = tree.repair()
     _show_report(report, args, "repair could not fix them (see docs/operations.md#verify-and-repair)")
 
 
@@ -589,7 +594,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "repair", "kwtree.repair_directory (KeywordTree.repair)",
         "move DIR's damaged operations and torn tail to quarantine/ (nothing is deleted), retire links naming "
-        "nothing, and have the caches rebuilt",
+        "nothing, finish the erasure of an interrupted forget, and have the caches rebuilt",
         example="./memory", opens="none",
         call=_repair,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),

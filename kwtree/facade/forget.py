@@ -7,15 +7,24 @@ them); (b) under the writer lock, the log is rewritten as a new generation in wh
 row of every entity a forget operation erased holds its tombstone (``kwtree.ops.forget``,
 through the swap compaction uses); (c) the caches are purged. A rerun finds what a crash
 left undone: (b) and (c) always cover every entity the log's forget operations erased.
+
+A step (b) that fails (a full disk) or is killed leaves the forget operation committed and its
+text in the log. That is never left to chance: the error says so, ``verify`` reports it
+(``forget-unfinished``), and the next forget of any target, ``repair()`` and every writable
+open of the tree (``_finish_forget_at_open``) finish it. The open does so because after a
+crash nobody was told, and a log replacement a crash interrupted is finished there too; it
+costs one read of the last forget operation (``kwtree.ops.forget.unfinished_forget``), and an
+open that cannot finish it (the disk is still full) opens anyway, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.state import State
-from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.errors import InvalidInputError, LockTimeoutError, NotFoundError, StorageError
 from kwtree.facade.core import TreeCore
 from kwtree.models import Change
 from kwtree.normalize import normalize_name
@@ -23,12 +32,21 @@ from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import clean_id
 from kwtree.writes import Stamp
 from kwtree.writes.abstracts import quotes
-from kwtree.writes.forget import FORGET_KIND, ForgetPlan, forget_entity, forget_subtree, revise_survivors
+from kwtree.writes.forget import (
+    FORGET_KIND,
+    ForgetPlan,
+    forget_entity,
+    forget_subtree,
+    last_forget,
+    revise_survivors,
+)
 
 if TYPE_CHECKING:
-    from kwtree.ops.forget import ForgetReport
+    from kwtree.ops.forget import ForgetReport, LogErasure
 
 __all__ = ["ForgetMethods"]
+
+log = logging.getLogger("kwtree.forget")
 
 
 class ForgetMethods(TreeCore):
@@ -51,12 +69,17 @@ class ForgetMethods(TreeCore):
         of it. A crash at any point leaves a valid log, old or new: call ``forget`` again
         with the same target to finish (a target forgotten already is not an error; the call
         finishes the erasure and says so). ``undo`` of a forget operation is refused.
+        If the rewrite of the log fails (a full disk), the forget operation stays committed
+        and the error (DiskFullError when the disk is full) says that the text is still in
+        the log: call forget again once space is freed; the next forget of any target,
+        ``repair()`` or a writable open of the tree finish it too.
 
         Returns a :class:`kwtree.ForgetReport`: what was erased and kept, and what kwtree
         cannot reach (older snapshots, git history, exports, copies) with how to purge it.
         Raises InvalidInputError (not exactly one target, a bad id or scope, the root),
         NotFoundError (no such entity or scope; nothing is written), ReadOnlyError,
-        LockTimeoutError, StorageError.
+        LockTimeoutError, StorageError (DiskFullError); raised after the forget operation is
+        committed, the last two say what is left to erase.
         """
         from kwtree.ops import forget as forgetting
 
@@ -91,20 +114,7 @@ class ForgetMethods(TreeCore):
                 raise
             op = None
         engine = self._engine
-        with engine.writing() as state:
-            erasure = forgetting.erase_log(engine, state)
-        if erasure.quoting:  # a live keyword holds an older erased text (its abstract, an alias): drop it first
-            erased_names = {normalize_name(text) for text in erasure.needles}
-            names = dict.fromkeys(erasure.carriers, erased_names)
-            self._commit(FORGET_KIND, lambda state, stamp: revise_survivors(
-                state, stamp, plan, lambda keyword, stored: quotes(stored, erasure.needles), names,
-                only=erasure.quoting), audit)
-        with engine.writing() as state:
-            if erasure.quoting:
-                erasure = forgetting.erase_log(engine, state)
-            removed = forgetting.purge_quarantine(engine.directory, erasure)
-            vectors, outbox = self._indexes.erase(erasure.entity_ids)
-        self._agent.forget(plan.keywords)
+        erasure, removed, vectors, outbox = self._erase(plan, audit, op.op_id if op is not None else str(plan.already))
         return forgetting.ForgetReport(
             target=f"scope {path}" if path is not None else str(entity_id),
             op_id=None if op is None else op.op_id, already_forgotten_by=plan.already,
@@ -118,6 +128,65 @@ class ForgetMethods(TreeCore):
             quarantine_removed=tuple(removed), unreachable=forgetting.unreachable(engine.directory),
             seconds=time.perf_counter() - started,
         )
+
+    def _erase(self, plan: ForgetPlan, audit: dict[str, Any], op_id: str) -> tuple[LogErasure, list[str], int, int]:
+        """Steps (b) and (c) for every forget operation in the log: returns what the log's
+        rewrite found and did, the quarantine files removed, the vector rows and outbox items
+        dropped. ``op_id`` is the forget operation the caller finishes, named by the error:
+        a StorageError or LockTimeoutError saying what is left (``unfinished_error``)."""
+        from kwtree.ops import forget as forgetting
+
+        engine = self._engine
+        log_erased = False
+        try:
+            with engine.writing() as state:
+                erasure = forgetting.erase_log(engine, state)
+            if erasure.quoting:  # a live keyword holds an older erased text (its abstract, an alias): drop it first
+                erased_names = {normalize_name(text) for text in erasure.needles}
+                names = dict.fromkeys(erasure.carriers, erased_names)
+                needles = erasure.needles
+                self._commit(FORGET_KIND, lambda state, stamp: revise_survivors(
+                    state, stamp, plan, lambda keyword, stored: quotes(stored, needles), names,
+                    only=erasure.quoting), audit)
+            with engine.writing() as state:
+                if erasure.quoting:
+                    erasure = forgetting.erase_log(engine, state)
+                log_erased = True
+                removed = forgetting.purge_quarantine(engine.directory, erasure)
+                vectors, outbox = self._indexes.erase(erasure.entity_ids)
+        except (StorageError, LockTimeoutError) as exc:
+            raise forgetting.unfinished_error(op_id, exc, log_erased=log_erased) from exc
+        self._agent.forget(plan.keywords)
+        return erasure, removed, vectors, outbox
+
+    def _finish_forget(self) -> str | None:
+        """Finish the erasure of the last forget operation if it did not finish (see the
+        module docstring); returns its id, None when there was nothing to finish. Raises as
+        ``_erase``, and ReadOnlyError, ClosedError."""
+        engine = self._engine
+        with engine.exclusive() as state:
+            op_id = last_forget(state)
+            if op_id is None:  # (a tree that never forgot does not load kwtree.ops.forget)
+                return None
+            from kwtree.ops import forget as forgetting
+
+            if not forgetting.unfinished_forget(engine, op_id):
+                return None
+        self._erase(ForgetPlan(), {"forget": {"finishes": op_id}}, op_id)
+        return op_id
+
+    def _finish_forget_at_open(self) -> None:
+        """``_finish_forget`` for a writable open, which it never fails: an erasure it cannot
+        finish (the disk is still full, another writer holds the lock) is logged and left for
+        the next forget, ``repair()`` or open."""
+        try:
+            finished = self._finish_forget()
+        except (StorageError, LockTimeoutError) as exc:
+            log.warning("%s", exc)
+            return
+        if finished is not None:
+            log.warning("finished the erasure of forget operation %s in %s, which a full disk or a crash had "
+                        "interrupted", finished, self._engine.directory)
 
     def _scope_forgotten_by(self, digest: str) -> str | None:
         """The forget operation that forgot the scope with this digest, if one did."""

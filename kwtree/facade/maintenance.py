@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.replay import operations_in_view
-from kwtree.facade.core import TreeCore
+from kwtree.facade.forget import ForgetMethods
 from kwtree.validate import clean_choice, clean_flag
 
 if TYPE_CHECKING:
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["MaintenanceMethods"]
 
 
-class MaintenanceMethods(TreeCore):
-    """The operational side of KeywordTree (see docs/operations.md)."""
+class MaintenanceMethods(ForgetMethods):
+    """The operational side of KeywordTree (see docs/operations.md). (On ForgetMethods:
+    ``repair`` finishes an erasure a forget left unfinished.)"""
 
     def compact(self, keep_history: bool = False) -> CompactionReport:
         """Rewrite the log so that each live entity appears once, at its current version;
@@ -41,6 +42,9 @@ class MaintenanceMethods(TreeCore):
         is checked to replay to the same state before it replaces the old one in one atomic
         step: a crash leaves one or the other. Other processes that hold the tree open replay
         the new log at their next refresh or write. Returns sizes before and after.
+        Raises StorageError — DiskFullError when the disk is full — if the new log cannot be
+        written: it is removed, the log and the state are as before, and the same call works
+        once space is freed.
         """
         from kwtree.ops import compaction
 
@@ -72,7 +76,8 @@ class MaintenanceMethods(TreeCore):
         is taken, not during the copy. ``path`` (default ``<dirname>-<last op id>.kwsnap``
         beside the directory) must not exist and must lie outside the directory. Durable on
         return. Raises InvalidInputError, NotFoundError (``path``'s directory is missing),
-        StorageError, LockTimeoutError."""
+        StorageError (DiskFullError when the disk is full; no partial archive is left),
+        LockTimeoutError."""
         from kwtree.ops.restore import facts_of
         from kwtree.stores import snapshot as snapshots
 
@@ -152,16 +157,20 @@ class MaintenanceMethods(TreeCore):
         go to ``quarantine/``, nothing is deleted; the full-text index is rebuilt; the vector
         store is read again from its files and every text without a vector is queued for the
         embedding worker (``wait_indexed`` waits for it). Then the tree replays the repaired log.
+        Last, it finishes the erasure of a forget that a full disk or a crash interrupted
+        (``forget``; verify's ``forget-unfinished``) and says so in the report.
         Returns what was done followed by what a verify then finds. A tree whose log is in
         PostgreSQL has only its caches repaired (the database's log is not rewritten).
         Raises ReadOnlyError on a read-only tree or ``as_of`` view, LockTimeoutError, FormatError
-        (a newer format), StorageError."""
-        from kwtree.ops.repair import repair_under_lock
+        (a newer format), StorageError (DiskFullError when the disk is full: the log is as it
+        was, or, when finishing an erasure failed, repaired and the message says what is left)."""
+        from kwtree.ops.repair import repair_under_lock, repaired_report
+        from kwtree.ops.verify import Finding
 
         engine = self._engine
         with self._caches_locked():  # the writer locks; only the directory's, with the log in PostgreSQL
             try:
-                report = repair_under_lock(engine.directory)
+                done = repair_under_lock(engine.directory)
             finally:  # the log may have been replaced even if a later step failed
                 engine.catch_up_locked()
             # The repair deleted the full-text index's files under us: drop the open index
@@ -171,7 +180,12 @@ class MaintenanceMethods(TreeCore):
             # this tree are read again, and every text left without a vector is queued.
             self._indexes.reload_vectors()
         self._agent.forget(self._agent.mru.snapshot())
-        return report
+        finished = self._finish_forget()  # (it takes the locks itself)
+        if finished is not None:
+            done.append(Finding("info", "finished-forget", None, None,
+                                f"finished the erasure of forget operation {finished}: the log held the text it "
+                                "forgot (a full disk or a crash had stopped its rewrite)"))
+        return repaired_report(engine.directory, done)
 
     def export(self, path: str | os.PathLike[str], format: str = "json") -> dict[str, Any]:
         """Write the live tree to the file ``path``. ``format="json"`` keeps every keyword,
@@ -180,7 +194,8 @@ class MaintenanceMethods(TreeCore):
         name and replaces ``path`` once complete and synced. Returns the path, the format,
         the counts written and the ``last_op_id`` exported. Raises InvalidInputError (bad
         path or format), NotFoundError (no such directory) or StorageError (the disk refused
-        the file; ``path`` is unchanged)."""
+        the file, DiskFullError when it is full; ``path`` is unchanged, no temporary file is
+        left)."""
         from kwtree.ops import export as exporting
 
         self._check_open()

@@ -138,7 +138,9 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     ``"none"`` skips the syncs, for bulk loads and tests. ``as_of`` (an op id or an epoch
     timestamp) opens a read-only view of the tree as it was then; ``read_only=True`` opens
     the current tree without ever writing. Several processes may open one directory: writes
-    are serialised by a lock file, and ``refresh()`` picks up what the others wrote.
+    are serialised by a lock file, and ``refresh()`` picks up what the others wrote. A
+    writable open finishes what a crash or a full disk interrupted: a log replacement, and
+    the erasure of a ``forget`` (see ``forget``; if the disk is still full it only warns).
 
     The agent (``search``, auto-placement, ``create_info(auto_link=True)``, ``reorganize``)
     asks ``llm_client`` when one is given and the offline navigator otherwise; it shows the
@@ -255,6 +257,8 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             engine.add_commit_listener(self._note_commit)
             if writable and ROOT_ID not in engine.state.keywords:
                 self._commit("init", _create_root)
+            if writable and not engine.caches_only:  # (a log elsewhere is read whole to find an operation)
+                self._finish_forget_at_open()
             changes = engine.changes() if follow else None
             if changes is not None:
                 self._follower = BackgroundFollower(changes, engine.catch_up, str(data_path))

@@ -44,7 +44,7 @@ import orjson
 
 from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
-from kwtree.errors import InvalidInputError, NotFoundError, StorageError
+from kwtree.errors import InvalidInputError, NotFoundError, StorageError, storage_error
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.ops.compaction import live_entities
 from kwtree.stores.directory import KWTREE_ENTRIES
@@ -115,7 +115,8 @@ def write_export(data: ExportData, path: str | os.PathLike[str], format: str, so
     (the tree's: an export holds every memory); returns what was written.
 
     ``path`` is replaced only when the export is complete and synced (StorageError if the disk
-    refuses it; ``path`` is then unchanged)."""
+    refuses it, DiskFullError when it is full; ``path`` is then unchanged and no temporary
+    file is left)."""
     target = _export_target(path)
     exported_at = time.time()
     write = _write_json if format == "json" else _write_markdown
@@ -147,8 +148,9 @@ def _export_target(path: object) -> Path:
 def _write_atomically(path: Path, write: Callable[[IO[bytes]], None], file_mode: int) -> None:
     try:
         write_atomically(path, write, file_mode)
-    except OSError as exc:
-        raise StorageError(f"cannot write the export {path}: {exc.strerror or exc}; {path} is unchanged") from None
+    except OSError as exc:  # (write_atomically removed its temporary file)
+        raise storage_error(f"could not write the export {path} ({path} is unchanged)", exc, path,
+                            instead="export to another disk") from exc
     try:
         fsync_directory(path.parent)
     except OSError as exc:

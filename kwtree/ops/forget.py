@@ -12,6 +12,11 @@ LLM's answers) is replaced by ``{"forgotten_by": <op id>}``, and any other audit
 holding an erased text is emptied. The rewrite is idempotent (an erased row is already its
 tombstone), so running it again after a crash finishes the job, and a log that holds no
 text to erase is left as it is.
+
+An erasure the rewrite did not finish (a full disk, a crash: the forget operation is
+committed, the rows still hold the text) is found from the log itself: ``find_unfinished``
+reads every row (``verify`` reports each such forget operation), ``unfinished_forget`` only
+the last forget operation (cheap enough for every writable open, which finishes it).
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ from kwtree.engine.engine import Engine
 from kwtree.engine.events import ENTITY_DECODERS, NOTE_ENTITY, encode_row
 from kwtree.engine.replay import RawOperation
 from kwtree.engine.state import State
+from kwtree.errors import DiskFullError, LockTimeoutError, StorageError
+from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.ops import compaction
 from kwtree.stores.eventlog import QUARANTINE_DIR
 from kwtree.stores.snapshot import SNAPSHOT_SUFFIX
 from kwtree.writes.abstracts import ABSTRACT_KEY, quotes
-from kwtree.writes.forget import FORGET_KIND, FORGOTTEN_BY, tombstone
+from kwtree.writes.forget import FORGET_KIND, FORGOTTEN_BY, is_forgotten, last_forget, tombstone
 
-__all__ = ["ForgetReport", "KeptInfo", "LogErasure", "UnreachableCopy", "erase_log", "purge_quarantine",
-           "scope_digest", "unreachable"]
+__all__ = ["ForgetReport", "KeptInfo", "LogErasure", "UnreachableCopy", "erase_log", "find_unfinished",
+           "purge_quarantine", "scope_digest", "unfinished_error", "unfinished_forget", "unreachable"]
 
 #: Audit strings are emptied when they hold an erased text at least this long (or equal one):
 #: shorter texts ("tea", "ok") occur inside unrelated words.
@@ -121,6 +128,7 @@ class LogErasure:
     entity_ids: set[str] = field(default_factory=set)
     needles: set[str] = field(default_factory=set)
     rows: int = 0
+    pending: dict[str, int] = field(default_factory=dict)  # forget op id -> its entities' rows that held text
     revised: int = 0  # kept keywords' rows that lost an abstract or alias holding an erased text
     quoting: set[str] = field(default_factory=set)  # live keywords whose abstract or alias holds one
     carriers: set[str] = field(default_factory=set)  # keywords a merge gave an erased keyword's name
@@ -315,7 +323,9 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
         for index, row in enumerate(raw.rows):
             if index in forgetters:
                 new = _scrub_row(row, forgetters[index])
-                erasure.rows += new != row
+                if new != row:
+                    erasure.rows += 1
+                    erasure.pending[forgetters[index]] = erasure.pending.get(forgetters[index], 0) + 1
             elif row["entity"] == "keyword" and needles:
                 new = _revise_survivor(row, needles, names if row["id"] in erasure.carriers else set(), live, erasure)
             else:
@@ -343,25 +353,15 @@ def erase_log(engine: Engine, state: State) -> LogErasure:
     erased text (``erasure.quoting``: the caller drops those abstracts in an operation, then
     calls again). Returns what it found and did."""
     raws, size, _ = compaction.read_log(engine.read_segments(), parse=True)
-    erasure = LogErasure(operations=len(raws), bytes_before=size, bytes_after=size)
-    erased = _erased(raws)
-    erasure.entity_ids = set(erased)
-    if not erased:
-        return erasure
-    current = state.keywords
-
-    def live(row: dict[str, Any]) -> bool:
-        keyword = current.get(row["id"])
-        return keyword is not None and not keyword.deleted and keyword.op_id == row["op"]
-
-    scrubbed = scrub(raws, erased, erasure, live)
+    erasure, scrubbed = _scrubbed(raws, state)
+    erasure.bytes_before = erasure.bytes_after = size
     if erasure.quoting:  # the caller drops those live abstracts first, then calls again
         return erasure
     if erasure.rows or erasure.audits or erasure.revised:
         operations = compaction.history_operations(_without_old_heads(scrubbed))
         # The log is chained anew from the first row it erased: a note says so, and names no digest of
         # what it erased (a digest of the old bytes would let a guess of the erased text be checked).
-        note = {"reason": "forget", "by": max(erased.values())}
+        note = {"reason": "forget", "by": last_forget(state)}
         after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"), note)
         erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True
     return erasure
@@ -381,6 +381,73 @@ def _without_old_heads(raws: list[RawOperation]) -> list[RawOperation]:
             raw = RawOperation(raw.op_id, [*raw.rows[:-1], row], raw.path, raw.first_line)
         kept.append(raw)
     return kept
+
+
+def _scrubbed(raws: list[RawOperation], state: State) -> tuple[LogErasure, list[RawOperation]]:
+    """What ``erase_log`` would write: the counts, and the operations scrubbed (``raws`` as
+    they are when no forget operation erased anything); ``state`` is what ``raws`` replay to."""
+    erasure = LogErasure(operations=len(raws))
+    erased = _erased(raws)
+    erasure.entity_ids = set(erased)
+    if not erased:
+        return erasure, raws
+    current = state.keywords
+
+    def live(row: dict[str, Any]) -> bool:
+        keyword = current.get(row["id"])
+        return keyword is not None and not keyword.deleted and keyword.op_id == row["op"]
+
+    return erasure, scrub(raws, erased, erasure, live)
+
+
+def find_unfinished(raws: list[RawOperation], state: State) -> LogErasure:
+    """What a rewrite of the log (``erase_log``) would still erase, without writing: every
+    row is read. ``pending`` names each forget operation whose erasure did not finish, with
+    how many rows of its entities still hold their text (empty when every erasure finished);
+    ``audits``, ``revised`` and ``quoting`` count what else would be scrubbed (an audit of a
+    later operation may quote an erased text by chance, so only ``pending`` tells that an
+    erasure did not finish). ``state`` is what ``raws`` (whole operations, e.g. verify's)
+    replay to."""
+    return _scrubbed(raws, state)[0]
+
+
+def unfinished_forget(engine: Engine, last: str) -> bool:
+    """Whether the erasure of the log by ``last``, the last forget operation that erased
+    something (``kwtree.writes.forget.last_forget`` of the engine's state), did not finish (a
+    full disk or a crash stopped the rewrite after the operation was committed). Inside
+    ``engine.exclusive()``.
+
+    Cheap enough for every writable open: only that operation is read (one segment, found
+    by its id). A rewrite erases the rows of every forget operation at once, so the last one
+    tells for all: it is unfinished while one of its own rows keeps, as its before-image, the
+    text it erased (the rewrite makes that before-image a tombstone too). What only a merge
+    of logs could bring back, an older row of an erased entity written by a writer that
+    never saw the forget, is found by ``find_unfinished`` (verify), not here."""
+    op = engine.find_operation(last)
+    return op is not None and any(
+        isinstance(change.after, (Info, Keyword)) and is_forgotten(change.after)
+        and isinstance(change.before, (Info, Keyword)) and FORGOTTEN_BY not in change.before.metadata
+        for change in op.changes)
+
+
+def unfinished_error(op_id: str, exc: StorageError | LockTimeoutError, *,
+                     log_erased: bool) -> StorageError | LockTimeoutError:
+    """The error to raise (``from exc``) when finishing the erasure of forget operation
+    ``op_id`` failed with ``exc``: of ``exc``'s class (a DiskFullError keeps its path), saying
+    what is left — the text in the log, or (``log_erased``) in the caches — and how to finish."""
+    if log_erased:
+        left = ("its text is erased from the log, but the caches (full-text index, vectors, outbox) may still hold "
+                "some of it")
+        later = "the next forget of any target or repair() finishes it too"
+    else:
+        left = "the entities are gone from the tree, but their text is still in the log until the erasure finishes"
+        later = ("the next forget of any target, repair() or writable open of the tree finishes it too, and "
+                 "`kwtree verify` reports it meanwhile")
+    message = (f"forget operation {op_id} is committed: {left}. Finishing the erasure failed: {exc}. Call forget "
+               f"again once that is mended (free space on a full disk); {later}")
+    if isinstance(exc, DiskFullError):
+        return DiskFullError(message, exc.path)
+    return type(exc)(message)
 
 
 def _encodings(needles: Iterable[str]) -> list[bytes]:

@@ -18,10 +18,12 @@ the log says. Afterwards it verifies again; the report lists what it did, then w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -30,6 +32,7 @@ from kwtree.engine.events import (
     CRC_KEY,
     GENESIS,
     NOTE_RECHAIN,
+    PREV_KEY,
     OpClock,
     encode_note,
     encode_operation,
@@ -38,9 +41,10 @@ from kwtree.engine.events import (
     with_prev,
 )
 from kwtree.engine.references import REPAIR_KIND, to_retire
-from kwtree.errors import FormatError, StorageError
+from kwtree.errors import FormatError, StorageError, storage_error
 from kwtree.models import Change, Link, Operation
 from kwtree.ops.verify import (
+    Finding,
     Report,
     _clean_directory,
     _Examination,
@@ -66,7 +70,6 @@ from kwtree.stores.files import (
 )
 from kwtree.stores.lock import run_locked
 from kwtree.stores.manifest import (
-    FORMAT_VERSION,
     MANIFEST_NAME,
     OLDEST_FORMAT,
     Manifest,
@@ -75,7 +78,7 @@ from kwtree.stores.postgres import recorded
 from kwtree.validate import clean_seconds
 from kwtree.writes.infos import retire_link, retire_relation
 
-__all__ = ["repair_directory", "repair_under_lock"]
+__all__ = ["repair_directory", "repair_under_lock", "repaired_report"]
 
 def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Report:
     """Repair the data directory at ``path`` under its writer lock (waiting ``lock_timeout``
@@ -85,29 +88,40 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     retired by one appended ``repair`` operation, and the caches that follow the log by a watermark (the full-text
     index) and unreadable ones are deleted, to be rebuilt from the log. Returns a report of what was done (info
     findings) followed by what a verify then finds; ``ok`` is True when no error remains.
-    Raises FormatError for a directory of a newer format (it changes nothing then).
+    Raises FormatError for a directory of a newer format (it changes nothing then), and
+    StorageError when the disk fails — DiskFullError when it is full: the log is then as it
+    was, nothing the repair began is left behind, and the same call works once space is freed.
 
     A changed log replaces ``log/`` in one atomic step (as compaction does), so processes
     that have the tree open replay the repaired log at their next refresh or write."""
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:  # (with the log in PostgreSQL, the directory's lock is the one its caches are written under)
-        return run_locked(directory, timeout, repair_under_lock)
+        return run_locked(directory, timeout, lambda locked: repaired_report(locked, repair_under_lock(locked)))
     except OSError as exc:
-        raise StorageError(f"could not repair {directory}: {exc}") from exc
+        raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
-def repair_under_lock(directory: Path) -> Report:
-    """``repair_directory`` for a caller that holds the directory's writer lock already
-    (``KeywordTree.repair``). A failing disk raises StorageError: every step before it is
-    complete (quarantined bytes are synced before the log changes; the log swap is atomic)."""
+def repaired_report(directory: Path, done: Iterable[Finding]) -> Report:
+    """A repair's report: what it did (``done``), then what a verify now finds."""
+    return _examine(directory).report(done)
+
+
+def repair_under_lock(directory: Path) -> list[Finding]:
+    """``repair_directory``'s repair, for a caller that holds the directory's writer lock
+    already (``KeywordTree.repair``): returns what it did, for ``repaired_report``, which
+    the caller may extend with what it did next. A failing disk raises StorageError (DiskFullError when it is
+    full) and leaves the log as it was: the copies this repair made in ``quarantine/`` and
+    the new log it was building are removed (their bytes are still in the log), so the same
+    call works once space is freed. Only the ``repair`` operation appended after the new log
+    is in place can fail with the repaired log kept; running repair again appends it."""
     try:
         return _repair(directory) if recorded(directory) is None else _repair_caches(directory)
     except OSError as exc:
-        raise StorageError(f"could not repair {directory}: {exc}; run verify to see where it stands") from exc
+        raise storage_error(f"could not repair {directory}", exc, directory) from exc
 
 
-def _repair(directory: Path) -> Report:
+def _repair(directory: Path) -> list[Finding]:
     done = _Findings()
     if logswap.recover(directory):
         done.add("info", "log-swap", None, None, "finished a log replacement that a crash had interrupted")
@@ -115,17 +129,27 @@ def _repair(directory: Path) -> Report:
     if exam.manifest_problem == "newer":
         raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
     if exam.manifest_problem is not None:
-        # The log tells its format: format 2 operations carry checksums.
-        checksummed = not exam.operations or CRC_KEY in exam.operations[0].rows[-1]["end"]
-        _replace_manifest(directory, FORMAT_VERSION if checksummed else OLDEST_FORMAT, done)
-    bodies = {segment.name: _quarantine_spans(directory, segment, done) for segment in exam.segments if segment.spans}
-    _reseal(directory, exam, bodies, done)
-    root = _root_operation(exam, done) if exam.needs_root else None
+        # The log tells its format: format 2 operations carry checksums, format 3 ones links too.
+        end = exam.operations[0].rows[-1]["end"] if exam.operations else {CRC_KEY: 0, PREV_KEY: GENESIS}
+        _replace_manifest(directory, 3 if PREV_KEY in end else 2 if CRC_KEY in end else OLDEST_FORMAT, done)
     # The digests of the operations the damage cost, as the operations after them name them: the
     # log says it lost them (a note), so its hash chain stays whole across the cut.
     removed = sorted({prev for prev in exam.lost if is_digest(prev)})
-    if bodies or root is not None:
-        _swap_log(directory, bodies, root)
+    kept = _quarantine_entries(directory)
+    try:
+        bodies = {segment.name: _quarantine_spans(directory, segment, done)
+                  for segment in exam.segments if segment.spans}
+        _reseal(directory, exam, bodies, done)
+        root = _root_operation(exam, done) if exam.needs_root else None
+        swap = bool(bodies) or root is not None
+        if swap:
+            _build_log(directory, bodies, root)
+    except BaseException:
+        # All or nothing: the log still holds every byte this repair copied aside.
+        _drop_quarantined_since(directory, kept)
+        raise
+    if swap:
+        logswap.swap_in(directory)
         exam = _examine(directory)  # what the swapped-in log holds: references it left dangling too
     if removed:
         note = encode_note(_next_op(exam)[0], time.time(), NOTE_RECHAIN, REPAIR_KIND,
@@ -137,7 +161,7 @@ def _repair(directory: Path) -> Report:
         exam = _examine(directory)
     _retire_dangling(directory, exam, done)
     _remove_caches(directory, exam, done)
-    return _examine(directory).report(done.items)
+    return done.items
 
 
 def _next_op(exam: _Examination) -> tuple[str, float]:
@@ -163,7 +187,7 @@ def _append(directory: Path, exam: _Examination, encoded: bytes) -> None:
         events.close()
 
 
-def _repair_caches(directory: Path) -> Report:
+def _repair_caches(directory: Path) -> list[Finding]:
     """Repair for a directory whose log is in PostgreSQL (a database tears no operation, and
     its log is not this directory's to rewrite): the caches are rebuilt; what verify finds
     in the log itself is reported."""
@@ -172,7 +196,7 @@ def _repair_caches(directory: Path) -> Report:
     if exam.manifest_problem == "newer":
         raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
     _remove_caches(directory, exam, done)
-    return _examine(directory).report(done.items)
+    return done.items
 
 
 def _remove_caches(directory: Path, exam: _Examination, done: _Findings) -> None:
@@ -287,27 +311,50 @@ def _root_operation(exam: _Examination, done: _Findings) -> tuple[str, bytes]:
     return op_id, data
 
 
-def _swap_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
+def _build_log(directory: Path, bodies: dict[str, bytes], root: tuple[str, bytes] | None) -> None:
     """Build the repaired log in ``log.compacting/`` — repaired segments written anew, every
     other entry of ``log/`` hard-linked (copied where links fail), so nothing else changes —
-    and swap it in atomically (kwtree.stores.logswap)."""
+    for ``logswap.swap_in`` to put in place atomically. If that fails (a full disk), the
+    partial ``log.compacting/`` is removed and the error raised."""
     target = logswap.new_log_dir(directory)
     source = directory / LOG_DIR
-    for entry in sorted(os.listdir(source)):
-        stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
-        if stem is not None and stem in bodies:
-            logswap.write_segment(target, stem, bodies[stem])
-        elif (source / entry).is_dir():
-            shutil.copytree(source / entry, target / entry)
-        else:
-            try:
-                os.link(source / entry, target / entry)
-            except OSError:
-                shutil.copy2(source / entry, target / entry)
-    if root is not None:
-        logswap.write_segment(target, *root)
-    logswap.seal(target)
-    logswap.swap_in(directory)
+    try:
+        for entry in sorted(os.listdir(source)):
+            stem = entry[: -len(SEGMENT_SUFFIX)] if entry.endswith(SEGMENT_SUFFIX) else None
+            if stem is not None and stem in bodies:
+                logswap.write_segment(target, stem, bodies[stem])
+            elif (source / entry).is_dir():
+                shutil.copytree(source / entry, target / entry)
+            else:
+                try:
+                    os.link(source / entry, target / entry)
+                except OSError:
+                    shutil.copy2(source / entry, target / entry)
+        if root is not None:
+            logswap.write_segment(target, *root)
+        logswap.seal(target)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _quarantine_entries(directory: Path) -> set[str] | None:
+    """The names in ``quarantine/`` (None when there is no such directory)."""
+    folder = directory / QUARANTINE_DIR
+    return set(os.listdir(folder)) if folder.is_dir() else None
+
+
+def _drop_quarantined_since(directory: Path, kept: set[str] | None) -> None:
+    """Remove what was added to ``quarantine/`` since it held ``kept`` (the folder too, if it
+    was not there): copies of bytes the log still holds, for a repair that did not finish."""
+    folder = directory / QUARANTINE_DIR
+    if kept is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for name in set(os.listdir(folder)) - kept:
+            (folder / name).unlink()
+        fsync_directory(folder)
 
 
 def _retire_dangling(directory: Path, exam: _Examination, done: _Findings) -> None:

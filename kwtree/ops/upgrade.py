@@ -35,7 +35,7 @@ from kwtree.engine.events import (
     with_prev,
 )
 from kwtree.engine.replay import parse_operations
-from kwtree.errors import DamagedDirectoryError, StorageError
+from kwtree.errors import DamagedDirectoryError, StorageError, storage_error
 from kwtree.ops.verify import Report, segments_directory, verify_directory
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
@@ -78,13 +78,14 @@ def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.
     Raises NotFoundError / InvalidInputError for a path that is not a kwtree directory,
     FormatError for a newer or unreadable manifest, DamagedDirectoryError when verify finds
     an error or a torn tail (run ``kwtree repair`` first; nothing is changed), LockTimeoutError,
-    StorageError when the disk fails (the old log stays in place)."""
+    StorageError when the disk fails — DiskFullError when it is full: the new log is removed,
+    the old one stays in place, and the same call works once space is freed."""
     directory = segments_directory(path, "upgrade")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:
         return run_locked(directory, timeout, _upgrade)
     except OSError as exc:
-        raise StorageError(f"could not upgrade {directory}: {exc}; the old log is still in place") from exc
+        raise storage_error(f"could not upgrade {directory}", exc, directory) from exc
 
 
 def _upgrade(directory: Path) -> Upgrade:

@@ -10,8 +10,10 @@ and never takes the writer lock (diskcache's ``Cache.check`` is the model). Seve
   end of a sealed segment, an invalid op id, a NUL byte or zeroed block that hides the
   operations after it, an operation before the root, an unreadable manifest, a cache whose
   watermark names an operation the log lacks, a link or relation naming an entity the log
-  never wrote (kwtree.engine.references).
-  ``repair`` fixes each of these (a manifest of a newer format excepted).
+  never wrote (kwtree.engine.references); and a forget whose erasure of the log did not finish:
+  rows of the entities it erased still hold their text (``forget-unfinished``).
+  ``repair`` fixes each of these (a manifest of a newer format excepted; an unfinished forget
+  only ``KeywordTree.repair`` and the tree's other writers, which purge the caches too).
 - **warning** — what merged histories and crashes legitimately leave (DESIGN §3): a torn
   tail of the newest segment, copies of one operation, two rows with one stored version, moves
   replay skipped because they would close a cycle, keywords re-homed under the root, links
@@ -51,6 +53,7 @@ from kwtree.errors import (
     StorageError,
 )
 from kwtree.models import ROOT_ID
+from kwtree.ops.forget import find_unfinished
 from kwtree.ops.verify_chain import Chain, check_chain
 from kwtree.ops.verify_fulltext import check_fulltext
 from kwtree.ops.verify_log import LOCKED_READ_TIMEOUT, REREADS, Replaced, read_log
@@ -67,7 +70,7 @@ from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
 from kwtree.stores.lock import held, run_locked
 from kwtree.stores.manifest import FORMAT_VERSION, MANIFEST_NAME, Manifest
 from kwtree.stores.postgres import opener, recorded
-from kwtree.validate import clean_path
+from kwtree.validate import clean_path, shown
 
 __all__ = [
     "SEVERITIES",
@@ -582,6 +585,22 @@ def _check_references(exam: _Examination, state: State) -> None:
         exam.findings.add(severity, code, path, line, message)
 
 
+def _check_erasures(exam: _Examination, state: State) -> None:
+    """Each forget operation whose erased entities still have rows holding their text (the
+    rewrite of the log was stopped by a full disk or a crash; ``kwtree.ops.forget``)."""
+    pending = find_unfinished(exam.operations, state).pending
+    for raw in exam.operations:
+        rows = pending.get(raw.op_id)
+        if rows is None:
+            continue
+        exam.findings.add(
+            "error", "forget-unfinished", raw.path, raw.first_line + len(raw.rows) - 1,
+            f"forget operation {raw.op_id} is committed, but {rows} row(s) of the entities it erased still hold "
+            "their text: a full disk or a crash stopped the rewrite of the log that erases it. Finish it: call forget "
+            f"again (any target), open the tree for writing, call KeywordTree.repair(), or run `kwtree repair "
+            f"{exam.directory}`")
+
+
 def _check_caches(exam: _Examination) -> None:
     known = {raw.op_id for raw in exam.operations}
     for cache in exam.caches:
@@ -670,6 +689,7 @@ def _examine_once(directory: Path, head: str | None) -> _Examination:
     state = exam.state = _replay(exam, validator)
     if state is not None:
         _check_tree(exam, state, stored)
+        _check_erasures(exam, state)
     _check_caches(exam)
     if state is not None and not any(f.severity == "error" for f in exam.findings.items):
         check_fulltext(exam.directory, state, exam.findings)  # against a log read without damage
@@ -684,7 +704,7 @@ def clean_head(head: object) -> str | None:
     text = head.strip().lower() if isinstance(head, str) else head
     if not is_digest(text):
         raise InvalidInputError(f"head must be the digest of an operation as `kwtree verify --chain` prints it "
-                                f"(64 hex digits), got {short(head)}")
+                                f"(64 hex digits), got {shown(head)}")
     assert isinstance(text, str)
     return text
 

@@ -5,7 +5,9 @@ either the old log or the new one under ``log/``, never a mix.
 Protocol (every step under the writer lock):
 
 1. ``new_log_dir`` empties ``log.compacting/``; the caller writes the new segments there with
-   ``write_segment`` and calls ``seal`` (files and directory fsynced).
+   ``write_segment`` and calls ``seal`` (files and directory fsynced). These three raise
+   StorageError (DiskFullError when the disk is full) for an OSError: the caller removes
+   ``log.compacting/``, and the old log was never touched.
 2. ``swap_in`` exchanges ``log.compacting/`` and ``log/`` in one ``renameat2(RENAME_EXCHANGE)``
    where the OS has it (Linux). Elsewhere it renames ``log.compacting/`` to ``log.compacted/``
    (the commit point), ``log/`` to ``log.old/`` and ``log.compacted/`` to ``log/``.
@@ -27,6 +29,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from kwtree.errors import StorageError, storage_error
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,
@@ -55,24 +58,39 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def _refused(target: Path, exc: OSError) -> StorageError:
+    """The error for a write of the new log into ``target`` that the system refused."""
+    return storage_error(f"could not write the new log of {target.parent} (in {target.name}/; the log in use is "
+                         "unchanged)", exc, target)
+
+
 def new_log_dir(directory: Path) -> Path:
     """An empty ``log.compacting/`` to write a new log into (a leftover one is removed),
     with the mode of the current ``log/``."""
     target = directory / COMPACTING_DIR
     _remove(target)
     current = directory / LOG_DIR
-    make_dir(target, mode_in(current) if current.is_dir() else PRIVATE_FILE_MODE)
+    try:
+        make_dir(target, mode_in(current) if current.is_dir() else PRIVATE_FILE_MODE)
+    except OSError as exc:
+        raise _refused(target, exc) from exc
     return target
 
 
 def write_segment(target: Path, first_op_id: str, data: bytes) -> None:
     """Write one whole segment of the new log and fsync it."""
-    write_new_file(target / (first_op_id + SEGMENT_SUFFIX), data, mode_in(target))
+    try:
+        write_new_file(target / (first_op_id + SEGMENT_SUFFIX), data, mode_in(target))
+    except OSError as exc:
+        raise _refused(target, exc) from exc
 
 
 def seal(target: Path) -> None:
     """Make the new log's directory entries durable."""
-    fsync_directory(target)
+    try:
+        fsync_directory(target)
+    except OSError as exc:
+        raise _refused(target, exc) from exc
 
 
 def _exchange(first: Path, second: Path) -> bool:

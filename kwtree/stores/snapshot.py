@@ -43,6 +43,7 @@ from kwtree.errors import (
     InvalidInputError,
     NotFoundError,
     StorageError,
+    storage_error,
 )
 from kwtree.stores import leftovers
 from kwtree.stores.archive import (
@@ -87,6 +88,8 @@ __all__ = [
 log = logging.getLogger("kwtree.snapshot")
 
 SNAPSHOT_SUFFIX = ".kwsnap"
+#: What a DiskFullError of a snapshot suggests besides freeing space.
+_ELSEWHERE = "pass a path on another disk"
 _PLACEHOLDER = "0" * 64
 
 
@@ -193,7 +196,7 @@ class Capture:
         try:
             out = open_file(tmp, os.O_WRONLY | os.O_EXCL, file_mode)
         except OSError as exc:
-            raise StorageError(f"cannot create the snapshot {target}: {exc}") from exc
+            raise storage_error(f"cannot create the snapshot {target}", exc, target, instead=_ELSEWHERE) from exc
         try:
             # Locked until it is closed, after its name is given and the temporary one gone:
             # a cleaner removes only partial archives nobody holds (see leftovers).
@@ -213,8 +216,8 @@ class Capture:
             os.pwrite(out, final, data_offset)
             os.fsync(out)
             _publish(tmp, target)
-        except OSError as exc:
-            raise StorageError(f"could not write the snapshot {target}: {exc}") from exc
+        except OSError as exc:  # (the partial archive goes below)
+            raise storage_error(f"could not write the snapshot {target}", exc, target, instead=_ELSEWHERE) from exc
         finally:
             _unlink(tmp)
             os.close(out)

@@ -43,7 +43,7 @@ from kwtree.writes.abstracts import ABSTRACT_KEY, quotes, stored_abstract
 from kwtree.writes.infos import retire_link
 
 __all__ = [
-    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten",
+    "FORGET_KIND", "FORGOTTEN_BY", "ForgetPlan", "forget_entity", "forget_subtree", "is_forgotten", "last_forget",
     "refuse_forgotten", "revise_survivors", "tombstone",
 ]
 
@@ -62,6 +62,13 @@ def tombstone(entity: Entity, op_id: str) -> Entity:
     if type(entity) is Relation:
         return dataclasses.replace(entity, reason="")
     return entity
+
+
+def last_forget(state: State) -> str | None:
+    """The id of the last forget operation that erased an entity (the newest ``forgotten_by``
+    of a tombstone in ``state``), None when nothing was forgotten."""
+    return max((str(entity.metadata[FORGOTTEN_BY]) for entities in (state.infos, state.keywords)
+                for entity in entities.values() if is_forgotten(entity)), default=None)
 
 
 def refuse_forgotten(state: State, op: Operation) -> None:
