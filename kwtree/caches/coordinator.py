@@ -398,7 +398,8 @@ class Indexes:
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.
-        (The outbox takes an item it holds as done again: its vector is gone.) First, rows
+        (The outbox takes an item it holds as done again: its vector is gone; and an item
+        still open whose vector is stored is recorded done.) First, rows
         whose vector fails its check are erased (``VectorStore.mend``), so their texts count
         as without a vector: a pass over every vector, the price of never searching a garbled
         one. Raises ReadOnlyError in a tree that does not write vectors."""
@@ -430,6 +431,12 @@ class Indexes:
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
         if work:
             self._outbox.enqueue(work)
+        # An open item whose text has its vector is done: its worker died between storing
+        # the vector and recording it, or a damaged outbox lost the done row. Waiting for its
+        # lease to run out (a minute) would be waiting for nothing.
+        embedded = [item for item in self._outbox.open_items() if item.model == model and (item.id, item.hash) in known]
+        if embedded:
+            self._outbox.done(self._worker_id, embedded)
         return len(work)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:
