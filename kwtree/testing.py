@@ -10,7 +10,9 @@ Checkers (each raises ``AssertionError`` naming the first read that differs):
 * ``assert_caches_rebuildable(tree)`` — §4.4: a copy of the directory without ``cache/`` and a
   copy with it, both drained with ``wait_indexed()``, give identical reads, ``search`` results
   and recall (the infos each mode finds, their vector similarities; with ``exact=True`` also
-  every rank and score, and ``context``).
+  every rank and score, and ``context``). With ``damages``, so do copies whose cache files
+  (``cache_files``) were deleted, emptied, truncated or garbled (``damage_cache_file``), one
+  or several at once: a cache is never silently wrong.
 * ``assert_merge_converges(fork_a, fork_b)`` — §4.3: the union of two forks' logs replays to
   one state in op-id order, in either file order, with the shared operations twice, and in
   shuffled orders; that state is a tree (``assert_tree_shape``).
@@ -18,7 +20,8 @@ Checkers (each raises ``AssertionError`` naming the first read that differs):
   paths and levels agree), links and relations with a dead end are never returned, and
   ``tree_metrics()`` counts what the reads show.
 
-Strategies: ``names()``, ``infos()`` (specs for ``create_info`` / ``batch_create_infos``),
+Strategies: ``cache_damages(files)`` (damage to one or two of a tree's cache files), ``names()``,
+``infos()`` (specs for ``create_info`` / ``batch_create_infos``),
 ``operations()`` (one ``Step`` of any public write, valid or not) and ``operation_sequences()``;
 ``apply_step`` plays a step on a tree. ``KwtreeStateMachine`` is a hypothesis
 ``RuleBasedStateMachine`` that plays steps, reopens, and checks the tree's shape; subclass it
@@ -56,6 +59,7 @@ from kwtree.normalize import normalize_name
 
 __all__ = [
     "ACTIONS",
+    "CACHE_DAMAGES",
     "NAMES",
     "UNKNOWN_ID",
     "WORDS",
@@ -67,7 +71,10 @@ __all__ = [
     "assert_merge_converges",
     "assert_replay_equivalent",
     "assert_tree_shape",
+    "cache_damages",
+    "cache_files",
     "contents",
+    "damage_cache_file",
     "infos",
     "known_ids",
     "log_operations",
@@ -86,6 +93,13 @@ RECALL_MODES = ("bm25", "vector", "hybrid")
 SCORE_TOLERANCE = 1e-4
 #: At most this many default queries: keyword names and the first words of infos.
 DEFAULT_QUERY_LIMIT = 24
+#: How ``damage_cache_file`` can damage a file.
+CACHE_DAMAGES = ("delete", "empty", "truncate", "garble")
+#: Bytes that "garble" flips (every bit of them, XOR 0xA5) in the middle of a file: a JSON file
+#: stops parsing, a binary one changes where its data is.
+GARBLE_BYTES = 16
+#: Files of a tree's caches that hold no data (locks), left out by ``cache_files``.
+_LOCK_FILES = ("lock", ".tantivy-*.lock")
 #: Enough to return every hit of a test-sized tree.
 RECALL_ALL = 1000
 PAGE_ALL = 10_000
@@ -283,6 +297,46 @@ def assert_tree_shape(tree: KeywordTree, keyword_ids: Iterable[str] | None = Non
     _assert_same("tree_metrics()", {k: metrics[k] for k in counted}, counted)
 
 
+def cache_files(data_dir: str | Path) -> list[str]:
+    """Every file of the caches of the tree in ``data_dir`` (relative paths, sorted): the
+    full-text index and the vector stores under ``cache/``, and ``outbox.jsonl``. Lock files,
+    which hold no data, are left out."""
+    directory = Path(data_dir)
+    found = [path for path in (directory / "cache").rglob("*") if path.is_file()]
+    found += [path for path in [directory / "outbox.jsonl"] if path.is_file()]
+    return sorted(str(path.relative_to(directory)) for path in found
+                  if not any(path.match(pattern) for pattern in _LOCK_FILES))
+
+
+def damage_cache_file(data_dir: str | Path, name: str, how: str) -> None:
+    """Damage the file ``name`` (as ``cache_files`` lists it) of the tree in ``data_dir``:
+    ``how`` is "delete", "empty", "truncate" (its first half is kept) or "garble" (the
+    ``GARBLE_BYTES`` in its middle are flipped). Raises ValueError for another ``how``."""
+    path = Path(data_dir) / name
+    if how == "delete":
+        path.unlink()
+        return
+    data = path.read_bytes()
+    if how == "empty":
+        data = b""
+    elif how == "truncate":
+        data = data[: len(data) // 2]
+    elif how == "garble":
+        start = max(0, len(data) // 2 - GARBLE_BYTES // 2)
+        middle = bytes(byte ^ 0xA5 for byte in data[start : start + GARBLE_BYTES])
+        data = data[:start] + middle + data[start + GARBLE_BYTES :]
+    else:
+        raise ValueError(f"how must be one of {CACHE_DAMAGES}, not {how!r}")
+    path.write_bytes(data)
+
+
+def cache_damages(files: Sequence[str], max_files: int = 2) -> st.SearchStrategy[list[tuple[str, str]]]:
+    """Damage to 1 to ``max_files`` distinct files among ``files`` (e.g. ``cache_files(dir)``),
+    each with one of ``CACHE_DAMAGES``: a plan for ``assert_caches_rebuildable(damages=[...])``."""
+    return st.lists(st.tuples(st.sampled_from(list(files)), st.sampled_from(CACHE_DAMAGES)),
+                    min_size=1, max_size=max_files, unique_by=lambda damage: damage[0])
+
+
 def _copy_directory(source: Path, target: Path, *, caches: bool) -> Path:
     ignored = ["lock"] if caches else ["lock", "cache"]
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
@@ -326,9 +380,31 @@ def _assert_close(what: str, got: Any, expected: Any) -> None:
     _assert_same(what, got, expected)
 
 
+def _assert_answers_alike(label: str, copy: KeywordTree, kept: KeywordTree, queries: Sequence[str] | None,
+                          modes: Sequence[str], exact: bool) -> None:
+    """``copy`` (described by ``label``) gives ``kept``'s public reads, searches and recall."""
+    kids, iids = known_ids(kept)
+    expected = public_reads(kept, kids, iids)
+    _assert_same(f"public reads {label}", public_reads(copy, kids, iids), expected)
+    for query in queries if queries is not None else _default_queries(expected):
+        _assert_same(f"search({query!r}) {label}", copy.search(query), kept.search(query))
+        for mode in modes:
+            _assert_close(f"recall({query!r}, mode={mode!r}) {label}",
+                          _recall_view(copy, query, mode, exact), _recall_view(kept, query, mode, exact))
+        if exact:
+            _assert_same(f"context({query!r}) {label}", copy.context(query), kept.context(query))
+
+
+def _drained(copy: KeywordTree, label: str, timeout: float) -> KeywordTree:
+    if not copy.wait_indexed(timeout):
+        raise AssertionError(f"the copy {label} did not finish embedding within {timeout} s "
+                             f"(outbox: {copy.outbox_status()})")
+    return copy
+
+
 def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None = None, *, exact: bool = False,
                               modes: Sequence[str] = RECALL_MODES, timeout: float = 60.0,
-                              **open_options: Any) -> None:
+                              damages: Sequence[Sequence[tuple[str, str]]] = (), **open_options: Any) -> None:
     """DESIGN §4.4, indexes are caches: a copy of ``tree``'s directory without ``cache/`` (the
     full-text and vector indexes, the checkpoint) answers like a copy with it. Both copies are
     opened writable (so their embedding worker runs) and drained with ``wait_indexed(timeout)``;
@@ -336,30 +412,34 @@ def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None =
     and per recall mode the same infos: bm25 the same infos matching the text, vector the same
     infos with the same similarity, hybrid the same infos. ``exact=True`` also compares every
     rank and score and ``context(query)``. ``queries`` default to keyword names and the first
-    words of each info; ``modes`` are the recall modes compared. The copies live in a
-    temporary directory, removed at the end: the tree's own files are never touched. Call it
-    with no write in flight; ``open_options`` go to both opens (e.g. the ``embedder`` the tree
-    uses)."""
+    words of each info; ``modes`` are the recall modes compared.
+
+    ``damages``: plans of damage to the caches, each a list of (file, how) pairs as
+    ``cache_files`` and ``damage_cache_file`` take them (``cache_damages`` draws plans). Each
+    plan is done to one more copy with the caches, which must then answer like the copy whose
+    caches are intact: a damaged cache is rebuilt or worked around, never searched as it is.
+
+    The copies live in a temporary directory, removed at the end: the tree's own files are
+    never touched. Call it with no write in flight; ``open_options`` go to every open (e.g. the
+    ``embedder`` the tree uses)."""
     options = {"durability": "none", **open_options}
     work = Path(tempfile.mkdtemp(prefix="kwtree-caches-"))
     try:
         kept_dir = _copy_directory(tree.data_dir, work / "kept", caches=True)
         rebuilt_dir = _copy_directory(tree.data_dir, work / "rebuilt", caches=False)
-        with KeywordTree(kept_dir, **options) as kept, KeywordTree(rebuilt_dir, **options) as rebuilt:
-            for label, copy in (("with its caches", kept), ("without caches", rebuilt)):
-                if not copy.wait_indexed(timeout):
-                    raise AssertionError(f"the copy {label} did not finish embedding within {timeout} s "
-                                         f"(outbox: {copy.outbox_status()})")
-            kids, iids = known_ids(kept)
-            expected = public_reads(kept, kids, iids)
-            _assert_same("public reads without caches", public_reads(rebuilt, kids, iids), expected)
-            for query in queries if queries is not None else _default_queries(expected):
-                _assert_same(f"search({query!r}) without caches", rebuilt.search(query), kept.search(query))
-                for mode in modes:
-                    _assert_close(f"recall({query!r}, mode={mode!r}) without caches",
-                                  _recall_view(rebuilt, query, mode, exact), _recall_view(kept, query, mode, exact))
-                if exact:
-                    _assert_same(f"context({query!r}) without caches", rebuilt.context(query), kept.context(query))
+        with KeywordTree(kept_dir, **options) as kept:
+            _drained(kept, "with its caches", timeout)
+        copies = [("without caches", rebuilt_dir)]
+        for n, plan in enumerate(damages):
+            damaged_dir = _copy_directory(kept_dir, work / f"damaged-{n}", caches=True)
+            for name, how in plan:
+                damage_cache_file(damaged_dir, name, how)
+            what = ", ".join(f"{name} {how}" for name, how in plan)
+            copies.append((f"with damaged caches ({what})", damaged_dir))
+        for label, directory in copies:
+            # A fresh open of the intact copy for each: searches change what a tree's MRU offers first.
+            with KeywordTree(kept_dir, **options) as kept, KeywordTree(directory, **options) as copy:
+                _assert_answers_alike(label, _drained(copy, label, timeout), kept, queries, modes, exact)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

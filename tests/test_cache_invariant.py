@@ -59,7 +59,7 @@ from kwtree.caches.embed import HashEmbedder, embed_queries
 from kwtree.cli.worker import serve_outbox
 from kwtree.models import Hit
 from kwtree.stores.vectors import DEFAULT_EXACT_BELOW
-from kwtree.testing import assert_caches_rebuildable
+from kwtree.testing import assert_caches_rebuildable, cache_damages, cache_files
 
 LIMIT = 30.0  # seconds a wait_indexed may take before the test fails
 MODES = ("bm25", "vector", "hybrid")
@@ -253,21 +253,33 @@ def play(steps: list[tuple], base: Path, check: Callable[[KeywordTree], None] | 
     return history, kept, rebuilt
 
 
-def caches_rebuildable(tree: KeywordTree) -> None:
+def caches_rebuildable(tree: KeywordTree, damages: list[list[tuple[str, str]]] | None = None) -> None:
     """kwtree.testing's checker for invariant 4 (bm25, vector and hybrid recall, search), with
-    the options of ``open_tree``."""
-    assert_caches_rebuildable(tree, QUERIES, timeout=LIMIT, embed_async=False, worker=False)
+    the options of ``open_tree``; ``damages``: plans of damage to the cache files."""
+    assert_caches_rebuildable(tree, QUERIES, timeout=LIMIT, damages=damages or [], embed_async=False, worker=False)
 
 
-@given(steps=HISTORY)
-def test_reads_search_and_text_matches_are_the_same_after_losing_every_cache(steps: list[tuple]) -> None:
+@given(steps=HISTORY, data=st.data())
+def test_reads_search_and_text_matches_are_the_same_after_losing_or_damaging_caches(
+        steps: list[tuple], data: st.DataObject) -> None:
     """kwtree.testing.assert_caches_rebuildable (reads, search, the infos full text
-    matches), then what only this suite checks: hits are current, and the full-text matches
-    under every keyword."""
+    matches), without the caches and with one or two of the cache files the history left
+    deleted, emptied, truncated or garbled (issue 25, B15); then what only this suite checks:
+    hits are current, and the full-text matches under every keyword."""
     base = Path(tempfile.mkdtemp(prefix="kwtree-cache-"))
     kept = rebuilt = None
+
+    def check(tree: KeywordTree) -> None:
+        files = cache_files(tree.data_dir)
+        plan = data.draw(cache_damages(files), label="damage") if files else []
+        logging.disable(logging.CRITICAL)  # the damage is reported as warnings: expected here
+        try:
+            caches_rebuildable(tree, [plan] if plan else [])
+        finally:
+            logging.disable(logging.NOTSET)
+
     try:
-        history, kept, rebuilt = play(steps, base, caches_rebuildable)
+        history, kept, rebuilt = play(steps, base, check)
         scopes = [ROOT_ID, *history._live(history.keyword_ids, kept.get_keyword)]
         for query in QUERIES:
             for tree in (kept, rebuilt):
@@ -613,6 +625,25 @@ def test_garbage_in_the_outbox_never_fails_an_open_and_its_work_still_gets_done(
         assert (status["pending"], status["failed"], status["dead"], status["done"]) == (0, 0, 0, 2)
         for info in (first, second):
             assert tree.recall(info.content, k=1, mode="vector")[0].info == info
+
+
+def test_an_outbox_that_lost_its_done_rows_waits_for_no_lease(base: Path) -> None:
+    """Issue 25, B15's damage property found it: an outbox cut after its claim rows (or a worker
+    killed between storing vectors and recording them done) left items leased to a worker that
+    is gone, and wait_indexed waited for their leases (a minute) although every vector was
+    there. The repair scan records them done."""
+    directory = base / "tree"
+    with KeywordTree(directory, durability="none", worker=False) as tree:
+        infos = tree.batch_create_infos([{"content": text} for text in DISTINCT])
+        assert tree.wait_indexed(LIMIT)
+    outbox = directory / "outbox.jsonl"
+    data = outbox.read_bytes()
+    outbox.write_bytes(data[: data.index(b'"r":"done"')].rsplit(b"\n", 1)[0] + b"\n")  # up to the first done row
+    with KeywordTree(directory, durability="none", worker=False) as tree:
+        assert tree.outbox_status()["leased"] == len(DISTINCT)
+        assert tree.wait_indexed(0)  # the repair scan, then nothing left: no lease to wait for
+        assert tree.outbox_status()["leased"] == 0
+        assert {tree.recall(info.content, k=1, mode="vector")[0].info.id for info in infos} == {i.id for i in infos}
 
 
 def test_a_fulltext_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:

@@ -14,10 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tantivy
 
 from kwtree import KeywordTree
+from kwtree.normalize import terms
 from kwtree.ops.verify import verify_directory
-from kwtree.stores.fulltext import FullTextIndex
 
 WORDS = ["apple", "banana", "cherry", "delta", "echo", "foxtrot", "golf", "hotel", "india",
          "juliet", "kilo", "lima", "mike"]
@@ -64,14 +65,22 @@ def test_an_intact_index_passes(base: Path) -> None:
 
 
 def _searches(directory: Path) -> list[tuple[str, float]] | None:
-    """The full-text hits of QUERIES as the index on disk gives them (None: it fails)."""
-    index = FullTextIndex(directory / "cache" / "fulltext", writable=False)
+    """The full-text hits of QUERIES as tantivy itself gives them from the index on disk
+    (None: it fails), with the queries FullTextIndex.search makes: tantivy alone, without the
+    checksums kwtree checks before it opens an index."""
     try:
-        return [(key, round(score, 4)) for q in QUERIES for key, score in index.search(q, "info", 10)]
+        index = tantivy.Index.open(str(directory / "cache" / "fulltext" / "index"))
+        searcher, schema = index.searcher(), index.schema
+        found = []
+        for q in QUERIES:
+            term = tantivy.Query.term_query
+            clauses = [(tantivy.Occur.Should, term(schema, "text", f"i:{word}", index_option="freq"))
+                       for word in dict.fromkeys(terms(q))]
+            for score, address in searcher.search(tantivy.Query.boolean_query(clauses), 10).hits:
+                found.append((searcher.doc(address).get_first("key"), round(score, 4)))
+        return found
     except BaseException:  # noqa: BLE001 -- tantivy noticed the damage (an error or a panic)
         return None
-    finally:
-        index.close()
 
 
 def _flip(path: Path, position: int) -> None:
@@ -98,29 +107,52 @@ def test_every_bit_flip_in_a_segment_is_reported(base: Path, tmp_path: Path) -> 
         logging.disable(logging.NOTSET)
 
 
+def _silently_flipped(base: Path, copy: Path) -> tuple[str, int]:
+    """Copy ``base`` to ``copy`` and flip a byte of the copy's index that tantivy does not
+    notice, after which its searches answer otherwise; returns (file, position)."""
+    shutil.copytree(base, copy, ignore=shutil.ignore_patterns("lock"))
+    original = _searches(copy)
+    assert original
+    for path in (p for p in _segment_files(copy) if p.suffix in (".store", ".idx")):
+        for position in range(0, path.stat().st_size - 128, 7):
+            _flip(path, position)
+            results = _searches(copy)
+            if results is not None and results != original:
+                return path.name, position
+            _flip(path, position)
+    raise AssertionError("no flip changed the results silently: the premise of this test is gone")
+
+
 def test_a_flip_that_changes_results_silently_is_reported(base: Path, tmp_path: Path) -> None:
     # The issue's case: a flip tantivy does not notice, after which searches answer otherwise.
     logging.disable(logging.WARNING)
     try:
-        copy = tmp_path / "copy"
-        shutil.copytree(base, copy, ignore=shutil.ignore_patterns("lock"))
-        original = _searches(copy)
-        assert original
-        found = None
-        for path in (p for p in _segment_files(copy) if p.suffix in (".store", ".idx")):
-            for position in range(0, path.stat().st_size - 128, 7):
-                _flip(path, position)
-                results = _searches(copy)
-                if results is not None and results != original:
-                    found = (path.name, position)
-                    break
-                _flip(path, position)
-            if found:
-                break
-        assert found, "no flip changed the results silently: the premise of this test is gone"
-        assert _mismatch(copy), f"the silent flip at {found} went unreported"
+        found = _silently_flipped(base, tmp_path / "copy")
+        assert _mismatch(tmp_path / "copy"), f"the silent flip at {found} went unreported"
     finally:
         logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_tree_never_searches_an_index_whose_checksums_fail(base: Path, tmp_path: Path, read_only: bool,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25, B15's rule for the full-text index: the flip tantivy does not notice is found
+    by the checksums every open checks, and the index is rebuilt (a read-only tree builds a
+    private one), so recall answers as the undamaged index does."""
+    original = _results(base)
+    logging.disable(logging.WARNING)
+    try:
+        found = _silently_flipped(base, tmp_path / "copy")
+    finally:
+        logging.disable(logging.NOTSET)
+    with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
+        if read_only:
+            assert _results(tmp_path / "copy") == original
+        else:
+            with KeywordTree(tmp_path / "copy", worker=False) as tree:
+                assert [(h.info.id, round(h.bm25 or 0.0, 4)) for q in QUERIES
+                        for h in tree.recall(q, k=10, mode="bm25")] == original
+    assert f"{found[0]} does not match its checksum" in caplog.text
 
 
 def test_repair_rebuilds_a_damaged_index(base: Path, tmp_path: Path) -> None:

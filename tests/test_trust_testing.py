@@ -8,6 +8,7 @@ Real trees in real directories; a second process for the missing-hypothesis case
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import subprocess
@@ -20,11 +21,13 @@ import orjson
 import pytest
 from helpers import dir_bytes
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from kwtree import ROOT_ID, KeywordTree
 from kwtree.testing import (
     ACTIONS,
+    CACHE_DAMAGES,
     KwtreeStateMachine,
     Step,
     apply_step,
@@ -32,6 +35,9 @@ from kwtree.testing import (
     assert_merge_converges,
     assert_replay_equivalent,
     assert_tree_shape,
+    cache_damages,
+    cache_files,
+    damage_cache_file,
     infos,
     known_ids,
     names,
@@ -169,6 +175,79 @@ def test_caches_rebuildable_leaves_the_directory_alone(tree_dir: Path) -> None:
     with KeywordTree(tree_dir, read_only=True) as reader:  # a reader writes nothing itself
         assert_caches_rebuildable(reader, ["cats"], **options)
         assert dir_bytes(tree_dir) == before
+
+
+# --- damaged caches (issue 25, B15: a cache is never silently wrong) --------------------------
+
+DAMAGE_QUERIES = ["cats", "python packaging", "北京", "tea"]
+INLINE = {"embed_async": False, "worker": False}
+
+
+@pytest.fixture(scope="module")
+def cached_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed tree with every kind of cache file: a full-text index (one segment), a vector
+    store, an outbox."""
+    directory = tmp_path_factory.mktemp("damage") / "tree"
+    with KeywordTree(directory, durability="none") as tree:
+        cats = tree.create_keyword("Cats", llm_auto_place=False)
+        tree.batch_create_infos([{"content": text, "keyword_ids": [cats.id] if "cats" in text else []} for text in (
+            "cats purr on warm mats", "python packaging tips", "我在北京大学读书", "green tea at dawn",
+            "python cats and rust cats", "coffee beans and jazz records")])
+        assert tree.wait_indexed(LIMIT)
+        tree.recall("cats")
+    return directory
+
+
+def test_cache_files_are_every_file_of_the_caches_but_locks(cached_tree: Path) -> None:
+    files = cache_files(cached_tree)
+    assert "outbox.jsonl" in files and "cache/fulltext/meta.json" in files
+    assert {name.rsplit("/", 1)[-1] for name in files if "/vectors/" in name} == {
+        "meta.json", "vectors.f32", "keys.jsonl"}  # (no graph: 6 vectors are searched row by row)
+    assert any(name.endswith(".store") for name in files)
+    on_disk = {str(p.relative_to(cached_tree)) for p in (cached_tree / "cache").rglob("*") if p.is_file()}
+    assert on_disk - set(files) == {name for name in on_disk if name.endswith("lock")}
+
+
+def test_damage_cache_file_deletes_empties_truncates_or_garbles(tmp_path: Path) -> None:
+    data = bytes(range(64))
+    for how in CACHE_DAMAGES:
+        (tmp_path / how).write_bytes(data)
+        damage_cache_file(tmp_path, how, how)
+    assert not (tmp_path / "delete").exists()
+    assert (tmp_path / "empty").read_bytes() == b""
+    assert (tmp_path / "truncate").read_bytes() == data[:32]
+    garbled = (tmp_path / "garble").read_bytes()
+    assert len(garbled) == 64 and garbled[:24] == data[:24] and garbled[40:] == data[40:]
+    assert all(a != b for a, b in zip(garbled[24:40], data[24:40], strict=True))
+    with pytest.raises(ValueError, match="how must be one of"):
+        damage_cache_file(tmp_path, "garble", "burn")
+
+
+@pytest.mark.slow
+def test_caches_rebuildable_holds_after_any_damage_to_any_cache_file(cached_tree: Path) -> None:
+    """Every cache file, deleted, emptied, truncated or garbled, alone: recall and search
+    answer as with the intact caches."""
+    plans = [[(name, how)] for name in cache_files(cached_tree) for how in CACHE_DAMAGES]
+    logging.disable(logging.CRITICAL)  # the damage is reported as warnings: expected here
+    try:
+        with KeywordTree(cached_tree, read_only=True) as reader:
+            assert_caches_rebuildable(reader, DAMAGE_QUERIES, damages=plans, timeout=LIMIT, **INLINE)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_caches_rebuildable_holds_after_damage_to_two_cache_files(cached_tree: Path, data: st.DataObject) -> None:
+    plans = [data.draw(cache_damages(cache_files(cached_tree), max_files=2).filter(lambda plan: len(plan) == 2))
+             for _ in range(3)]
+    logging.disable(logging.CRITICAL)
+    try:
+        with KeywordTree(cached_tree, read_only=True) as reader:
+            assert_caches_rebuildable(reader, DAMAGE_QUERIES, damages=plans, timeout=LIMIT, **INLINE)
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 # --- assert_merge_converges --------------------------------------------------------------------

@@ -93,7 +93,7 @@ def assert_same_hits(got, expected):
 
 
 def file_rows(directory: Path, dim: int = DIM) -> tuple[list[tuple[str, str]], np.ndarray]:
-    keys = [tuple(orjson.loads(line)) for line in (directory / "keys.jsonl").read_bytes().splitlines()]
+    keys = [tuple(orjson.loads(line)[:2]) for line in (directory / "keys.jsonl").read_bytes().splitlines()]
     vectors = np.fromfile(directory / "vectors.f32", dtype=np.float32).reshape(-1, dim)
     return keys, vectors
 
@@ -123,7 +123,7 @@ def test_add_search_has_and_len(store_dir):
         store.add(keys[:3] + [("e7", "h7")], x[:4])  # keys already stored are skipped
         assert len(store) == 50
     meta = orjson.loads((store_dir / "meta.json").read_bytes())
-    assert meta == {"format": 1, "model": "test-model", "dim": DIM}
+    assert meta == {"format": 2, "model": "test-model", "dim": DIM}
 
 
 def test_invalid_input_is_rejected_and_nothing_is_written(store_dir):
@@ -677,10 +677,12 @@ def test_recall_at_10_against_brute_force(store_dir):
 def test_key_lines_parse_up_to_the_first_bad_one_across_chunks(caplog):
     from kwtree.stores.vector_files import PARSE_CHUNK, parse_keys
 
-    good = [orjson.dumps([f"e{i}", "h"]) for i in range(PARSE_CHUNK + 10)]
-    assert parse_keys(good) == [(f"e{i}", "h") for i in range(PARSE_CHUNK + 10)]
-    for bad in (b'{"x": 1}', b'["a","b"]["c","d"]', b'["cut'):
+    # Lines with a check and lines of format 1 (without one) alike.
+    good = [orjson.dumps([f"e{i}", "h", f"{i:08x}"] if i % 2 else [f"e{i}", "h"]) for i in range(PARSE_CHUNK + 10)]
+    checks = [f"{i:08x}" if i % 2 else None for i in range(PARSE_CHUNK + 10)]
+    assert parse_keys(good) == ([(f"e{i}", "h") for i in range(PARSE_CHUNK + 10)], checks)
+    for bad in (b'{"x": 1}', b'["a","b"]["c","d"]', b'["cut', b'["a","b","short"]', b'["a","b","00000000",1]'):
         with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
             keys = parse_keys([*good[: PARSE_CHUNK + 3], bad, *good[PARSE_CHUNK + 3 :]])
-        assert keys == [(f"e{i}", "h") for i in range(PARSE_CHUNK + 3)]
+        assert keys == ([(f"e{i}", "h") for i in range(PARSE_CHUNK + 3)], checks[: PARSE_CHUNK + 3])
         assert "unreadable key line" in caplog.text

@@ -52,7 +52,8 @@ from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
 from kwtree.stores.fulltext import FullTextIndex, is_panic
 from kwtree.stores.vector_erase import erase_vectors, vector_directories
-from kwtree.stores.vectors import META_FILE, VectorStore
+from kwtree.stores.vector_files import META_FILE
+from kwtree.stores.vectors import VectorStore
 
 __all__ = ["Indexes"]
 
@@ -395,10 +396,15 @@ class Indexes:
 
     def repair(self) -> int:
         """Enqueue every live entity whose current text has no vector; returns how many.
-        (The outbox takes an item it holds as done again: its vector is gone.) Raises
-        ReadOnlyError in a tree that does not write vectors."""
+        (The outbox takes an item it holds as done again: its vector is gone; and an item
+        still open whose vector is stored is recorded done.) First, rows
+        whose vector fails its check are erased (``VectorStore.mend``), so their texts count
+        as without a vector: a pass over every vector, the price of never searching a garbled
+        one. Raises ReadOnlyError in a tree that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
+        for _, done in self._vectors.mend(graph=False):  # (a saved graph is checked when it is loaded)
+            log.warning("vector cache %s: %s", self._vectors.directory, done)
         known = self._vectors.known()
         model = self._model
 
@@ -423,6 +429,12 @@ class Indexes:
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
         if work:
             self._outbox.enqueue(work)
+        # An open item whose text has its vector is done: its worker died between storing
+        # the vector and recording it, or a damaged outbox lost the done row. Waiting for its
+        # lease to run out (a minute) would be waiting for nothing.
+        embedded = [item for item in self._outbox.open_items() if item.model == model and (item.id, item.hash) in known]
+        if embedded:
+            self._outbox.done(self._worker_id, embedded)
         return len(work)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:

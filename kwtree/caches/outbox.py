@@ -402,6 +402,11 @@ class Outbox:
         with self._locked():
             return len(self._open)
 
+    def open_items(self) -> list[Item]:
+        """Every item not yet done nor dead (pending, leased, failed), oldest first."""
+        with self._locked():
+            return [entry.item for entry in self._open.values()]
+
     def compact(self) -> None:
         """Rewrite the file with only the rows of items that are not done (temp file, fsync,
         atomic replace). Other processes notice the new inode and re-read it."""

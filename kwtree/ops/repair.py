@@ -13,7 +13,9 @@ an entity the log never wrote are retired by one appended operation (kwtree.engi
 the intact rows around them stay where they are. Every cache that follows the
 log by a watermark (the full-text index) is deleted, to be rebuilt from the log (DESIGN §5);
 content-addressed vector stores are kept: a vector of an (entity, text hash) is right whatever
-the log says. Afterwards it verifies again; the report lists what it did, then what remains.
+the log says, so only what does not match its own rows is mended (kwtree.ops.verify_vectors:
+rows whose vector fails its check are erased, a graph built from other rows is deleted).
+Afterwards it verifies again; the report lists what it did, then what remains.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from kwtree.ops.verify import (
     _Findings,
 )
 from kwtree.ops.verify_segments import Segment, root_keyword
+from kwtree.ops.verify_vectors import mend_vectors
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
     LOG_DIR,
@@ -161,6 +164,7 @@ def _repair(directory: Path) -> list[Finding]:
         exam = _examine(directory)
     _retire_dangling(directory, exam, done)
     _remove_caches(directory, exam, done)
+    mend_vectors(directory, done)
     return done.items
 
 
@@ -196,6 +200,7 @@ def _repair_caches(directory: Path) -> list[Finding]:
     if exam.manifest_problem == "newer":
         raise FormatError(next(f.message for f in exam.findings.items if f.code == "manifest"))
     _remove_caches(directory, exam, done)
+    mend_vectors(directory, done)
     return done.items
 
 

@@ -64,6 +64,7 @@ from kwtree.ops.verify_segments import (
     scratch_state,
     short,
 )
+from kwtree.ops.verify_vectors import check_vectors
 from kwtree.stores import logswap
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.eventlog import LOG_DIR, QUARANTINE_DIR, SEGMENT_SUFFIX
@@ -693,6 +694,7 @@ def _examine_once(directory: Path, head: str | None) -> _Examination:
     _check_caches(exam)
     if state is not None and not any(f.severity == "error" for f in exam.findings.items):
         check_fulltext(exam.directory, state, exam.findings)  # against a log read without damage
+    check_vectors(exam.directory, exam.findings)  # against their own rows: the log is not needed
     _note_quarantine(exam)
     return exam
 

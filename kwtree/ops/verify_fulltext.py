@@ -8,8 +8,8 @@ log's last op id; an index that lags is brought up to date by the next open, and
 of the log is already an error):
 
 - every file of the segments tantivy's ``index/meta.json`` lists matches the CRC32 in its
-  footer (tantivy writes ``<data><footer JSON with "crc"><u32 footer length><u32 1337>``;
-  a file without that footer is not judged, so another tantivy layout only loses this check);
+  footer (``kwtree.stores.fulltext.checksum_problems``, which every open of the index checks
+  too, so a tree never searches such an index; verify reports it all the same);
 
 - the number of live documents of each kind equals the number of live entities, and their
   stored keys (what a search returns) are exactly the entities' keys;
@@ -27,19 +27,15 @@ open rebuilds it from the log. The check reads the index and never writes it.
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Protocol
-
-import orjson
 
 from kwtree.caches.texts import search_text
 from kwtree.engine.state import State
 from kwtree.normalize import terms
 from kwtree.stores.directory import CACHE_DIR
-from kwtree.stores.fulltext import KINDS, FullTextIndex, is_panic
+from kwtree.stores.fulltext import KINDS, FullTextIndex, checksum_problems, is_panic
 
 __all__ = ["SAMPLE", "check_fulltext"]
 
@@ -48,8 +44,6 @@ SAMPLE = 64
 #: Terms of each kind whose document counts are compared (all of them in smaller trees).
 TERMS = 20_000
 _FULLTEXT = "fulltext"
-_FOOTER_MAGIC = struct.pack("<I", 1337)
-_FOOTER_TAIL = 8  # the footer's length and the magic number
 
 
 class _Findings(Protocol):
@@ -71,34 +65,6 @@ def _sample(items: list[str], size: int = SAMPLE) -> list[str]:
         return items
     step = len(items) / size
     return [items[int(n * step)] for n in range(size)]
-
-
-def _checksum_problems(index_dir: Path) -> list[str]:
-    """Files of the index's live segments whose data does not match their footer's CRC32."""
-    try:
-        meta = orjson.loads((index_dir / "meta.json").read_bytes())
-        segments = [str(entry["segment_id"]).replace("-", "") for entry in meta["segments"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [f"its index/meta.json is unreadable ({exc})"]
-    problems = []
-    for path in sorted(index_dir.iterdir()):
-        if path.name.split(".")[0] not in segments:
-            continue
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue  # merged away meanwhile by a writer
-        if len(data) < _FOOTER_TAIL or data[-4:] != _FOOTER_MAGIC:
-            continue
-        (length,) = struct.unpack("<I", data[-8:-4])
-        try:
-            crc = orjson.loads(data[-_FOOTER_TAIL - length:-_FOOTER_TAIL])["crc"]
-        except (ValueError, KeyError, TypeError):
-            problems.append(f"the footer of index/{path.name} is damaged")
-            continue
-        if zlib.crc32(data[:-_FOOTER_TAIL - length]) != crc:
-            problems.append(f"index/{path.name} does not match its checksum")
-    return problems
 
 
 def _problems(index: FullTextIndex, state: State) -> list[str]:
@@ -130,9 +96,9 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
 def _compare(index: FullTextIndex, where: Path, state: State) -> list[str]:
     if index.available and index.watermark != state.last_op_id:
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
-    problems = _checksum_problems(where / "index")
+    problems = checksum_problems(where / "index")
     if not index.available:
-        return [*problems, "tantivy cannot open it"]
+        return problems or ["tantivy cannot open it"]
     try:
         problems += _problems(index, state)
     except BaseException as exc:  # tantivy reports damage as ValueError, or panics

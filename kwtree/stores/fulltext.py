@@ -15,13 +15,22 @@ between leaves an older watermark, and re-feeding idempotent upserts and deletes
 harmless. The watermark never claims more than the index holds. With no ``directory`` the
 index lives in memory only (tantivy's RAM directory): a read-only tree's private index, which
 leaves no file behind whatever happens to its process.
+
+An index is opened only if every file of the segments its ``index/meta.json`` lists matches
+the CRC-32 in its footer (``checksum_problems``): tantivy writes the checksums but does not
+read them, and a flipped byte in the postings or the document store can leave an index that
+opens and answers, wrongly. One pass over the index's files per process (tantivy never
+changes a segment file once written, so a file checked once is not read again); a mismatch
+is handled as any damage: the index is rebuilt (or, read-only, searched as missing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import threading
+import zlib
 from pathlib import Path
 from typing import cast
 
@@ -39,19 +48,57 @@ from kwtree.errors import (
 from kwtree.normalize import terms
 from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, remove_cache_dir, write_atomically
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex", "is_panic"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "checksum_problems", "is_panic"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
 KINDS = {"info": "i:", "keyword": "k:"}
 _HEAP_BYTES = 64_000_000  # a budget tantivy allocates as it goes, not up front
 _log = logging.getLogger("kwtree.cache")
+_FOOTER_MAGIC = struct.pack("<I", 1337)
+_FOOTER_TAIL = 8  # the footer's length and the magic number
 
 
 def is_panic(exc: BaseException) -> bool:
     """True for a Rust panic inside tantivy (pyo3's PanicException, a BaseException that no
     module exports): what some damaged index files cause instead of an error."""
     return type(exc).__name__ == "PanicException"
+
+
+def checksum_problems(index_dir: Path, checked: set[tuple[str, int]] | None = None) -> list[str]:
+    """Files of the live segments of the tantivy index in ``index_dir`` whose data does not
+    match the CRC-32 in their footer (tantivy writes ``<data><footer JSON with "crc"><u32
+    footer length><u32 1337>``; a file without that footer is not judged, so another tantivy
+    layout only loses this check), one sentence each. ``checked`` holds (name, size) of files
+    that matched before: they are not read again, and the files that match are added."""
+    try:
+        meta = orjson.loads((index_dir / "meta.json").read_bytes())
+        segments = [str(entry["segment_id"]).replace("-", "") for entry in meta["segments"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"its index/meta.json is unreadable ({exc})"]
+    problems = []
+    for path in sorted(index_dir.iterdir()):
+        if path.name.split(".")[0] not in segments:
+            continue
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue  # merged away meanwhile by a writer
+        if checked is not None and (path.name, len(data)) in checked:
+            continue
+        if len(data) < _FOOTER_TAIL or data[-4:] != _FOOTER_MAGIC:
+            continue
+        (length,) = struct.unpack("<I", data[-8:-4])
+        try:
+            crc = orjson.loads(data[-_FOOTER_TAIL - length:-_FOOTER_TAIL])["crc"]
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"the footer of index/{path.name} is damaged")
+            continue
+        if zlib.crc32(data[:-_FOOTER_TAIL - length]) != crc:
+            problems.append(f"index/{path.name} does not match its checksum")
+        elif checked is not None:
+            checked.add((path.name, len(data)))
+    return problems
 
 
 def _schema() -> tantivy.Schema:
@@ -108,6 +155,7 @@ class FullTextIndex:
         self._watermark: str | None = None
         self._dirty = False
         self._closed = False
+        self._checked: set[tuple[str, int]] = set()  # segment files whose checksum matched
         self._rebuilt = not self._load() and self._writable
         if self._rebuilt:
             self._create()
@@ -156,6 +204,9 @@ class FullTextIndex:
             watermark = meta.get("watermark")
             if watermark is not None and not isinstance(watermark, str):
                 raise ValueError(f"watermark {watermark!r} is not a string")
+            problems = checksum_problems(self._dir / "index", self._checked)
+            if problems:
+                raise ValueError("; ".join(problems[:3]))
             self._open_index(tantivy.Index.open(str(self._dir / "index")))
         except BaseException as exc:
             if not (isinstance(exc, (OSError, ValueError, AttributeError)) or is_panic(exc)):

@@ -1,8 +1,15 @@
 """The vector store's files, read: its JSON metas, sizes and identities, checksums and the
-keys file (``keys.jsonl``, one ``[entity_id, content_hash]`` row per vector)."""
+keys file (``keys.jsonl``, one line per vector row).
+
+A key line is ``[entity_id, content_hash, check]``: ``check`` is the CRC-32 of the row's vector
+bytes as 8 hex digits (``row_check``), so a row whose vector was garbled, or whose line now sits
+beside another vector, is told from a sound one. Lines written before checks existed (store
+format 1) are ``[entity_id, content_hash]``: their rows are taken as they are. The check has a
+fixed width so that erasing a row (``erased_key_line``) rewrites its line in place."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import zlib
 from pathlib import Path
@@ -10,9 +17,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["PARSE_CHUNK", "file_crc", "file_id_and_size", "file_size", "parse_keys", "read_json"]
+__all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "erased_key_line", "file_crc",
+           "file_id_and_size", "file_size", "parse_keys", "read_json", "row_check"]
 
 log = logging.getLogger("kwtree.cache")
+
+META_FILE = "meta.json"
+VECTORS_FILE = "vectors.f32"
+KEYS_FILE = "keys.jsonl"
+LOCK_FILE = "lock"
 _CRC_CHUNK = 1 << 23
 
 
@@ -46,16 +59,45 @@ def file_crc(path: Path) -> int:
     return crc
 
 
+_CHECK_DIGITS = 8
+_ERASED_HASH = "0"  # repeated to the length of the hash it replaces, so the line keeps its length
+
+
+def row_check(vector: bytes | memoryview) -> str:
+    """What a key line records of its row's vector bytes: their CRC-32, as 8 hex digits."""
+    return f"{zlib.crc32(vector):0{_CHECK_DIGITS}x}"
+
+
+def erased_key_line(line: bytes, row_bytes: int) -> bytes | None:
+    """The line ``line`` becomes when its row is erased (zeroed, ``row_bytes`` long): the
+    entity id stays, the content hash becomes zeros (it matches no text) and the check is a
+    blank row's. As long as ``line``; None if ``line`` is not a key line or is erased already."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not _is_key(value) or not value[1].strip(_ERASED_HASH):
+        return None
+    erased = [value[0], _ERASED_HASH * len(value[1])]
+    if len(value) == 3:
+        erased.append(row_check(bytes(row_bytes)))
+    out = orjson.dumps(erased)
+    return out if len(out) == len(line) else None
+
+
 def _is_key(value: object) -> bool:
-    return type(value) is list and len(value) == 2 and type(value[0]) is str and type(value[1]) is str
+    return (type(value) is list and len(value) in (2, 3) and type(value[0]) is str and type(value[1]) is str
+            and (len(value) == 2 or (type(value[2]) is str and len(value[2]) == _CHECK_DIGITS)))
 
 
 PARSE_CHUNK = 4_096  # key lines per orjson call
 
 
-def parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
-    """Parse whole key lines, stopping at the first unreadable one (with a warning)."""
+def parse_keys(lines: list[bytes]) -> tuple[list[tuple[str, str]], list[str | None]]:
+    """Parse whole key lines, stopping at the first unreadable one (with a warning): their
+    (entity id, content hash) keys, and their checks (None for a line of store format 1)."""
     keys: list[tuple[str, str]] = []
+    checks: list[str | None] = []
     for start in range(0, len(lines), PARSE_CHUNK):
         chunk = lines[start : start + PARSE_CHUNK]
         try:
@@ -64,13 +106,41 @@ def parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
             # The count check catches a corrupt line that happens to hold two JSON values.
             parsed = orjson.loads(b"[" + b",".join(chunk) + b"]")
         except orjson.JSONDecodeError:
+            parsed = None
+        found = _chunk_keys(parsed) if parsed is not None and len(parsed) == len(chunk) else None
+        if found is None:  # a bad line in it, or lines of both formats: one line at a time
+            found = _line_keys(chunk)
+        keys.extend(found[0])
+        checks.extend(found[1])
+        if len(found[0]) < len(chunk):
             break
-        if len(parsed) != len(chunk) or not all(map(_is_key, parsed)):
-            break
-        keys.extend((p[0], p[1]) for p in parsed)
-    else:
-        return keys
-    lines = lines[len(keys):]  # the chunk with a bad line: one line at a time
+    return keys, checks
+
+
+def _chunk_keys(parsed: list[Any]) -> tuple[list[tuple[str, str]], list[str | None]] | None:
+    """The keys and checks of parsed lines if all are key lines of one format, else None.
+    (Types and lengths are checked a column at a time, in C: a check per line in Python made
+    opening a store half again as slow.)"""
+    if set(map(type, parsed)) != {list}:
+        return None
+    shapes = set(map(len, parsed))
+    if shapes not in ({2}, {3}):
+        return None
+    keys = [(p[0], p[1]) for p in parsed]
+    if set(map(type, itertools.chain.from_iterable(keys))) != {str}:
+        return None
+    if shapes == {2}:
+        return keys, [None] * len(keys)
+    checks = [p[2] for p in parsed]
+    if set(map(type, checks)) != {str} or set(map(len, checks)) != {_CHECK_DIGITS}:
+        return None
+    return keys, checks
+
+
+def _line_keys(lines: list[bytes]) -> tuple[list[tuple[str, str]], list[str | None]]:
+    """Key lines parsed one at a time, up to the first unreadable one (with a warning)."""
+    keys: list[tuple[str, str]] = []
+    checks: list[str | None] = []
     for line in lines:
         try:
             p = orjson.loads(line)
@@ -80,4 +150,5 @@ def parse_keys(lines: list[bytes]) -> list[tuple[str, str]]:
             log.warning("vector cache: unreadable key line %r; ignoring it and the rows after it", line[:80])
             break
         keys.append((p[0], p[1]))
-    return keys
+        checks.append(p[2] if len(p) == 3 else None)
+    return keys, checks

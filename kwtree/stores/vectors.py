@@ -3,11 +3,13 @@ an hnswlib index over them for cosine nearest-neighbour search.
 
 Files in the store's directory (the tree uses ``<data_dir>/cache/vectors/<model slug>/``)::
 
-    meta.json     {"format": 1, "model": ..., "dim": ...}
+    meta.json     {"format": 2, "model": ..., "dim": ...}
     vectors.f32   float32 rows, ``dim`` per row, appended
-    keys.jsonl    one ``["<entity id>", "<content hash>"]`` line per row, in the same order
+    keys.jsonl    one ``["<entity id>", "<content hash>", "<check>"]`` line per row, in the same
+                  order; the check is the CRC-32 of the row's vector (kwtree.stores.vector_files)
     hnsw.bin      the persisted hnswlib graph (label = row number), written by save()/close()
-    hnsw.json     {"format", "rows", "dim", ...}: which rows hnsw.bin covers, its size and CRC
+    hnsw.json     what hnsw.bin was derived from: its rows and their digest, its size and CRC
+                  (kwtree.stores.vector_graph)
     lock          the appenders' file lock
 
 Everything here is a cache: vectors never enter the event log, nothing is fsynced, and a lost
@@ -18,12 +20,19 @@ A crash can leave a torn tail (vector bytes without a key line, a half key line)
 ignore it and the next appender truncates it under the lock. Readers never take the lock:
 ``refresh()`` reads whatever whole rows other processes appended since the last look.
 
+Every derived file is checked against what it was derived from before it is used, and a
+mismatch is never searched: a row whose vector does not match the check its key line records
+(a garbled vectors.f32, a line beside another row's vector) is skipped by searches and left
+out of any graph built here; ``mend()`` (the writer's repair scan, ``kwtree repair``) erases
+such rows in place, so that their texts are embedded again. A persisted graph is used only if
+hnsw.json matches the rows the store holds now (``vector_graph.graph_problem``); otherwise it
+is rebuilt from the rows with a warning on ``kwtree.cache``. ``check()`` lists what does not
+match, for ``verify``. A store of format 1 (lines without checks) is read as it is, its rows
+unchecked; a writer that opens it records format 2, as the lines it appends have checks.
+
 The hnswlib index is loaded (or built from vectors.f32) on the first search of a store of at
-least ``exact_below`` rows, then kept current in memory as rows are added or refreshed. A
-persisted index that is missing, of another format, for other rows, or whose bytes fail the
-CRC in hnsw.json is rebuilt with a warning on ``kwtree.cache``: a flipped byte inside an
-hnswlib graph is not detected by hnswlib itself and would crash the process at search time,
-so the CRC is checked before hnswlib reads the file. Smaller stores are searched exactly.
+least ``exact_below`` rows, then kept current in memory as rows are added or refreshed.
+Smaller stores are searched exactly.
 
 A store opened with ``writable=False`` (what trees that may not write use: ``read_only``,
 ``as_of``) never creates, changes or removes a file, the lock file included: a missing
@@ -39,7 +48,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,31 +76,43 @@ from kwtree.stores.files import (
     write_all,
     write_atomically,
 )
-from kwtree.stores.vector_files import file_crc, file_id_and_size, file_size, parse_keys, read_json
+from kwtree.stores.vector_erase import erase_rows, key_lines
+from kwtree.stores.vector_files import (
+    KEYS_FILE,
+    LOCK_FILE,
+    META_FILE,
+    VECTORS_FILE,
+    file_crc,
+    file_id_and_size,
+    file_size,
+    parse_keys,
+    read_json,
+    row_check,
+)
+from kwtree.stores.vector_graph import (
+    INDEX_FILE,
+    INDEX_META_FILE,
+    graph_meta,
+    graph_problem,
+    load_graph,
+    new_graph,
+    remove_graph,
+    rows_digest,
+)
+from kwtree.stores.vector_picker import Accept, Picker
 
 __all__ = ["VectorStore", "VectorStoreStats"]
 
 log = logging.getLogger("kwtree.cache")
 
-FORMAT = 1
-INDEX_FORMAT = 1
-META_FILE = "meta.json"
-VECTORS_FILE = "vectors.f32"
-KEYS_FILE = "keys.jsonl"
-INDEX_FILE = "hnsw.bin"
-INDEX_META_FILE = "hnsw.json"
-LOCK_FILE = "lock"
+FORMAT = 2  # 2: key lines carry their vector's check
+READABLE_FORMATS = (1, 2)  # format 1 stores (no checks) are read as they are, rows unchecked
 
-HNSW_SPACE = "cosine"
-HNSW_M = 16
-HNSW_EF_CONSTRUCTION = 200
-HNSW_SEED = 100
 # Query-time ef. max(64, 2k) gives recall@10 of only 0.88 on 100k low-rank vectors; 112
 # gives 0.951, 128 gives 0.962 (160: 0.977, 256: 0.994) at about 1.8x the latency of 64:
 # 11-12x faster than numpy brute force measured in the same run (bench/vectors.py).
 DEFAULT_EF = 128
 DEFAULT_EXACT_BELOW = 2_000
-INITIAL_CAPACITY = 1_024
 NORM_TOLERANCE = 1e-2
 # When accept() rejects rows, the search widens: 4x the rows fetched and 4x the ef each
 # round, so that the deeper ranks it now relies on are found as well as the first ones
@@ -104,7 +125,8 @@ WIDEN_LIMIT = 32
 # what building the graph of a store large enough for one costs (seconds).
 PERSIST_LAG_ROWS = 500
 
-Accept = Callable[[str, str], bool]
+# What is known of a row's vector against its key line's check (``VectorStore._row_state``).
+_UNCHECKED, _SOUND, _DAMAGED = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,48 +138,6 @@ class VectorStoreStats:
     loaded_rows: int  # rows the in-memory index took from hnsw.bin rather than building
     capacity: int  # the in-memory index's max_elements (0 when none)
     persisted_rows: int  # rows covered by the hnsw.bin this process last loaded or saved
-
-
-class _Picker:
-    """Turns rows ranked best first into at most k hits, one per entity, asking ``accept``
-    about each row at most once across widening rounds, and never picking a blank row.
-
-    A hit's similarity is computed again for its row alone, in float64: the float32 scores
-    that ranked it depend (in their last bits) on where the row sits in the matrix or the
-    graph, so two equal texts could tie differently after a rebuild stored them in another
-    order (DESIGN §4 invariant 4); recomputed, equal vectors score exactly alike."""
-
-    def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
-                 matrix: Callable[[], np.ndarray], query: np.ndarray) -> None:
-        self.keys = keys
-        self.k = k
-        self.accept = accept
-        self.matrix = matrix
-        self.query = query.astype(np.float64)
-        self.verdicts: dict[int, bool] = {}
-
-    def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
-        hits: list[tuple[str, float]] = []
-        taken: set[str] = set()
-        for row, score in zip(rows.tolist(), scores.tolist(), strict=True):
-            entity_id, content_hash = self.keys[row]
-            if entity_id in taken:
-                continue  # a better row of the same entity was already taken
-            if score == 0.0 and not self.matrix()[row].any():
-                continue  # a blank row scores exactly 0 (1 - 0 in hnswlib): skip it
-            if self.accept is not None:
-                ok = self.verdicts.get(row)
-                if ok is None:
-                    ok = self.verdicts[row] = bool(self.accept(entity_id, content_hash))
-                if not ok:
-                    continue
-            taken.add(entity_id)
-            exact = float(np.dot(np.array(self.matrix()[row], dtype=np.float64), self.query))
-            hits.append((entity_id, min(1.0, max(-1.0, exact))))
-            if len(hits) == self.k:
-                break
-        hits.sort(key=lambda hit: (-hit[1], hit[0]))
-        return hits
 
 
 class VectorStore:
@@ -202,6 +182,9 @@ class VectorStore:
         self._mutex = threading.RLock()
         self._closed = False
         self._keys: list[tuple[str, str]] = []
+        self._checks: list[str | None] = []  # each row's check, as its key line records it
+        self._row_state = bytearray()  # per row: _UNCHECKED, _SOUND or _DAMAGED
+        self._damage_logged = False
         self._known: set[tuple[str, str]] = set()
         self._keys_end = 0  # byte offset in keys.jsonl just after the last row taken
         self._matrix: np.ndarray | None = None  # memmap of the rows, rebuilt when they grow
@@ -228,8 +211,8 @@ class VectorStore:
     # --- opening and reading --------------------------------------------------------------
 
     def _check_meta(self, meta: dict[str, Any] | None) -> bool:
-        """True if ``meta`` is a valid format-1 meta of this model and dim; raises on a mismatch."""
-        if meta is None or meta.get("format") != FORMAT:
+        """True if ``meta`` is a valid meta of a readable format, this model and dim; raises on a mismatch."""
+        if meta is None or meta.get("format") not in READABLE_FORMATS:
             return False
         dim, model = meta.get("dim"), meta.get("model")
         if not isinstance(dim, int) or not isinstance(model, str):
@@ -245,7 +228,7 @@ class VectorStore:
     def _open_meta(self) -> None:
         meta_path = self.directory / META_FILE
         found = read_json(meta_path)
-        if self._check_meta(found):
+        if self._check_meta(found) and (not self.writable or (found is not None and found["format"] == FORMAT)):
             return
         if not self.writable:
             # Emptying the store is the writer's job: until one does, search nothing (its rows
@@ -259,7 +242,11 @@ class VectorStore:
         with self._locked():
             found = read_json(meta_path)
             if self._check_meta(found):
-                return  # another process created it meanwhile
+                if found is not None and found["format"] != FORMAT:
+                    # Format 1: its rows stay, unchecked; the lines appended from now on carry
+                    # checks, which a format-1 reader cannot read: it empties the store instead.
+                    write_atomically(meta_path, self._meta_body(), self._file_mode)
+                return  # (or another process created it meanwhile)
             data_files = self._data_files()
             if any(file_size(p) for p in data_files):
                 state = "missing or unreadable" if found is None else f"of format {found.get('format')!r}"
@@ -268,8 +255,10 @@ class VectorStore:
             for path in data_files:
                 # Unlink rather than truncate: another process may still map the old file.
                 path.unlink(missing_ok=True)
-            body = orjson.dumps({"format": FORMAT, "model": self.model, "dim": self.dim})
-            write_atomically(meta_path, body, self._file_mode)
+            write_atomically(meta_path, self._meta_body(), self._file_mode)
+
+    def _meta_body(self) -> bytes:
+        return orjson.dumps({"format": FORMAT, "model": self.model, "dim": self.dim})
 
     def _data_files(self) -> tuple[Path, ...]:
         """The files meta.json describes (emptied with it)."""
@@ -303,8 +292,10 @@ class VectorStore:
         lines = lines[: vec_rows - rows]  # a key line counts only with its whole vector
         if not lines:
             return 0
-        new = parse_keys(lines)
+        new, checks = parse_keys(lines)
         self._keys.extend(new)
+        self._checks.extend(checks)
+        self._row_state.extend(bytes(len(new)))  # _UNCHECKED until a search or a graph needs them
         self._known.update(new)
         self._keys_end += sum(len(line) + 1 for line in lines[: len(new)])
         self._matrix = None
@@ -312,6 +303,7 @@ class VectorStore:
 
     def _forget_rows(self) -> None:
         self._keys, self._known, self._keys_end = [], set(), 0
+        self._checks, self._row_state = [], bytearray()
         self._matrix = None
         self._index = None
         self._loaded_rows = self._persisted_rows = 0
@@ -325,6 +317,26 @@ class VectorStore:
             else:
                 self._matrix = np.memmap(self._vectors_path, dtype=np.float32, mode="r", shape=(rows, self.dim))
         return self._matrix
+
+    def _row_sound(self, row: int) -> bool:
+        """Whether row ``row``'s vector matches the check its key line records (checked once;
+        a row of a format-1 line has no check and counts as sound)."""
+        state = self._row_state[row]
+        if state == _UNCHECKED:
+            check = self._checks[row]
+            sound = check is None or row_check(self._rows_matrix()[row]) == check
+            state = self._row_state[row] = _SOUND if sound else _DAMAGED
+            if not sound and not self._damage_logged:  # once per store: a garbled file damages many rows
+                self._damage_logged = True
+                log.warning("vector cache %s: the vector of row %d (entity %s) does not match the check its key "
+                            "line records; such rows are never searched (a writer's repair scan embeds their "
+                            "texts again)", self.directory, row, self._keys[row][0])
+        return state == _SOUND
+
+    def _damaged_rows(self, start: int, end: int) -> list[int]:
+        """The rows in [start, end) whose vector fails its check (each row is checked once)."""
+        return [row for row in range(start, end)
+                if self._row_state[row] != _SOUND and not self._row_sound(row)]
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -353,11 +365,8 @@ class VectorStore:
             self._vec_fd = open_file(self._vectors_path, os.O_WRONLY | os.O_APPEND, self._file_mode)
             self._keys_fd = open_file(self._keys_path, os.O_WRONLY | os.O_APPEND, self._file_mode)
             # The files may have just been created: remember which ones these are.
-            ids = []
-            for fd in (self._keys_fd, self._vec_fd):
-                st = os.fstat(fd)
-                ids.append((st.st_dev, st.st_ino))
-            self._file_ids = (ids[0], ids[1])
+            keys_st, vec_st = os.fstat(self._keys_fd), os.fstat(self._vec_fd)
+            self._file_ids = ((keys_st.st_dev, keys_st.st_ino), (vec_st.st_dev, vec_st.st_ino))
         return self._vec_fd, self._keys_fd
 
     def _close_append_fds(self) -> None:
@@ -424,7 +433,10 @@ class VectorStore:
                     return
                 new_keys = [checked[i] for i in chosen]
                 block = np.ascontiguousarray(vectors[chosen]).tobytes()
-                lines = b"".join(orjson.dumps(key) + b"\n" for key in new_keys)
+                view, size = memoryview(block), self._row_bytes
+                checks = [row_check(view[n * size:(n + 1) * size]) for n in range(len(new_keys))]
+                lines = b"".join(orjson.dumps([*key, check]) + b"\n"
+                                 for key, check in zip(new_keys, checks, strict=True))
                 try:
                     self._trim_torn_tail()
                     vec_fd, keys_fd = self._append_fds()
@@ -439,6 +451,8 @@ class VectorStore:
                     raise storage_error(f"could not append to the vector cache {self.directory}",
                                         exc, self.directory) from exc
                 self._keys.extend(new_keys)
+                self._checks.extend(checks)
+                self._row_state.extend(bytes([_SOUND]) * len(new_keys))  # checked as they were made
                 self._known.update(new_keys)
                 self._keys_end += len(lines)
                 self._matrix = None
@@ -464,7 +478,12 @@ class VectorStore:
         start = index.element_count
         if rows > index.max_elements:
             index.resize_index(max(rows, 2 * index.max_elements))
-        index.add_items(self._rows_matrix()[start:rows], np.arange(start, rows))
+        block = self._rows_matrix()[start:rows]
+        damaged = self._damaged_rows(start, rows)
+        if damaged:  # in the graph as blanks, which no search returns: never their garbled bytes
+            block = np.array(block)
+            block[np.array(damaged) - start] = 0.0
+        index.add_items(block, np.arange(start, rows))
 
     def _ensure_index(self) -> hnswlib.Index:
         if self._index is not None:
@@ -475,9 +494,7 @@ class VectorStore:
             self._index_tail()
             return self._index
         rows = len(self._keys)
-        index = hnswlib.Index(space=HNSW_SPACE, dim=self.dim)
-        index.init_index(max_elements=max(INITIAL_CAPACITY, rows + rows // 4), M=HNSW_M,
-                         ef_construction=HNSW_EF_CONSTRUCTION, random_seed=HNSW_SEED)
+        index = new_graph(self.dim, rows)
         self._index = index
         self._loaded_rows = 0
         self._index_tail()
@@ -491,55 +508,41 @@ class VectorStore:
         return index
 
     def _index_meta(self, rows: int) -> dict[str, Any]:
-        return {"format": INDEX_FORMAT, "model": self.model, "dim": self.dim, "rows": rows,
-                "space": HNSW_SPACE, "M": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION,
-                "last_key": list(self._keys[rows - 1]) if rows else None}
+        """hnsw.json of a graph of our first ``rows`` rows (hnsw.bin's size and CRC aside)."""
+        return graph_meta(self.model, self.dim, rows, rows_digest(self._keys, self._checks, rows))
 
     def _plausible_persisted_rows(self) -> int:
         """Rows covered by the persisted index per hnsw.json, if it matches our rows and the
         size of hnsw.bin (the CRC is checked only when loading); else 0."""
         meta = read_json(self._index_meta_path)
-        rows = meta.get("rows") if meta else None
-        if (not meta or not isinstance(rows, int) or not 0 < rows <= len(self._keys)
-                or {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows)
-                or meta.get("size") != file_size(self._index_path)):
+        if meta is None or graph_problem(self.directory, meta, len(self._keys), self._index_meta, crc=False):
             return 0
-        return rows
+        return int(meta["rows"])
 
-    def _load_index(self) -> hnswlib.Index | None:
-        """The persisted index if it is sound and covers a prefix of our rows, else None."""
-        meta = read_json(self._index_meta_path)
+    def _saved_graph_problem(self, meta: dict[str, Any] | None) -> str | None:
+        """Why the saved graph, whose hnsw.json reads ``meta``, must not be used; None if it
+        may, or if there is none."""
         if meta is None and not self._index_path.exists():
             return None
+        return graph_problem(self.directory, meta, len(self._keys), self._index_meta)
+
+    def _load_index(self) -> hnswlib.Index | None:
+        """The persisted index if it was built from a prefix of our rows and is sound, else None."""
+        meta = read_json(self._index_meta_path)
         rows = meta.get("rows") if meta else None
         if isinstance(rows, int) and rows > len(self._keys):
             self._read_new_rows()  # saved by a process that has seen rows we have not
-        problem = None
-        if meta is None:
-            problem = "hnsw.json is missing or unreadable"
-        elif not isinstance(rows, int) or rows < 1 or rows > len(self._keys):
-            problem = f"it covers {rows!r} rows but the store has {len(self._keys)}"
-        elif {k: v for k, v in meta.items() if k not in ("size", "crc32")} != self._index_meta(rows):
-            problem = "it was written by another format or for other rows"
-        elif file_size(self._index_path) != meta.get("size") or file_crc(self._index_path) != meta.get("crc32"):
-            problem = "hnsw.bin does not match the size and CRC recorded in hnsw.json"
-        index = None
+        index, problem = None, self._saved_graph_problem(meta)
+        if meta is None and problem is None:
+            return None  # no graph saved
         if problem is None:
-            index = hnswlib.Index(space=HNSW_SPACE, dim=self.dim)
-            try:
-                capacity = max(INITIAL_CAPACITY, len(self._keys) + len(self._keys) // 4)
-                index.load_index(str(self._index_path), max_elements=capacity)
-            except (RuntimeError, OSError, MemoryError) as exc:
-                problem = f"hnswlib could not load it ({exc})"
-            else:
-                if index.element_count != rows:
-                    problem = f"hnsw.bin holds {index.element_count} rows, not {rows}"
-        if problem is not None:
+            assert meta is not None  # graph_problem names a missing hnsw.json
+            index, problem = load_graph(self.directory, self.dim, meta["rows"], len(self._keys))
+        if index is None:
             log.warning("vector cache %s: not using the persisted index: %s; rebuilding it from "
                         "the vectors", self.directory, problem)
             return None
-        assert isinstance(rows, int)  # no problem means rows checked out above
-        self._loaded_rows = self._persisted_rows = rows
+        self._loaded_rows = self._persisted_rows = index.element_count
         return index
 
     # --- public API -------------------------------------------------------------------------
@@ -587,6 +590,72 @@ class VectorStore:
                 persisted_rows=self._persisted_rows,
             )
 
+    def check(self) -> list[tuple[str, str]]:
+        """What in the store does not match what it was derived from, as (the file, a
+        sentence): rows whose vector fails the check its key line records, and a persisted
+        graph the store must not use (``vector_graph.graph_problem``; a graph that merely
+        lags is fine). Reads every row and hnsw.bin, writes nothing: what ``verify`` asks."""
+        with self._mutex:
+            self._check_open()
+            # hnsw.json before the rows: a graph saved meanwhile covers only rows already there.
+            meta = read_json(self._index_meta_path)
+            self._read_new_rows()
+            rows = len(self._keys)
+            problems = []
+            damaged = self._damaged_rows(0, rows)
+            if damaged:
+                first = f"row {damaged[0]}, entity {self._keys[damaged[0]][0]}"
+                problems.append((VECTORS_FILE, f"{len(damaged)} of its {rows} rows hold vectors that do not match "
+                                               f"the checks their key lines record (the first: {first})"))
+            problem = self._saved_graph_problem(meta)
+            if problem is not None:
+                problems.append((INDEX_META_FILE, f"its saved graph does not match the rows: {problem}"))
+            return problems
+
+    def mend(self, *, graph: bool = True) -> list[tuple[str, str]]:
+        """Make the store match what ``check`` compares, for a writer; returns what was done,
+        as (the file, a sentence):
+        every row whose vector fails its check is erased in place (zeroed; its key line keeps
+        the entity id with a hash that matches no text, so ``has`` is False for that text and
+        the repair scan embeds it again), and, with ``graph``, a persisted graph the store
+        must not use is deleted (the next search builds it from the rows). Rows keep their
+        numbers, so other processes keep reading the store. Raises ReadOnlyError,
+        LockTimeoutError, StorageError."""
+        with self._mutex:
+            self._check_writable()
+            done: list[tuple[str, str]] = []
+            try:
+                with self._locked():
+                    self._read_new_rows()
+                    damaged = self._damaged_rows(0, len(self._keys))
+                    if damaged:
+                        self._erase_rows(damaged)
+                        done.append((VECTORS_FILE, f"erased {len(damaged)} rows whose vectors did not match their "
+                                                   "checks; their texts are embedded again"))
+                    problem = self._saved_graph_problem(read_json(self._index_meta_path)) if graph else None
+                    if problem is not None:
+                        remove_graph(self.directory)
+                        self._persisted_rows = 0
+                        done.append((INDEX_META_FILE, f"deleted the saved graph ({problem}); it is built again "
+                                                      "from the rows"))
+            except OSError as exc:
+                raise storage_error(f"could not mend the vector cache {self.directory}", exc, self.directory) from exc
+            return done
+
+    def _erase_rows(self, rows: list[int]) -> None:
+        """Erase ``rows`` in place (see mend); the caller holds the lock and has read every row."""
+        self._index = None  # it holds the rows as they were: built again from them
+        self._loaded_rows = self._persisted_rows = 0
+        with open(self._keys_path, "rb") as f:
+            lines = key_lines(f.read(self._keys_end))
+        for row, line in erase_rows(self.directory, {row: lines[row] for row in rows}, self._row_bytes).items():
+            entity_id, content_hash, *check = orjson.loads(line)
+            self._keys[row] = (entity_id, content_hash)
+            self._checks[row] = check[0] if check else None
+        for row in rows:
+            self._row_state[row] = _UNCHECKED  # zeroed: sound again if its line's check is a blank row's
+        self._known = set(self._keys)
+
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None) -> list[tuple[str, float]]:
         """The ``k`` entities whose rows are most similar to ``query``, best first (equal
         similarities in entity id order).
@@ -617,7 +686,7 @@ class VectorStore:
             rows = len(self._keys)
             if rows == 0:
                 return []
-            picker = _Picker(self._keys, k, accept, self._rows_matrix, q)
+            picker = Picker(self._keys, k, accept, self._rows_matrix, self._row_sound, q)
             if index is None:
                 return self._search_exact(q, picker)
             # 2k: room for a few rejected or repeated rows without a second round.
@@ -636,7 +705,7 @@ class VectorStore:
                     break
             return self._search_exact(q, picker)
 
-    def _search_exact(self, q: np.ndarray, picker: _Picker) -> list[tuple[str, float]]:
+    def _search_exact(self, q: np.ndarray, picker: Picker) -> list[tuple[str, float]]:
         scores = self._rows_matrix() @ q
         rows = len(scores)
         fetch = min(rows, max(4 * picker.k, 64))

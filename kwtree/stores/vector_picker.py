@@ -1,0 +1,58 @@
+"""Turning rows ranked by similarity into a vector store's hits (``kwtree.stores.vectors``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["Accept", "Picker"]
+
+#: The caller's filter of hits: (entity id, content hash) -> whether the row may be a hit.
+Accept = Callable[[str, str], bool]
+
+
+class Picker:
+    """Turns rows ranked best first into at most k hits, one per entity, asking ``accept``
+    about each row at most once across widening rounds, and never picking a blank row or
+    one whose vector fails its check (``sound``).
+
+    A hit's similarity is computed again for its row alone, in float64: the float32 scores
+    that ranked it depend (in their last bits) on where the row sits in the matrix or the
+    graph, so two equal texts could tie differently after a rebuild stored them in another
+    order (DESIGN §4 invariant 4); recomputed, equal vectors score exactly alike."""
+
+    def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
+                 matrix: Callable[[], np.ndarray], sound: Callable[[int], bool], query: np.ndarray) -> None:
+        self.keys = keys
+        self.k = k
+        self.accept = accept
+        self.matrix = matrix
+        self.sound = sound
+        self.query = query.astype(np.float64)
+        self.verdicts: dict[int, bool] = {}
+
+    def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
+        hits: list[tuple[str, float]] = []
+        taken: set[str] = set()
+        for row, score in zip(rows.tolist(), scores.tolist(), strict=True):
+            entity_id, content_hash = self.keys[row]
+            if entity_id in taken:
+                continue  # a better row of the same entity was already taken
+            if not self.sound(row):
+                continue  # its vector is not the one its key line names: never a hit
+            if score == 0.0 and not self.matrix()[row].any():
+                continue  # a blank row scores exactly 0 (1 - 0 in hnswlib): skip it
+            if self.accept is not None:
+                ok = self.verdicts.get(row)
+                if ok is None:
+                    ok = self.verdicts[row] = bool(self.accept(entity_id, content_hash))
+                if not ok:
+                    continue
+            taken.add(entity_id)
+            exact = float(np.dot(np.array(self.matrix()[row], dtype=np.float64), self.query))
+            hits.append((entity_id, min(1.0, max(-1.0, exact))))
+            if len(hits) == self.k:
+                break
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
+        return hits
