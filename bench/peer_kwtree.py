@@ -187,7 +187,7 @@ class Store:
 
 
 def _hnsw_config() -> dict[str, Any]:
-    from kwtree.stores import vectors
+    from kwtree.stores import vector_graph, vectors
 
-    return {"space": vectors.HNSW_SPACE, "M": vectors.HNSW_M, "ef_construction": vectors.HNSW_EF_CONSTRUCTION,
-            "ef_search": vectors.DEFAULT_EF}
+    return {"space": vector_graph.HNSW_SPACE, "M": vector_graph.HNSW_M,
+            "ef_construction": vector_graph.HNSW_EF_CONSTRUCTION, "ef_search": vectors.DEFAULT_EF}

@@ -51,7 +51,7 @@ def test_a_garbled_row_is_never_a_hit_and_mend_erases_it_so_it_is_embedded_again
             hits = store.search(bait, 5)
             assert "e7" not in dict(hits) and len(hits) == 5
             assert store.has("e7", "h")  # not known to be damaged until it is checked in full
-    assert "does not match the check" in caplog.text
+    assert "does not match its key line's check" in caplog.text
     with VectorStore(store_dir, "m", DIM, writable=False) as reader:
         [(name, problem)] = reader.check()
         assert name == "vectors.f32" and "1 of its 30 rows" in problem and "row 7, entity e7" in problem

@@ -38,8 +38,9 @@ _EFFECTS = {
     INDEX_META_FILE: "every open builds the graph again instead of loading it; `kwtree repair` deletes it so that "
                      "a writer saves one built from the rows",
 }
-#: The finding repair adds for what ``VectorStore.mend`` did to each file.
-_MENDED = {VECTORS_FILE: "erased-vectors", INDEX_META_FILE: "removed-cache"}
+#: The finding repair adds for what ``VectorStore.mend`` did to each file, and what follows.
+_MENDED = {VECTORS_FILE: ("erased-vectors", "the next writer embeds their texts again"),
+           INDEX_META_FILE: ("removed-cache", "the next search builds it again from the rows")}
 
 
 class _Findings(Protocol):
@@ -82,4 +83,5 @@ def mend_vectors(directory: Path, done: _Findings) -> None:
             mended = store.mend()
         rel = store_dir.relative_to(directory)
         for name, sentence in mended:
-            done.add("info", _MENDED[name], str(rel / name), None, sentence)
+            code, then = _MENDED[name]
+            done.add("info", code, str(rel / name), None, f"{sentence}; {then}")

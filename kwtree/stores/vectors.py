@@ -328,15 +328,14 @@ class VectorStore:
             state = self._row_state[row] = _SOUND if sound else _DAMAGED
             if not sound and not self._damage_logged:  # once per store: a garbled file damages many rows
                 self._damage_logged = True
-                log.warning("vector cache %s: the vector of row %d (entity %s) does not match the check its key "
-                            "line records; such rows are never searched (a writer's repair scan embeds their "
-                            "texts again)", self.directory, row, self._keys[row][0])
+                log.warning("vector cache %s: the vector of row %d (entity %s) does not match its key line's check; "
+                            "such rows are never searched (a writer's repair scan embeds their texts again)",
+                            self.directory, row, self._keys[row][0])
         return state == _SOUND
 
     def _damaged_rows(self, start: int, end: int) -> list[int]:
         """The rows in [start, end) whose vector fails its check (each row is checked once)."""
-        return [row for row in range(start, end)
-                if self._row_state[row] != _SOUND and not self._row_sound(row)]
+        return [row for row in range(start, end) if self._row_state[row] != _SOUND and not self._row_sound(row)]
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -607,20 +606,19 @@ class VectorStore:
                 first = f"row {damaged[0]}, entity {self._keys[damaged[0]][0]}"
                 problems.append((VECTORS_FILE, f"{len(damaged)} of its {rows} rows hold vectors that do not match "
                                                f"the checks their key lines record (the first: {first})"))
-            problem = self._saved_graph_problem(meta)
+            problem = self._saved_graph_problem(meta) if meta is not None else None  # (no hnsw.json: no graph)
             if problem is not None:
                 problems.append((INDEX_META_FILE, f"its saved graph does not match the rows: {problem}"))
             return problems
 
     def mend(self, *, graph: bool = True) -> list[tuple[str, str]]:
-        """Make the store match what ``check`` compares, for a writer; returns what was done,
-        as (the file, a sentence):
-        every row whose vector fails its check is erased in place (zeroed; its key line keeps
-        the entity id with a hash that matches no text, so ``has`` is False for that text and
-        the repair scan embeds it again), and, with ``graph``, a persisted graph the store
-        must not use is deleted (the next search builds it from the rows). Rows keep their
-        numbers, so other processes keep reading the store. Raises ReadOnlyError,
-        LockTimeoutError, StorageError."""
+        """Make the store match what ``check`` compares, for a writer; returns what was done, as
+        (the file, a sentence): every row whose vector fails its check is erased in place
+        (zeroed; its key line keeps the entity id with a hash that matches no text, so ``has``
+        is False for that text and the repair scan embeds it again), and, with ``graph``, a
+        persisted graph the store must not use is deleted (the next search builds it from the
+        rows). Rows keep their numbers, so other processes keep reading the store. Raises
+        ReadOnlyError, LockTimeoutError, StorageError."""
         with self._mutex:
             self._check_writable()
             done: list[tuple[str, str]] = []
@@ -630,14 +628,12 @@ class VectorStore:
                     damaged = self._damaged_rows(0, len(self._keys))
                     if damaged:
                         self._erase_rows(damaged)
-                        done.append((VECTORS_FILE, f"erased {len(damaged)} rows whose vectors did not match their "
-                                                   "checks; their texts are embedded again"))
+                        done.append((VECTORS_FILE, f"erased {len(damaged)} rows whose vectors failed their checks"))
                     problem = self._saved_graph_problem(read_json(self._index_meta_path)) if graph else None
                     if problem is not None:
                         remove_graph(self.directory)
                         self._persisted_rows = 0
-                        done.append((INDEX_META_FILE, f"deleted the saved graph ({problem}); it is built again "
-                                                      "from the rows"))
+                        done.append((INDEX_META_FILE, f"deleted the saved graph: {problem}"))
             except OSError as exc:
                 raise storage_error(f"could not mend the vector cache {self.directory}", exc, self.directory) from exc
             return done
@@ -739,7 +735,9 @@ class VectorStore:
                     if self._plausible_persisted_rows() > rows:
                         tmp.unlink()  # another process saved more
                     else:
-                        # A crash between these two replaces leaves a CRC mismatch: one rebuild.
+                        # hnsw.json first: a crash before the new one is written leaves a graph
+                        # that nothing describes (never loaded: one rebuild), not a mismatch.
+                        self._index_meta_path.unlink(missing_ok=True)
                         os.replace(tmp, self._index_path)
                         write_atomically(self._index_meta_path, orjson.dumps(meta), self._file_mode)
             except (OSError, RuntimeError) as exc:
