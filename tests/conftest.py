@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import Child, tmpfs
 from hypothesis import HealthCheck, settings
-from messages_api import FakeMessagesAPI
+from messages_api import SHELL_SETTINGS, FakeMessagesAPI
 
 #: The size of the ``disk`` fixture's file system: room for a small tree and its caches.
 DISK_BYTES = 8 << 20
@@ -83,3 +83,10 @@ def api() -> Iterator[FakeMessagesAPI]:
     fake.server.shutdown()
     fake.server.server_close()
     fake.thread.join()
+
+
+@pytest.fixture
+def clean_llm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No key, endpoint, LLM setting or proxy of the developer's shell leaks into a test."""
+    for name in SHELL_SETTINGS:
+        monkeypatch.delenv(name, raising=False)

@@ -58,7 +58,7 @@ def closed_port() -> int:
 
 #: Variables of the developer's shell that would point a test's ``kwtree`` process at another
 #: LLM, key or proxy.
-_SHELL_SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "KWTREE_ANTHROPIC_MODEL",
+SHELL_SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "KWTREE_ANTHROPIC_MODEL",
                    "KWTREE_LLM", "KWTREE_LLM_TIMEOUT", "KWTREE_LLM_MAX_RETRIES", "KWTREE_ON_AGENT_FAILURE",
                    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
@@ -67,7 +67,7 @@ def llm_env(url: str, **settings: str) -> dict[str, str]:
     """The environment of a ``kwtree`` process whose LLM (``kwtree/cli/env.py``) is the
     Anthropic client at ``url``: one attempt of at most 5 s unless ``settings`` say otherwise
     (``KWTREE_LLM_TIMEOUT="0.5"``), and nothing of the developer's own LLM settings."""
-    kept = {name: value for name, value in os.environ.items() if name not in _SHELL_SETTINGS}
+    kept = {name: value for name, value in os.environ.items() if name not in SHELL_SETTINGS}
     return {**kept, "KWTREE_LLM": "anthropic", "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url,
             "KWTREE_LLM_MAX_RETRIES": "0", "KWTREE_LLM_TIMEOUT": "5", **settings}
 

@@ -123,6 +123,14 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return base, ids, expected
 
 
+def _kill_at(children: Any, directory: Path, step: str, kind: str, target: str) -> None:
+    """Run a forget of ``target`` (``kind``) in a child on ``directory`` and SIGKILL it at ``step``."""
+    child = children(str(HERE), directory, step, kind, target)
+    child.expect("B")
+    child.expect(f"P {step}")
+    child.kill()
+
+
 def _verifies(directory: Path, *, unfinished: bool | None) -> None:
     """verify finds no error but ``forget-unfinished``, and that one exactly when the log's
     erasure did not finish (``unfinished``; None: either)."""
@@ -153,10 +161,7 @@ def test_a_forget_killed_at_each_step_leaves_a_valid_log_and_a_rerun_finishes(
     directory = shutil.copytree(base, tmp_path / "tree")
     # Alice's scope holds one keyword: forgetting the scope keyword by id erases the same.
     target = "user:alice" if kind == "scope" else ids["alice"]
-    child = children(str(HERE), directory, step, kind, target)
-    child.expect("B")
-    child.expect(f"P {step}")
-    child.kill()
+    _kill_at(children, directory, step, kind, target)
     _verifies(directory, unfinished=step not in NEW_LOG)
     view = KeywordTree(directory, read_only=True)
     assert live_view(view) == expected  # the forget operation was durable before every step
@@ -176,10 +181,7 @@ def test_the_next_writable_open_finishes_an_erasure_a_kill_interrupted(
     alone finishes the erasure (log, quarantine, caches, outbox); so does ``kwtree repair``."""
     base, _, expected = prepared
     directory = shutil.copytree(base, tmp_path / "tree")
-    child = children(str(HERE), directory, step, "scope", "user:alice")
-    child.expect("B")
-    child.expect(f"P {step}")
-    child.kill()
+    _kill_at(children, directory, step, "scope", "user:alice")
     with KeywordTree(directory, read_only=True) as view:
         forget_op = view.history()[-1]
         assert forget_op.kind == "forget" and live_view(view) == expected
@@ -202,10 +204,7 @@ def test_a_forget_killed_while_it_rebuilds_the_fulltext_index_leaves_a_valid_dir
     whole or absent, never an index that verify (and a reader) finds broken."""
     base, _, expected = prepared
     directory = shutil.copytree(base, tmp_path / "tree")
-    child = children(str(HERE), directory, step, "scope", "user:alice")
-    child.expect("B")
-    child.expect(f"P {step}")
-    child.kill()
+    _kill_at(children, directory, step, "scope", "user:alice")
     _verifies(directory, unfinished=False)
     _after_the_kill(directory, expected, "scope", "user:alice")
 
@@ -243,10 +242,7 @@ def test_a_forget_killed_around_its_second_operation_is_finished_by_a_rerun(tmp_
     tree.link_info(ids["info"], elsewhere.id)
     tree.unlink_info(ids["info"], ids["drinks"])  # Drinks' live abstract quotes the older text
     tree.close()
-    child = children(str(HERE), directory, step, "info", ids["info"])
-    child.expect("B")
-    child.expect(f"P {step}")
-    child.kill()
+    _kill_at(children, directory, step, "info", ids["info"])
     _verifies(directory, unfinished=True)
     again = KeywordTree(directory, worker=False)
     report = again.forget(ids["info"])

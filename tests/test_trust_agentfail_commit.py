@@ -43,12 +43,8 @@ STEPS = ["extraction", "placement", "dedup"]
 TIMEOUT = 0.3
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "KWTREE_LLM", "KWTREE_LLM_TIMEOUT",
-                 "KWTREE_LLM_MAX_RETRIES", "KWTREE_ON_AGENT_FAILURE", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                 "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
+#: No key, endpoint, LLM setting or proxy of the developer's shell reaches these tests (conftest.py).
+pytestmark = pytest.mark.usefixtures("clean_llm_env")
 
 
 def client(url: str, timeout: float = 10.0, max_retries: int = 1) -> AnthropicLLMClient:
