@@ -266,3 +266,39 @@ def test_forget_chains_the_log_anew_and_its_note_names_no_digest_of_what_it_eras
         assert tree.get_info(ids[0]).content == "memory number 000"
         tree.create_info("after the forget")
     assert verify_directory(tree_dir).ok
+
+
+def test_a_merge_of_two_branches_by_the_driver_keeps_the_chain_and_both_recorded_heads(tmp_path: Path) -> None:
+    from helpers import copy_tree_dir
+
+    from kwtree.ops.git import merge_files
+
+    base = tmp_path / "base"
+    build(base, 4)
+    ours, theirs = copy_tree_dir(base, tmp_path / "ours"), copy_tree_dir(base, tmp_path / "theirs")
+    heads = {}
+    for directory, label in ((ours, "ours"), (theirs, "theirs")):
+        with KeywordTree(directory, durability="none", worker=False) as tree:
+            for i in range(3):
+                tree.create_info(f"{label} {i}")
+        heads[label] = verify_directory(directory).head
+    merged = copy_tree_dir(ours, tmp_path / "merged")
+    shutil.rmtree(merged / "cache", ignore_errors=True)
+    merge_files(segment(base), segment(merged), segment(theirs))  # what git runs the driver with
+    report = verify_directory(merged)
+    assert report.ok and not report.errors, report.to_text()
+    assert not any(f.code.startswith("chain-") for f in report.findings), report.to_text()
+    assert any('"merge"' in note and '"base"' in note for note in report.chain_notes)
+    aside = 0
+    for label, head in heads.items():  # each branch's recorded head still holds, beside the other's writes
+        held = verify_directory(merged, head=head)
+        [found] = [f for f in held.findings if f.code == "chain-head"]
+        assert held.ok and found.severity in ("info", "warning"), (label, held.to_text())
+        aside += "not among its predecessors" in found.message  # the other branch's, written before it
+    assert aside == 1
+    # The same fork without the driver's note, in a log that shows no merge, is an inserted operation.
+    merged_ops = operations(segment(merged).read_bytes())
+    segment(merged).write_bytes(b"".join(op for op in merged_ops if b'"entity":"note"' not in op))
+    assert [f.code for f in verify_directory(merged).errors] == ["chain-fork"]
+    with KeywordTree(merged, durability="none", worker=False) as tree:
+        tree.create_info("after the merge")
