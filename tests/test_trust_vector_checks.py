@@ -98,3 +98,15 @@ def test_a_store_of_format_1_is_read_as_it_is_and_a_writer_records_format_2(tmp_
     assert last[:2] == ["new", "h"] and len(last) == 3
     with VectorStore(store_dir, "m", DIM, writable=False) as reader:
         assert len(reader) == 6 and reader.check() == [] and reader.search(vector_of("new"), 1)[0][0] == "new"
+
+
+def test_a_graph_that_lost_its_description_is_never_loaded_and_no_finding(store_dir: Path) -> None:
+    """save() removes hnsw.json before it replaces hnsw.bin, so a writer killed in between
+    leaves a graph nothing describes: rebuilt by the next search, not a mismatch for verify."""
+    with VectorStore(store_dir, "m", DIM, exact_below=10) as store:
+        store.warm_up()  # builds the graph and saves it
+    (store_dir / "hnsw.json").unlink()
+    with VectorStore(store_dir, "m", DIM, exact_below=10, writable=False) as reader:
+        assert reader.check() == []
+        assert reader.search(random_rows(ROWS)[3], 1)[0][0] == "e3"
+        assert reader.stats().loaded_rows == 0  # built, not loaded
