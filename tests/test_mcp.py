@@ -283,7 +283,9 @@ def test_commit_session_and_remember_with_the_llm_down_commit_the_conversation(t
             assert [(f["step"], f["error"][:len(failed)]) for f in commit["fallbacks"]] == [("extraction", failed)]
             remembered = await call(session, "remember", text="Alice's locker code is 1234.", scope="user:alice")
             assert remembered["op_id"] and "fallbacks" not in remembered  # stored word for word: no LLM asked
-            found = await call(session, "recall", query="what does Alice drink?", scope="user:alice")
+            # (words of the memory: what this test is about is the commit, not how recall bridges wording
+            # while the server's LLM hangs, which under load left the memory out of the top results)
+            found = await call(session, "recall", query="which tea does Alice love?", scope="user:alice")
             assert "I love green tea." in [memory["text"] for memory in found["memories"]]
 
     run(main)
