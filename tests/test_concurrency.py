@@ -12,6 +12,7 @@ barriers and events. Timeouts only bound a hang; nothing asserts on elapsed time
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import random
 import sys
@@ -23,7 +24,7 @@ import orjson
 import pytest
 from helpers import Child, log_bytes, snapshot
 
-from kwtree import KeywordTree, LockTimeoutError
+from kwtree import KeywordTree, LockTimeoutError, verify_directory
 from kwtree.stores.lock import FileLockBackend, FlockBackend, WriterLock
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
@@ -507,6 +508,44 @@ def test_two_trees_on_one_directory_in_one_process_exclude_each_other(tmp_path, 
     with KeywordTree(data_dir, read_only=True) as tree:
         for tag, ids in made.items():
             assert [tree.get_keyword(kid).name for kid in ids] == [f"{tag}-{i}" for i in range(50)]
+
+
+OTHER_WRITER = """
+    import sys
+    from kwtree import KeywordTree
+    with KeywordTree(sys.argv[1], durability="none", worker=False) as tree:
+        kid = tree.find_keywords("start")[0].id
+        for n in range(5):
+            tree.create_info(f"memory {n} about tea", keyword_ids=[kid])
+        tree.recall("tea", mode="bm25")  # the shared full-text index now reflects these
+        tree.compact()  # the operations this process's reader has not read are rewritten
+        tree.create_info("a late memory about coffee", keyword_ids=[kid])
+        tree.recall("coffee", mode="bm25")
+    print("done", flush=True)
+"""
+
+
+def test_a_writer_behind_another_process_never_rewinds_the_shared_full_text_index(tmp_path, children, caplog):
+    """A writable tree that has not read another process's operations, searching for the
+    first time, found the shared index ahead of its state and rebuilt it at that older state:
+    the index then lacked the other writer's memories (every process searching it missed
+    them) and, after a compaction, named an operation the log no longer holds (``verify``
+    error). The search catches up with the log first instead."""
+    data_dir = tmp_path / "tree"
+    with KeywordTree(data_dir, durability="none", worker=False) as tree:
+        tree.create_info("memory before about tea", keyword_ids=[tree.create_keyword("start").id])
+    with KeywordTree(data_dir, durability="none", worker=False) as behind:
+        assert "done" in children(OTHER_WRITER, data_dir).finish()
+        with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
+            hits = behind.recall("memory", mode="bm25", k=20)
+        assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]
+        assert len([h for h in hits if h.bm25 is not None]) == 7  # what the other process wrote, too: the search read the log first
+    report = verify_directory(data_dir)
+    assert report.ok, report.to_text()
+    with KeywordTree(data_dir, read_only=True) as reader:
+        assert [h.info.content for h in reader.recall("coffee", mode="bm25") if h.bm25 is not None] == [
+            "a late memory about coffee"]
+        assert len([h for h in reader.recall("tea", mode="bm25", k=20) if h.bm25 is not None]) == 6
 
 
 # --- 9. the writer lock across processes --------------------------------------------------------

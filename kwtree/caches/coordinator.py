@@ -5,7 +5,8 @@ is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from th
 - **Full text** is kept in step lazily: writes note what they changed; a search first applies
   the changes (or, after operations this process did not see being written, every entity
   written after the index's watermark op id) and commits, so a search sees every write
-  before it. Only the process holding the directory's writer lock writes the shared index.
+  before it. Only the process holding the directory's writer lock writes the shared index,
+  having first applied what other processes appended (``write_locks`` catches up).
   A tree that may not write it (``read_only``, ``as_of``) searches it only while its watermark
   is the tree's last op id; otherwise it keeps a private index in memory (never on disk: a
   killed process leaves no copy of texts a later ``forget`` erases), fed the same way from its

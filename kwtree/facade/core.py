@@ -77,13 +77,16 @@ class TreeCore:
 
     def _caches_locked(self) -> AbstractContextManager[State]:
         """The locks under which this process writes its directory's caches. With the log in
-        the directory, the engine's writer locks: every process that opens it shares its
-        caches, as the log. With the log elsewhere (PostgreSQL), the directory holds this
+        the directory, the engine's writer locks, with what other processes appended applied
+        first: every process that opens it shares its caches, as the log, so they are only
+        ever written from the log's latest state (a tree that had not read another writer's
+        operations would take the index they fed for one ahead of the log and rebuild it at
+        its own, older state). With the log elsewhere (PostgreSQL), the directory holds this
         process's caches only: the write mutex and the directory's own lock file, so that
         another machine holding the tree's lock (a compaction) never holds up a search here.
-        ClosedError, ReadOnlyError, LockTimeoutError."""
+        ClosedError, ReadOnlyError, LockTimeoutError, CorruptLogError."""
         engine = self._engine
-        return _directory_locked(engine) if engine.caches_only else engine.locked()
+        return _directory_locked(engine) if engine.caches_only else engine.writing()
 
     def _note_commit(self, op: Operation, state: State) -> None:
         """The engine's commit listener: the caches note what to index."""
