@@ -738,10 +738,11 @@ def outbox_rows(tree_dir: Path) -> list[dict]:
     return [orjson.loads(line) for line in (tree_dir / "outbox.jsonl").read_bytes().splitlines() if line.strip()]
 
 
-def test_a_worker_process_killed_while_holding_leases_loses_nothing(mem: KeywordTree, tree_dir: Path) -> None:
-    infos = [mem.create_info(text) for text in TOPICS.values()]
-    assert mem.outbox_status()["pending"] == len(infos)
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(BLOCKING_WORKER), str(tree_dir), "0.5"],
+def _kill_a_worker_holding_leases(tree_dir: Path, infos: list, lease_seconds: float) -> None:
+    """Start a ``kwtree worker`` process with ``lease_seconds`` leases and SIGKILL it inside
+    ``embed()``: it holds the lease of every item of ``infos`` and has done none."""
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(BLOCKING_WORKER), str(tree_dir),
+                             str(lease_seconds)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], HANG)
@@ -759,18 +760,62 @@ def test_a_worker_process_killed_while_holding_leases_loses_nothing(mem: Keyword
             proc.wait(HANG)
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             pipe.close()
-    status = mem.outbox_status()
-    assert status["done"] == 0 and status["pending"] + status["leased"] == len(infos)
-    assert mem.recall("saxophone", mode="vector") == []
 
-    # A second worker takes the work over once the dead worker's leases run out.
-    assert serve_outbox(tree_dir, HashEmbedder(), once=True, lease_seconds=0.5) == len(infos)
+
+def _assert_all_embedded(mem: KeywordTree, infos: list) -> None:
     status = mem.outbox_status()
     assert (status["pending"], status["leased"], status["failed"], status["dead"]) == (0, 0, 0, 0)
     assert status["done"] == len(infos) and status["dead_items"] == []
     for info in infos:
         top = mem.recall(info.content, k=1, mode="vector")[0]
         assert top.info == info and top.vector == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_worker_process_killed_while_holding_leases_loses_nothing(mem: KeywordTree, tree_dir: Path) -> None:
+    infos = [mem.create_info(text) for text in TOPICS.values()]
+    assert mem.outbox_status()["pending"] == len(infos)
+    _kill_a_worker_holding_leases(tree_dir, infos, 0.5)
+    status = mem.outbox_status()
+    assert status["done"] == 0 and status["pending"] + status["leased"] == len(infos)
+    assert mem.recall("saxophone", mode="vector") == []
+
+    # A second worker takes the work over once the dead worker's leases run out.
+    assert serve_outbox(tree_dir, HashEmbedder(), once=True, lease_seconds=0.5) == len(infos)
+    _assert_all_embedded(mem, infos)
+
+
+def test_the_leases_of_a_killed_worker_are_taken_over_at_once_not_when_they_end(
+        mem: KeywordTree, tree_dir: Path) -> None:
+    """A worker killed an hour before its leases end: the next worker need not wait the hour,
+    no process has its pid any more (``kwtree.caches.workers``)."""
+    infos = [mem.create_info(text) for text in TOPICS.values()]
+    _kill_a_worker_holding_leases(tree_dir, infos, 3600.0)
+    status = mem.outbox_status()
+    assert (status["pending"], status["leased"]) == (len(infos), 0)  # claimable now
+    assert serve_outbox(tree_dir, HashEmbedder(), once=True) == len(infos)
+    _assert_all_embedded(mem, infos)
+
+
+def test_the_leases_of_a_closed_tree_are_taken_over_at_once_when_the_outbox_lost_its_done_rows(
+        tree_dir: Path) -> None:
+    """A damaged outbox that lost the done rows after a closed tree's claims, and a vector
+    file lost with it: the claims look like leases for another minute, but the tree that
+    held them (in this very process) is closed, so the next open embeds the texts again at
+    once (CI saw a ``wait_indexed(30)`` time out on this)."""
+    with KeywordTree(tree_dir, durability="none", worker=False) as tree:
+        infos = [tree.create_info(text) for text in TOPICS.values()]
+        assert tree.wait_indexed(HANG)
+    rows = (tree_dir / "outbox.jsonl").read_bytes().splitlines(keepends=True)
+    kept = [row for row in rows if orjson.loads(row)["r"] != "done"]
+    assert len(kept) < len(rows)
+    (tree_dir / "outbox.jsonl").write_bytes(b"".join(kept))
+    for vectors in (tree_dir / "cache" / "vectors").glob("*/vectors.f32"):
+        vectors.unlink()
+    with KeywordTree(tree_dir, durability="none", worker=False) as tree:
+        status = tree.outbox_status()
+        assert status["leased"] == 0 and status["pending"] == len(infos), status
+        assert tree.wait_indexed(HANG)
+        _assert_all_embedded(tree, infos)
 
 
 class PoisonEmbedder(HashEmbedder):

@@ -26,7 +26,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import re
 import threading
 import time
@@ -46,6 +45,7 @@ from kwtree.caches.outbox import (
     run_worker,
 )
 from kwtree.caches.texts import EntityKey, entity_text, search_text, written_after
+from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, is_forgotten
@@ -139,7 +139,7 @@ class Indexes:
         self._held: list[Item] = []  # claimed by a wait_indexed round that failed: tried first
         self._unsaved = False  # the worker added vectors since the graph was last persisted
         self._thread: threading.Thread | None = None
-        self._worker_id = f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}"
+        self._worker_id = new_worker_id()  # retired by close: its leases are then taken over at once
         if worker:
             self._thread = threading.Thread(target=self._work, name="kwtree-embedder", daemon=True)
             self._thread.start()
@@ -774,6 +774,7 @@ class Indexes:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        retire_worker(self._worker_id)
         try:
             self._flush()  # for a `kwtree worker`, or the next open
         except Exception:  # the repair scan of the next open finds them

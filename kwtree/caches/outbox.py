@@ -39,6 +39,7 @@ lines (an append may be under way); the methods that write (``enqueue``, ``claim
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -53,6 +54,7 @@ from typing import Any
 import filelock
 import orjson
 
+from kwtree.caches.workers import holder_gone
 from kwtree.errors import (
     ClosedError,
     InvalidInputError,
@@ -289,9 +291,12 @@ class Outbox:
         if not self.writable:
             raise ReadOnlyError(f"the outbox {self.path} was opened with writable=False: it only reads")
 
-    def _claimable(self, entry: _Entry, now: float) -> bool:
-        return (entry.status == "pending" or (entry.status == "leased" and entry.until <= now)
-                or (entry.status == "failed" and entry.retry_at <= now))
+    def _claimable(self, entry: _Entry, now: float, gone: Callable[[str], bool]) -> bool:
+        """Pending; leased, but the lease ended or its holder is gone (``workers.holder_gone``,
+        asked through ``gone``); or failed, and its retry is due."""
+        if entry.status == "leased":
+            return entry.until <= now or (entry.worker is not None and gone(entry.worker))
+        return entry.status == "pending" or (entry.status == "failed" and entry.retry_at <= now)
 
     def enqueue(self, items: Iterable[tuple[str, str, str, str]]) -> int:
         """Queue ``(kind, id, hash, model)`` tuples; returns the rows written. Callers queue only
@@ -318,15 +323,16 @@ class Outbox:
 
     def claim(self, worker: str, limit: int) -> list[Item]:
         """Lease up to ``limit`` claimable items to ``worker``, oldest first, until now +
-        ``lease_seconds``. An expired lease is claimable by anyone."""
+        ``lease_seconds``. An expired lease is claimable by anyone, and so is a lease whose
+        holder is known to be gone (its tree was closed, its process died: ``workers``)."""
         self._check_writable()
         with self._locked():
-            now = self.clock()
+            now, gone = self.clock(), functools.cache(holder_gone)
             picked: list[Item] = []
             for entry in self._open.values():
                 if len(picked) >= limit:
                     break
-                if self._claimable(entry, now):
+                if self._claimable(entry, now, gone):
                     picked.append(entry.item)
             self._append([{"r": "claim", "item": it.key, "worker": worker,
                            "until": now + self.lease_seconds, "ts": now} for it in picked])
@@ -378,10 +384,11 @@ class Outbox:
         """Counts of ``pending`` (claimable now), ``leased`` (live lease), ``failed`` (waiting
         for retry), ``done`` (since the last compaction) and ``dead``, plus ``dead_items``."""
         with self._locked():
-            now, counts = self.clock(), Counter(dict.fromkeys(("pending", "leased", "failed", "done", "dead"), 0))
+            now, gone = self.clock(), functools.cache(holder_gone)
+            counts = Counter(dict.fromkeys(("pending", "leased", "failed", "done", "dead"), 0))
             dead_items = []
             for entry in self._entries.values():
-                if self._claimable(entry, now):
+                if self._claimable(entry, now, gone):
                     counts["pending"] += 1
                 else:
                     counts[entry.status] += 1
@@ -394,8 +401,8 @@ class Outbox:
     def pending_count(self) -> int:
         """Items claimable now."""
         with self._locked():
-            now = self.clock()
-            return sum(self._claimable(entry, now) for entry in self._open.values())
+            now, gone = self.clock(), functools.cache(holder_gone)
+            return sum(self._claimable(entry, now, gone) for entry in self._open.values())
 
     def backlog(self) -> int:
         """Items not yet done nor dead: pending + leased + failed waiting for retry."""

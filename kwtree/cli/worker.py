@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from pathlib import Path
 
 from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder
 from kwtree.caches.outbox import Item, Outbox, run_worker
+from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.engine import Engine
 from kwtree.stores.directory import OUTBOX_NAME, open_error
 
@@ -41,7 +40,7 @@ def serve_outbox(
         indexes = Indexes(Path(data_dir), embedder, engine.read, write_locks=None, worker=False,
                           embed_async=True, write_vectors=True, file_mode=engine.file_mode)
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=engine.file_mode)
-        worker = f"worker-{os.getpid()}-{time.time_ns()}"
+        worker = new_worker_id()
 
         def process(items: list[Item]) -> dict[str, str | None]:
             nonlocal processed
@@ -60,6 +59,7 @@ def serve_outbox(
             # queued again. (A full disk makes the worker wait and retry, not exit.)
             run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
         finally:
+            retire_worker(worker)
             outbox.close()
             indexes.close()
     finally:
