@@ -187,6 +187,25 @@ def test_reads_filter_on_provenance(tmp_path: Path) -> None:
         assert [item["memory"] for item in found] == ["Green tea is on the list."]
 
 
+def test_the_cli_filters_recall_and_context_on_provenance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kwtree.cli.main import main
+
+    _seeded(tmp_path / "t").close()
+    where = str(tmp_path / "t")
+    reads = ["--scope", SCOPE, "--min-score", "0"]
+    assert main(["recall", where, "green tea", *reads, "--json"]) == 0
+    assert {hit["info"]["provenance"] for hit in json.loads(capsys.readouterr().out)} >= {"user", "tool"}
+    assert main(["recall", where, "green tea", *reads, "--provenance", "user", "--json"]) == 0
+    assert {hit["info"]["provenance"] for hit in json.loads(capsys.readouterr().out)} == {"user"}
+    assert main(["recall", where, "green tea", *reads, "--provenance", "tool", "--provenance", "system"]) == 0
+    assert "Ritz" in capsys.readouterr().out
+    assert main(["context", where, "green tea", *reads, "--provenance", "user"]) == 0
+    text = capsys.readouterr().out
+    assert "Alice loves green tea." in text and "Ritz" not in text
+    assert main(["recall", where, "green tea", "--provenance", "admin"]) == 2  # not one of PROVENANCES
+    assert "argument --provenance: invalid choice: 'admin'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("call", "named"), [
     (lambda t, top: t.create_info("x", keyword_ids=[top], provenance="admin"), "provenance"),
     (lambda t, top: t.create_info("x", keyword_ids=[top], provenance=None), "provenance"),

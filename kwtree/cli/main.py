@@ -56,6 +56,7 @@ from kwtree.models import (
     DIRECTIONS,
     DURABILITY_MODES,
     INFO_POLICIES,
+    PROVENANCES,
     ROOT_ID,
     Operation,
     Relation,
@@ -258,10 +259,14 @@ MIN_SCORE = arg("--min-score", type=float, metavar="X",
                 help="relevance floor, 0 (none) to 1 (default: recall's calibrated floor, docs/retrieval.md)")
 
 
+PROVENANCE = arg("--provenance", action="append", choices=list(PROVENANCES), metavar="WHO",
+                 help=f"only memories said by WHO: one of {', '.join(PROVENANCES)} (repeatable: any of them)")
+
+
 def _reads(a: argparse.Namespace) -> dict[str, Any]:
-    """The scope, floor and time window of a recall or context command."""
+    """The scope, floor, time window and provenance of a recall or context command."""
     given = {} if a.min_score is None else {"min_score": a.min_score}
-    return {"scope": a.scope, "since": a.since, "until": a.until, **given}
+    return {"scope": a.scope, "since": a.since, "until": a.until, "provenance": a.provenance, **given}
 
 
 def _moment(text: str) -> float | str:
@@ -366,7 +371,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--k", type=int, default=10, metavar="N", help="how many (default: 10)"),
               arg("--under", metavar="ID", help="only infos linked to this keyword's subtree"), RELATION,
               arg("--mode", choices=["hybrid", "bm25", "vector"], default="hybrid", help="default: hybrid"),
-              SCOPE, MIN_SCORE, *TIME_WINDOW),
+              SCOPE, MIN_SCORE, PROVENANCE, *TIME_WINDOW),
         show=lambda r, t, a: show_hits(r),
     ),
     Command(
@@ -376,7 +381,7 @@ COMMANDS: tuple[Command, ...] = (
         call=lambda t, a: t.context(a.query, a.max_tokens, **_reads(a)),
         args=(arg("query", metavar="QUERY"),
               arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)"),
-              SCOPE, MIN_SCORE, *TIME_WINDOW),
+              SCOPE, MIN_SCORE, PROVENANCE, *TIME_WINDOW),
         show=lambda r, t, a: print(r),
     ),
     Command(
