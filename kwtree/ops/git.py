@@ -16,8 +16,8 @@ never takes merge drivers from the files it tracks: every clone runs ``setup`` o
 **The merge** of one segment (``merge_segments`` on bytes, ``merge_files`` on the three files
 git hands the driver) is the union of the whole operations of both sides, each operation once,
 in op-id order (with a ``merge`` note where both sides wrote to a chained log, format 3, naming
-the operation they forked after), then the seal lines either side has (format 2 and later); replay then resolves concurrent
-edits deterministically (DESIGN §3). It refuses
+the operation they forked after), then the seal lines either side has (format 2 and later);
+replay then resolves concurrent edits deterministically (DESIGN §3). It refuses
 (``MergeConflictError``, and git reports a conflict, keeping our side's file as it was) rather
 than lose or invent data: when a side ends with an incomplete operation, when one op id holds
 different rows on the two sides, when a side lacks an operation the common base has (its log
