@@ -22,6 +22,9 @@ __all__ = ["HANG", "Child", "assert_every_open_refuses", "child_line", "copy_tre
            "log_bytes", "says_disk_full", "snapshot", "tmpfs"]
 
 HANG = 120  # seconds before a stuck child is reported as a failure (never reached normally)
+#: Whether the thorough hypothesis profile runs (KWTREE_HYPOTHESIS_PROFILE=thorough, see conftest):
+#: slow tests then run the sizes their issues asked for, not the default profile's few.
+THOROUGH = os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough"
 
 
 @contextlib.contextmanager

@@ -539,7 +539,8 @@ def test_a_writer_behind_another_process_never_rewinds_the_shared_full_text_inde
         with caplog.at_level(logging.WARNING, logger="kwtree.cache"):
             hits = behind.recall("memory", mode="bm25", k=20)
         assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]
-        assert len([h for h in hits if h.bm25 is not None]) == 7  # what the other process wrote, too: the search read the log first
+        # What the other process wrote, too: the search read the log first.
+        assert len([h for h in hits if h.bm25 is not None]) == 7
     report = verify_directory(data_dir)
     assert report.ok, report.to_text()
     with KeywordTree(data_dir, read_only=True) as reader:

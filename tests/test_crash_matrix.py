@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers import THOROUGH
 
 from kwtree import (
     ROOT_ID,
@@ -61,7 +62,7 @@ ROWS = WRITES + MAINTENANCE
 #: Actions after which the log no longer holds the operations acknowledged before them.
 REWRITES = {"compact", "restore"}
 THOROUGH_KILLS_PER_ROW = 8
-KILLS_PER_ROW = THOROUGH_KILLS_PER_ROW if os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough" else 1
+KILLS_PER_ROW = THOROUGH_KILLS_PER_ROW if THOROUGH else 1
 LIMIT = 60.0  # seconds a wait_indexed may take before the test fails
 MAX_KILL_DELAY = 0.3  # seconds: the latest a kill comes after the child starts the action
 AS_OF_SAMPLE = 4  # acknowledged operations of earlier runs whose as_of views are checked again

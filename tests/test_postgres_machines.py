@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import THOROUGH
 from postgres_server import restart, server_url
 
 from kwtree import KeywordTree
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(URL is None, reason=__import__("postgres_server").why_not or "no PostgreSQL")]
 
 #: How long the machines write: the issue's 60 s under the thorough profile, 8 s by default.
-SECONDS = 60.0 if os.environ.get("KWTREE_HYPOTHESIS_PROFILE") == "thorough" else 8.0
+SECONDS = 60.0 if THOROUGH else 8.0
 
 MACHINE = """
 import json, random, sys, time

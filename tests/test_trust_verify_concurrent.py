@@ -8,11 +8,11 @@ warning) must be one a quiet verify of the finished directory reports too: a use
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import THOROUGH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +20,7 @@ from kwtree import KeywordTree, verify_directory
 from kwtree.ops.verify import Report
 
 #: Examples of the property: each runs several processes for a few seconds.
-EXAMPLES = 3 if os.environ.get("KWTREE_HYPOTHESIS_PROFILE", "default") == "default" else 30
+EXAMPLES = 30 if THOROUGH else 3
 
 WRITER = """
 import random, sys
