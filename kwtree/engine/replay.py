@@ -35,7 +35,7 @@ import orjson
 from kwtree.engine.events import CRC_KEY, DECODERS, Bound, checksum_problem, is_op_id
 from kwtree.engine.state import State, apply_rows
 from kwtree.errors import CorruptLogError
-from kwtree.models import ROOT_ID, Entity, Keyword, Note
+from kwtree.models import NOTE, ROOT_ID, Entity, Keyword, Note
 from kwtree.stores.eventlog import seals_start
 from kwtree.stores.segments import row_after_damage
 from kwtree.validate import shown
@@ -76,6 +76,14 @@ def _check_end(end: object, op: str, rows: int, path: str, line: int) -> float:
     if end.get("rows") != rows:
         raise CorruptLogError(path, line, f"operation {op} announces {end.get('rows')} rows but has {rows}")
     return float(ts)
+
+
+def _check_note(entities: list[Any], op: str, path: str, line: int) -> None:
+    """A note is an operation of its one row: rows of entities beside it would change the state
+    unseen (a note moves neither ``op_count`` nor ``last_op_id``, and history() skips it)."""
+    if len(entities) > 1 and any(entity is NOTE for entity in entities):
+        raise CorruptLogError(path, line, f"operation {op} holds a note and {len(entities) - 1} other row(s): "
+                                          "a note is an operation of one row")
 
 
 def checksum_issue(encoded: bytes, end: Mapping[str, Any], *, required: bool) -> str | None:
@@ -292,6 +300,8 @@ def _group(
         ts = 0.0
         if decode:
             ts = _check_end(end, op, len(pending), path, first_line + index)
+            if start != index:
+                _check_note(pending, op, path, first_line + index)
         if decode or type(end) is dict:
             # The CRC of the bytes already in hand: the line itself for the usual one-row operation.
             if start == index:
@@ -430,6 +440,7 @@ def replay_sorted(state: State, operations: Iterable[RawOperation], bound: Bound
         ]
         end_line = raw.first_line + len(raw.rows) - 1
         ts = _check_end(raw.rows[-1]["end"], raw.op_id, len(raw.rows), raw.path, end_line)
+        _check_note(entities, raw.op_id, raw.path, end_line)
         if bound is not None and bound.timestamp is not None and ts > bound.timestamp:
             continue
         if ROOT_ID not in state.keywords:
