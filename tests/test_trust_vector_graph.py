@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kwtree import KeywordTree, repair_directory, verify_directory
-from kwtree.stores.vectors import DEFAULT_EXACT_BELOW
+from kwtree.stores.vectors import DEFAULT_EXACT_BELOW, PERSIST_LAG_ROWS
 from kwtree.testing import cache_damages, cache_files, damage_cache_file
 
 LIMIT = 120.0  # seconds a wait_indexed may take before the test fails
@@ -208,3 +208,45 @@ def test_any_damage_to_one_or_two_files_of_a_graph_searched_store_leaves_recall_
     finally:
         logging.disable(logging.NOTSET)
         shutil.rmtree(work, ignore_errors=True)
+
+
+FORGETTER = """
+import sys
+from kwtree import KeywordTree
+with KeywordTree(sys.argv[1], durability="none", worker=False) as tree:
+    print(len(tree.forget(sys.argv[2]).infos), flush=True)
+"""
+
+
+def test_a_graph_held_in_memory_is_never_saved_with_vectors_another_process_forgot(
+        embedded: tuple[Path, list], tmp_path: Path, children) -> None:
+    """A writer that built or loaded the graph before another process's forget held the
+    erased vectors in memory, and saved them in hnsw.bin on close (the forget had removed the
+    saved graph): the forgotten memory's embedding was back on disk, and verify called the graph
+    a mismatch. The save sees the erasure and the graph is built again from the rows."""
+    import hnswlib
+    import numpy as np
+
+    directory = tmp_path / "tree"
+    copy_tree_dir(embedded[0], directory)
+    with KeywordTree(directory, durability="none", worker=False) as writer:
+        assert writer.recall(text(0), k=1, mode="vector")  # the graph is in memory now
+        assert writer._indexes._vector_store._index is not None  # (private: what the test is about)
+        target = writer.recall(text(0), k=1, mode="vector")[0].info.id
+        keys = (store_of(directory) / "keys.jsonl").read_bytes().splitlines()
+        [row] = [n for n, line in enumerate(keys) if target.encode() in line]
+        dim = writer._indexes._vector_store.dim
+        secret = np.frombuffer((store_of(directory) / "vectors.f32").read_bytes()[row * 4 * dim:(row + 1) * 4 * dim],
+                               dtype=np.float32)
+        assert np.any(secret)
+        assert children(FORGETTER, directory, target).finish().strip() == "1"
+        writer.refresh()
+        # Enough new rows that the writer saves its graph (PERSIST_LAG_ROWS) when it closes.
+        writer.batch_create_infos([{"content": f"later {i} " + text(i)} for i in range(PERSIST_LAG_ROWS)])
+        assert writer.wait_indexed(LIMIT)
+    graph = hnswlib.Index(space="cosine", dim=dim)
+    graph.load_index(str(store_of(directory) / "hnsw.bin"))
+    saved = np.asarray(graph.get_items([row]))[0]
+    assert not np.any(saved) or abs(float(np.dot(saved, secret))) < 0.5  # a blank, never the erased vector
+    report = verify_directory(directory)
+    assert report.ok, report.to_text()

@@ -76,7 +76,7 @@ from kwtree.stores.files import (
     write_all,
     write_atomically,
 )
-from kwtree.stores.vector_erase import erase_rows, key_lines
+from kwtree.stores.vector_erase import erase_rows, erased_since, key_lines
 from kwtree.stores.vector_files import (
     KEYS_FILE,
     LOCK_FILE,
@@ -638,6 +638,20 @@ class VectorStore:
                 raise storage_error(f"could not mend the vector cache {self.directory}", exc, self.directory) from exc
             return done
 
+    def _take_erasures(self) -> bool:
+        """Whether another process erased rows we read (a forget); if it did, take their key
+        lines as they are now and drop the graph, which was built from the old vectors (the
+        next use builds it again). The caller holds the lock."""
+        erased = erased_since(self.directory, self._keys_end, self._keys, self._checks)
+        for row, (key, check) in erased.items():
+            self._keys[row], self._checks[row] = key, check
+            self._row_state[row] = _UNCHECKED
+        if erased:
+            self._known = set(self._keys)
+            self._index = None
+            self._loaded_rows = self._persisted_rows = 0
+        return bool(erased)
+
     def _erase_rows(self, rows: list[int]) -> None:
         """Erase ``rows`` in place (see mend); the caller holds the lock and has read every row."""
         self._index = None  # it holds the rows as they were: built again from them
@@ -734,6 +748,9 @@ class VectorStore:
                 with self._locked():
                     if self._plausible_persisted_rows() > rows:
                         tmp.unlink()  # another process saved more
+                    elif self._take_erasures():
+                        tmp.unlink()  # it holds vectors another process's forget erased
+                        return
                     else:
                         # hnsw.json first: a crash before the new one is written leaves a graph
                         # that nothing describes (never loaded: one rebuild), not a mismatch.
@@ -767,6 +784,8 @@ class VectorStore:
             self._ensure_index()  # (saves a graph it had to build)
             if self._persisted_rows < rows:
                 self.save()
+            if self._index is None:  # the save found rows another process erased: build it again
+                self._ensure_index()
             return True
 
     def close(self) -> None:
