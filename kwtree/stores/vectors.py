@@ -20,15 +20,13 @@ A crash can leave a torn tail (vector bytes without a key line, a half key line)
 ignore it and the next appender truncates it under the lock. Readers never take the lock:
 ``refresh()`` reads whatever whole rows other processes appended since the last look.
 
-Every derived file is checked against what it was derived from before it is used, and a
-mismatch is never searched: a row whose vector does not match the check its key line records
-(a garbled vectors.f32, a line beside another row's vector) is skipped by searches and left
-out of any graph built here; ``mend()`` (the writer's repair scan, ``kwtree repair``) erases
-such rows in place, so that their texts are embedded again. A persisted graph is used only if
-hnsw.json matches the rows the store holds now (``vector_graph.graph_problem``); otherwise it
-is rebuilt from the rows with a warning on ``kwtree.cache``. ``check()`` lists what does not
-match, for ``verify``. A store of format 1 (lines without checks) is read as it is, its rows
-unchecked; a writer that opens it records format 2, as the lines it appends have checks.
+Every derived file is checked against what it was derived from before it is used: a row whose
+vector fails the check its key line records is never searched nor put in a graph, and
+``mend()`` (the repair scan, ``kwtree repair``) erases it in place to be embedded again; a
+saved graph is used only if hnsw.json matches the rows now (``vector_graph.graph_problem``),
+else rebuilt with a warning, and never saved over rows a forget erased since it was built.
+``check()`` lists mismatches for ``verify``. A format-1 store (no checks) is read unchecked;
+a writer that opens it records format 2.
 
 The hnswlib index is loaded (or built from vectors.f32) on the first search of a store of at
 least ``exact_below`` rows, then kept current in memory as rows are added or refreshed.
@@ -68,14 +66,7 @@ from kwtree.errors import (
     disk_full_error,
     storage_error,
 )
-from kwtree.stores.files import (
-    PRIVATE_FILE_MODE,
-    low_on_space,
-    make_dir,
-    open_file,
-    write_all,
-    write_atomically,
-)
+from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, open_file, write_all, write_atomically
 from kwtree.stores.vector_erase import erase_rows, erased_since, key_lines
 from kwtree.stores.vector_files import (
     KEYS_FILE,
@@ -638,33 +629,22 @@ class VectorStore:
                 raise storage_error(f"could not mend the vector cache {self.directory}", exc, self.directory) from exc
             return done
 
-    def _take_erasures(self) -> bool:
-        """Whether another process erased rows we read (a forget); if it did, take their key
-        lines as they are now and drop the graph, which was built from the old vectors (the
-        next use builds it again). The caller holds the lock."""
-        erased = erased_since(self.directory, self._keys_end, self._keys, self._checks)
-        for row, (key, check) in erased.items():
+    def _take_rows(self, changed: dict[int, tuple[tuple[str, str], str | None]]) -> None:
+        """Take the (key, check) of rows erased in place (by ``mend``, or a forget elsewhere; the
+        caller holds the lock): their vectors are checked again, the graph built again."""
+        for row, (key, check) in changed.items():
             self._keys[row], self._checks[row] = key, check
             self._row_state[row] = _UNCHECKED
-        if erased:
-            self._known = set(self._keys)
-            self._index = None
-            self._loaded_rows = self._persisted_rows = 0
-        return bool(erased)
+        self._known, self._index = set(self._keys), None
+        self._loaded_rows = self._persisted_rows = 0
 
     def _erase_rows(self, rows: list[int]) -> None:
         """Erase ``rows`` in place (see mend); the caller holds the lock and has read every row."""
-        self._index = None  # it holds the rows as they were: built again from them
-        self._loaded_rows = self._persisted_rows = 0
-        with open(self._keys_path, "rb") as f:
-            lines = key_lines(f.read(self._keys_end))
-        for row, line in erase_rows(self.directory, {row: lines[row] for row in rows}, self._row_bytes).items():
-            entity_id, content_hash, *check = orjson.loads(line)
-            self._keys[row] = (entity_id, content_hash)
-            self._checks[row] = check[0] if check else None
-        for row in rows:
-            self._row_state[row] = _UNCHECKED  # zeroed: sound again if its line's check is a blank row's
-        self._known = set(self._keys)
+        lines = key_lines(self._keys_path.read_bytes()[: self._keys_end])
+        written = erase_rows(self.directory, {row: lines[row] for row in rows}, self._row_bytes)
+        keys, checks = parse_keys(list(written.values()))
+        self._take_rows({row: (self._keys[row], self._checks[row]) for row in rows}
+                        | dict(zip(written, zip(keys, checks, strict=True), strict=True)))
 
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None) -> list[tuple[str, float]]:
         """The ``k`` entities whose rows are most similar to ``query``, best first (equal
@@ -748,8 +728,9 @@ class VectorStore:
                 with self._locked():
                     if self._plausible_persisted_rows() > rows:
                         tmp.unlink()  # another process saved more
-                    elif self._take_erasures():
+                    elif erased := erased_since(self.directory, self._keys_end, self._keys, self._checks):
                         tmp.unlink()  # it holds vectors another process's forget erased
+                        self._take_rows(erased)
                         return
                     else:
                         # hnsw.json first: a crash before the new one is written leaves a graph
