@@ -355,7 +355,7 @@ def _drop(index: dict[str, dict[tuple[str, str], Relation]], node: str, key: tup
 
 
 def _put_note(state: State, note: Note) -> None:
-    """A note changes no entity (it counts as an operation all the same)."""
+    """A note changes no entity (and ``apply_rows`` counts no operation for it)."""
 
 
 PUT: dict[type[Entity | Note], Callable[[State, Any], None]] = {

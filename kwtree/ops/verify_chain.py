@@ -31,7 +31,6 @@ those breaks say so.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from kwtree.engine.events import GENESIS, NOTE_ENTITY, NOTE_MERGE, PREV_KEY, is_digest, without_checksum
+from kwtree.engine.events import GENESIS, NOTE_ENTITY, NOTE_MERGE, PREV_KEY, is_digest, op_digest
 from kwtree.engine.replay import RawOperation
 from kwtree.ops.verify_segments import Findings
 
@@ -101,8 +100,8 @@ def check_chain(operations: Sequence[RawOperation], findings: Findings, *, requi
             seen.add(raw.op_id)
             distinct.append(raw)
     ordered = sorted(distinct, key=lambda raw: raw.op_id)
-    digest_of = {raw.op_id: hashlib.sha256(without_checksum(raw.data)).hexdigest() for raw in distinct}
-    by_digest = {digest: raw for raw in ordered for digest in (digest_of[raw.op_id],)}
+    digest_of = {raw.op_id: op_digest(raw.data) for raw in distinct}
+    by_digest = {digest_of[raw.op_id]: raw for raw in ordered}
     rank = {raw.op_id: index for index, raw in enumerate(ordered)}
     linked = [raw for raw in ordered if PREV_KEY in raw.rows[-1]["end"]]
     first_linked = linked[0].op_id if linked else None
