@@ -25,7 +25,10 @@ __all__ = [
     "NOTE",
     "PROVENANCES",
     "ROOT_ID",
+    "SMALL_TALK",
+    "SUPERSEDED_BY",
     "UNKNOWN_PROVENANCE",
+    "VALID_UNTIL",
     "AgentOutcome",
     "Change",
     "Entity",
@@ -51,6 +54,15 @@ __all__ = [
 #: here, on the ground floor, so that the memory pipeline that writes it and retrieval that
 #: reads it share one name.
 HAPPENED_AT = "happened_at"
+#: The info metadata keys of a superseded fact: the id of the memory holding its newer value,
+#: and until when it held (epoch seconds: when the newer value happened). The memory pipeline
+#: writes them (``kwtree.memory.commit``) on the old memory, its copies and the turns it came
+#: from; recall ranks such infos below current ones and blocks mark them as earlier values.
+SUPERSEDED_BY = "superseded_by"
+VALID_UNTIL = "valid_until"
+#: The info metadata key of an archived turn that is small talk (a greeting, thanks, a client
+#: command): its value is why (``kwtree.retrieval.smalltalk``). Recall ranks such turns low.
+SMALL_TALK = "small_talk"
 #: The keyword metadata key reserved for the keyword's abstract and overview (written by
 #: ``KeywordTree.abstracts``, read by recall's signposts: ``kwtree.writes.abstracts``). Here,
 #: on the ground floor, for the same reason as HAPPENED_AT.

@@ -29,12 +29,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from kwtree.caches import lexical
 from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
 from kwtree.caches.outbox import (
     ERROR_BACKOFF_MAX,
@@ -49,6 +50,7 @@ from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, is_forgotten
+from kwtree.normalize import terms
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
 from kwtree.stores.fulltext import FullTextIndex, is_panic
@@ -682,12 +684,19 @@ class Indexes:
                 index.upsert(kind, entity_id, text)
         index.commit(watermark)
 
-    def text_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
-        """Full-text (BM25) hits of ``kind`` for the query, every committed write included;
-        equal scores in id order. A damaged index is rebuilt (by a tree that may not write the
-        shared one, as its private index)."""
+    def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
+        """Full-text (BM25) hits of ``kind`` for the query (only among the entity ids
+        ``within``, if given), every committed write included, scored by their texts alone
+        (``kwtree.caches.lexical``). A damaged index is rebuilt (by a tree that may not write
+        the shared one, as its private index)."""
         self._sync_fulltext()
-        return self._search(query, kind, k)
+        hits = self._search(query, kind, k, within)
+        if not hits:
+            return hits
+        words = list(dict.fromkeys(terms(query)))
+        documents, counts = self.document_frequencies(words, kind, within)
+        texts = self._read(lambda state: [(eid, search_text(state, kind, eid) or "") for eid, _ in hits])
+        return lexical.bm25(dict(zip(words, counts, strict=True)), documents, texts)
 
     def indexed_text_hits(self, query: str, kind: str, k: int,
                           most_unindexed: int) -> tuple[list[tuple[str, float]], frozenset[str]]:
@@ -707,9 +716,9 @@ class Indexes:
                 return self._search(query, kind, k), unindexed
         return self.text_hits(query, kind, k), frozenset()
 
-    def _search(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
+    def _search(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
         try:
-            hits = self._fulltext.search(query, kind, k)
+            hits = self._fulltext.search(query, kind, k, within)
         except BaseException as exc:
             if not _index_failure(exc):
                 raise
@@ -725,7 +734,7 @@ class Indexes:
                 with self._write_locks():
                     self.reset_fulltext()
                     self._apply_fulltext()
-            hits = self._fulltext.search(query, kind, k)
+            hits = self._fulltext.search(query, kind, k, within)
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
     @property
@@ -733,16 +742,19 @@ class Indexes:
         """The embedder's model name (the vectors this coordinator searches)."""
         return self._model
 
-    def document_frequencies(self, words: list[str], kind: str) -> tuple[int, list[int]]:
-        """How many documents of ``kind`` the full-text index holds, and how many of them
-        hold each of ``words`` (terms as ``normalize.terms`` gives them), every committed
-        write included: the weights of recall's relevance floor."""
+    def document_frequencies(self, words: list[str], kind: str,
+                             within: Collection[str] | None = None) -> tuple[int, list[int]]:
+        """How many documents of ``kind`` the full-text index holds (those of the entity ids
+        ``within``, if given: live ones), and how many of them hold each of ``words`` (terms as
+        ``normalize.terms`` gives them), every committed write included."""
         self._sync_fulltext()
         index = self._fulltext
-        return index.count(kind), [index.matching(kind, [word]) for word in words]
+        documents = index.count(kind) if within is None else len(within)
+        return documents, [index.matching(kind, [word], within=within) for word in words]
 
-    def vector_hits(self, query: str, kind: str, k: int) -> list[tuple[str, float]]:
-        """Entities of ``kind`` whose current text's vector is nearest the query's."""
+    def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
+        """Entities of ``kind`` (among the ids ``within``, if given) whose current text's
+        vector is nearest the query's."""
         self._recover_vanished_vectors()
         if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
             return []  # nothing was ever embedded with this model here
@@ -761,7 +773,7 @@ class Indexes:
 
         accept = self._read(current)
         self._vectors.warm_up()  # a first search builds the graph: not while holding the state
-        hits = self._read(lambda state: self._vectors.search(vector, k, accept))
+        hits = self._read(lambda state: self._vectors.search(vector, k, accept, within))
         # A text pointing away from the query is no evidence for it; ties in id order.
         return sorted(((entity_id, sim) for entity_id, sim in hits if sim > 0), key=lambda hit: (-hit[1], hit[0]))
 

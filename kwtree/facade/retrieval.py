@@ -18,10 +18,11 @@ from kwtree.models import Hit, RelationType
 from kwtree.retrieval import dated, relevance, sources
 from kwtree.retrieval import recall as fusion
 from kwtree.retrieval.context import render_context
-from kwtree.retrieval.scopes import clean_scopes, scope_keyword, scope_subtree
+from kwtree.retrieval.scopes import clean_scopes, scope_members, scope_subtree
 from kwtree.retrieval.timeline import Window, clean_window
 from kwtree.validate import (
     clean_choice,
+    clean_flag,
     clean_int,
     clean_provenances,
     clean_relation_type,
@@ -64,6 +65,7 @@ class RetrievalMethods(TreeCore):
         since: float | datetime | date | str | None = None,
         until: float | datetime | date | str | None = None,
         provenance: str | Sequence[str] | None = None,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """The ``k`` infos most relevant to ``query``, best first; none when nothing is.
 
@@ -85,7 +87,11 @@ class RetrievalMethods(TreeCore):
         turn a better memory came from, a memory whose ``sources`` are all there) is left
         out (``kwtree.retrieval.sources``). ``provenance`` (one of ``kwtree.PROVENANCES`` or a
         list of them; None: all) keeps the infos whose text was said by one of them
-        (``Info.provenance``). Text is searchable as soon as the
+        (``Info.provenance``). A superseded fact (a value the user has since changed: metadata
+        ``superseded_by``) ranks below current ones, as the assistant's words and small talk
+        do (``kwtree.retrieval.recall.ASSISTANT_STANDING``); ``include_superseded=True`` ranks
+        it as if current, to ask for history on purpose. Equal scores come in the same order
+        in every build of the same memory. Text is searchable as soon as the
         write returns; vectors once the outbox is drained (``wait_indexed``), and until then
         recall uses what is embedded.
         InvalidInputError naming the argument for bad input.
@@ -100,21 +106,26 @@ class RetrievalMethods(TreeCore):
         floor = clean_fraction(min_score, "min_score")
         window = clean_window(since, until)
         said_by = clean_provenances(provenance)
+        clean_flag(include_superseded, "include_superseded")
         if under is not None:
             under = self._read(lambda state: require_keyword(state, under, "under").id)
-        if scopes is not None and not self._read(lambda state: any(scope_keyword(state, one) for one in scopes)):
-            return []  # no scope exists yet: nothing to search
+        infos: frozenset[str] | None = None  # a scoped read searches its scopes' memories only
+        keywords: frozenset[str] | None = None
+        if scopes is not None:
+            infos, keywords = self._read(lambda state: scope_members(state, scopes))
+            if not keywords:
+                return []  # no scope exists yet: nothing to search
         fetch = max(50, OVERFETCH * k)
         indexes = self._indexes
-        text_hits = indexes.text_hits(text, "info", fetch) if mode != "vector" else []
+        text_hits = indexes.text_hits(text, "info", fetch, infos) if mode != "vector" else []
         if text_hits and self._weights.feedback:
             expanded = self._read(lambda state: fusion.feedback_terms(state, text, text_hits))
             if expanded:
-                again = indexes.text_hits(f"{text} {' '.join(expanded)}", "info", fetch)
+                again = indexes.text_hits(f"{text} {' '.join(expanded)}", "info", fetch, infos)
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
-        vector_hits = indexes.vector_hits(text, "info", fetch) if mode != "bm25" else []
-        keyword_hits = indexes.text_hits(text, "keyword", 10)
-        weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info"))
+        vector_hits = indexes.vector_hits(text, "info", fetch, infos) if mode != "bm25" else []
+        keyword_hits = indexes.text_hits(text, "keyword", 10, keywords)
+        weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info", infos))
 
         named = dated.named_window(text) if window is None else None
 
@@ -127,7 +138,7 @@ class RetrievalMethods(TreeCore):
                     return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
                                        scope=inside, window=within, query=weighed, min_score=floor,
                                        vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector"
-                                       else None, provenance=said_by)
+                                       else None, provenance=said_by, include_superseded=include_superseded)
 
                 found = fuse(window)
                 return found if named is None else dated.lift(found, fuse(named), width)

@@ -29,9 +29,20 @@ from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
 from kwtree.memory.reading import provenance_of
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
-from kwtree.models import INFO_ABSTRACT, ROOT_ID, Change, Info, Keyword, RelationType, least_trusted
+from kwtree.models import (
+    INFO_ABSTRACT,
+    ROOT_ID,
+    SUPERSEDED_BY,
+    VALID_UNTIL,
+    Change,
+    Info,
+    Keyword,
+    RelationType,
+    least_trusted,
+)
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
+from kwtree.retrieval.timeline import happened_at
 from kwtree.validate import finite_number
 from kwtree.writes import Stamp
 from kwtree.writes import infos as info_commands
@@ -429,6 +440,9 @@ def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int,
     attribute = (candidate.facts or {}).get("attribute")
     if isinstance(attribute, str) and attribute:
         metadata["attribute"] = attribute
+        value = (candidate.facts or {}).get("value")
+        if isinstance(value, str) and value.strip():
+            metadata["value"] = value
     return metadata
 
 
@@ -468,17 +482,9 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
     held = [info for info in draft.infos_of(holder.id) if info.metadata.get("category") == candidate.category]
     if policy.write == "supersede" and "attribute" in metadata:
         same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]
-                and _alone(draft.state, info.id, scope_kw.id)]
+                and not info.metadata.get(SUPERSEDED_BY) and _alone(draft.state, info.id, scope_kw.id)]
         if same:
-            old = same[-1]
-            if normalize_name(old.content) == normalize_name(candidate.content):
-                _decide(plan, index, candidate, "skip", f"the same {metadata['attribute']} is held already",
-                        old.id, holder.id)
-                return
-            draft.update_info(old, candidate.content, _with_user_metadata(metadata, plan, old), said)
-            _decide(plan, index, candidate, "supersede",
-                    f"contradicts the held {metadata['attribute']}: the old version stays in history()",
-                    old.id, holder.id, previous=old.content)
+            _supersede(draft, plan, index, candidate, holder, same[-1], metadata, said, scope_kw.id)
             return
     verdict = _verdict(draft, plan, index, candidate, branch, held, may_merge=policy.write != "append")
     if verdict.action == "merge" and not _alone(draft.state, verdict.target, scope_kw.id):  # type: ignore[arg-type]
@@ -501,6 +507,50 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None), said)
         action = "append" if policy.write == "append" else "create"
         _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
+
+
+def _value(info_or_candidate: Mapping[str, Any], content: str) -> str:
+    value = info_or_candidate.get("value")
+    return normalize_name(value if isinstance(value, str) and value.strip() else content)
+
+
+def _supersede(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, holder: Keyword, old: Info,
+               metadata: dict[str, Any], said: str, scope_id: str) -> None:
+    """A new value of the attribute ``old`` holds: a new memory, and the older of the two (with
+    its copies and the turns it came from) marked superseded by the newer, which stays live
+    for history and ``as_of`` (recall ranks it below; blocks say it is an earlier value)."""
+    attribute = metadata["attribute"]
+    if _value(old.metadata, old.content) == _value(metadata, candidate.content):
+        _decide(plan, index, candidate, "skip", f"the same {attribute} is held already", old.id, holder.id)
+        return
+    new = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None), said)
+    older, newer = (old, new) if happened_at(old) <= happened_at(new) else (new, old)
+    _mark_superseded(draft, scope_id, older, newer.id, happened_at(newer))
+    reason = (f"a new {attribute}: the earlier one is kept, marked superseded" if older is old else
+              f"an earlier {attribute} than the one held (it happened before): kept, marked superseded")
+    _decide(plan, index, candidate, "supersede", reason, new.id, holder.id, previous=old.content)
+
+
+def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: float) -> None:
+    """``info``, the memories of the scope (keyword ``scope_id``) holding the same text drawn
+    from the same turns (its copies filed under the names it mentions), and those turns,
+    marked superseded by memory ``by``."""
+    state = draft.state
+    sources = info.metadata.get("sources")
+    turns = {turn for turn in sources if isinstance(turn, str)} if isinstance(sources, list) else set()
+    marked = {info.id, *turns}
+    if turns:
+        for kid in state.subtree(scope_id):
+            for iid in state.infos_by_keyword.get(kid, ()):
+                other = state.infos[iid]
+                drawn = other.metadata.get("sources")
+                if other.content == info.content and isinstance(drawn, list) and turns.intersection(drawn):
+                    marked.add(iid)
+    for iid in sorted(marked - {by}):
+        current = state.live_info(iid)
+        if current is not None and not current.metadata.get(SUPERSEDED_BY):
+            draft.update_info(current, current.content, {**current.metadata, SUPERSEDED_BY: by, VALID_UNTIL: until},
+                              current.provenance)
 
 
 def _alone(state: State, info_id: str, scope_id: str) -> bool:

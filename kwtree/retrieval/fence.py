@@ -58,8 +58,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kwtree.models import PROVENANCES, UNKNOWN_PROVENANCE, Info
+from kwtree.models import PROVENANCES, SUPERSEDED_BY, UNKNOWN_PROVENANCE, VALID_UNTIL, Info
 from kwtree.retrieval.timeline import happened_at
+from kwtree.validate import finite_number
 
 __all__ = ["FENCE_CLOSE", "FENCE_OPEN", "NOTE", "ROLE_WORDS", "fenced", "memory_line", "path_heading", "quote",
            "to_json", "trim"]
@@ -246,11 +247,15 @@ def memory_line(info: Info, *, label: str | None = None, value: str | Sequence[s
                 when: float | None = None) -> str:
     """One memory as a line of a block: ``- [who, date] "text"``, where ``who`` is the
     memory's provenance and ``date`` the day it happened (``when``, else its ``happened_at``,
-    else the day it was stored); with ``label`` (kwtree's own words: "topics") and ``value``
+    else the day it was stored), and for a superseded fact ``superseded, earlier value until
+    <date>``; with ``label`` (kwtree's own words: "topics") and ``value``
     (stored strings, one or a list: a session's topics) in place of the content: ``- [who,
     date, label] ["a", "b"]``; a source shows as ``from "..."`` in the brackets."""
     who = info.provenance if info.provenance in PROVENANCES else UNKNOWN_PROVENANCE
     parts = [who, _date(info, when)]
+    if info.metadata.get(SUPERSEDED_BY):  # a value the user has since changed: never shown as current
+        until = finite_number(info.metadata.get(VALID_UNTIL))
+        parts.append("superseded" if until is None else f"superseded, earlier value until {_date(info, until)}")
     if label is not None:
         parts.append(label)
     if info.source:

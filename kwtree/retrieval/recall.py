@@ -38,12 +38,12 @@ from dataclasses import dataclass
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.models import ROOT_ID, Hit, LinkedKeyword, RelationType
+from kwtree.models import ROOT_ID, SMALL_TALK, SUPERSEDED_BY, Hit, Info, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
 from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
-from kwtree.retrieval.timeline import Window, in_window
+from kwtree.retrieval.timeline import Window, happened_at, in_window
 from kwtree.validate import finite_number, shown
 
 __all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
@@ -73,6 +73,24 @@ THREAD_KIND = "kind"
 NEIGHBOUR_REACH = 8
 
 
+#: What an info's score is multiplied by when it is an archived turn the assistant said (its
+#: metadata ``TURN_ROLE``: the user's own statements are the facts, a reply is context; a
+#: memory the agent chose to keep is not demoted), an archived turn of small talk
+#: (``kwtree.models.SMALL_TALK``), or a superseded fact (``kwtree.models.SUPERSEDED_BY``;
+#: ``recall(include_superseded=True)`` leaves those at 1). The assistant's was fitted on the
+#: updates dev set only (../shared/updates_eval.py, hit@5 at min_score=0 with the hash
+#: embedder: 43.9 at 1.0, 56.5 at 0.5, 58.4 at 0.4 and 0.3); LoCoMo names both speakers, so
+#: it changes nothing there. The other two are judgements: below any current fact.
+ASSISTANT_STANDING = 0.4
+SMALL_TALK_STANDING = 0.3
+SUPERSEDED_STANDING = 0.5
+_STANDINGS = ("assistant", "small_talk", "superseded")
+#: The metadata key of an archived conversation turn naming who said it (the memory pipeline's).
+TURN_ROLE = "role"
+#: How far above the best other score an info that leads both retrievers is put.
+AGREED_MARGIN = 1e-3
+
+
 @dataclass(frozen=True, slots=True)
 class RecallWeights:
     """How recall mixes its parts: ``a`` weighs the info's own score against its keywords'
@@ -80,7 +98,9 @@ class RecallWeights:
     share of each thread neighbour's score an info gains (0: off); ``feedback`` (0: off)
     weighs a second full-text query expanded by pseudo-relevance feedback; ``reply`` is the
     share of a preceding question's score its reply gains in a thread, instead of ``thread``
-    (``thread`` 0 turns threads off, replies too).
+    (``thread`` 0 turns threads off, replies too); ``assistant``, ``small_talk`` and
+    ``superseded`` (each in [0, 1]) multiply the score of what the assistant said, of small
+    talk and of superseded facts (``ASSISTANT_STANDING`` and its neighbours).
     LoCoMo through the memory pipeline (bench/locomo_memory.py, hash embedder), R@10 with
     ``reply`` 0.3 (as ``thread``), 0.6 and 1.0: 74.2, 75.8, 75.2."""
 
@@ -91,14 +111,17 @@ class RecallWeights:
     reply: float = 0.6
     feedback: float = 0.0
     signpost_alpha: float = 0.8
+    assistant: float = ASSISTANT_STANDING
+    small_talk: float = SMALL_TALK_STANDING
+    superseded: float = SUPERSEDED_STANDING
 
     def __post_init__(self) -> None:
-        for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha"):
+        for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", *_STANDINGS):
             value = getattr(self, name)
             number = finite_number(value)
             if number is None or number < 0:
                 raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {shown(value)}")
-        for name in ("a", "signpost_alpha"):
+        for name in ("a", "signpost_alpha", *_STANDINGS):
             if getattr(self, name) > 1:
                 raise InvalidInputError(f"RecallWeights.{name} must be in [0, 1], got {shown(getattr(self, name))}")
 
@@ -239,6 +262,50 @@ def _thread_gain(state: State, near: Neighbours, own: dict[str, float], weights:
     return gain
 
 
+def _agreed(parts: dict[str, tuple[float, float, float, float]], text_rank: dict[str, tuple[int, float]],
+            vector_rank: dict[str, tuple[int, float]]) -> None:
+    """When one info leads both retrievers, its score is raised just above every other's: the
+    tree and the threads reorder what the retrievers disagree on, never what they agree on."""
+    leaders = [iid for iid in parts if text_rank.get(iid, (0,))[0] == 1 and vector_rank.get(iid, (0,))[0] == 1]
+    if len(leaders) != 1:
+        return
+    leader = leaders[0]
+    best = max((values[2] for iid, values in parts.items() if iid != leader), default=0.0)
+    info_score, keyword_score, score, parent = parts[leader]
+    if score <= best:
+        parts[leader] = (info_score, keyword_score, best + AGREED_MARGIN, parent)
+
+
+def _standing(info: Info, weights: RecallWeights, include_superseded: bool) -> float:
+    """What ``info``'s score is multiplied by (``ASSISTANT_STANDING`` and its neighbours)."""
+    standing = weights.assistant if info.metadata.get(TURN_ROLE) == "assistant" else 1.0
+    if info.metadata.get(SMALL_TALK):
+        standing *= weights.small_talk
+    if not include_superseded and info.metadata.get(SUPERSEDED_BY):
+        standing *= weights.superseded
+    return standing
+
+
+def _ranks(hits: Sequence[tuple[str, float]]) -> dict[str, tuple[int, float]]:
+    """Each hit's rank (from 1; equal scores share the best of their ranks, so that which of
+    two equal texts comes first, decided by ids that differ between builds, changes nothing)
+    and score."""
+    ranks: dict[str, tuple[int, float]] = {}
+    previous: tuple[int, float] | None = None
+    for position, (iid, score) in enumerate(hits, 1):
+        previous = previous if previous is not None and previous[1] == score else (position, score)
+        ranks[iid] = previous
+    return ranks
+
+
+def _twins(state: State, info_ids: Sequence[str], scope: set[str] | None) -> dict[str, tuple[str, ...]]:
+    """For each info whose text another of ``info_ids`` repeats, the names of the keywords
+    it is filed under: what tells such twins apart, in every build of the same memory."""
+    seen = Counter(state.infos[iid].content for iid in info_ids)
+    return {iid: tuple(sorted(state.keywords[kid].name for kid in _visible(state, iid, scope)))
+            for iid in info_ids if seen[state.infos[iid].content] > 1}
+
+
 def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: RelationType | None,
              window: Window | None, provenance: frozenset[str] | None = None) -> bool:
     """True if ``info_id`` is live, happened within ``window``, was said by one of
@@ -276,6 +343,7 @@ def fuse(
     min_score: float = 0.0,
     vector_relevance: Callable[[float], float] | None = None,
     provenance: frozenset[str] | None = None,
+    include_superseded: bool = False,
 ) -> list[Hit]:
     """The best ``k`` live infos (said by one of ``provenance``, when given) whose relevance
     to ``query`` is at least ``HIT_SHARE * min_score`` — none unless one of the candidates
@@ -285,8 +353,7 @@ def fuse(
     if scope is not None:
         subtree = scope if subtree is None else subtree & scope
         scores = {kid: value for kid, value in scores.items() if kid in scope}
-    text_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(text_hits, 1)}
-    vector_rank = {iid: (rank, score) for rank, (iid, score) in enumerate(vector_hits, 1)}
+    text_rank, vector_rank = _ranks(text_hits), _ranks(vector_hits)
     top = weights.bm25 / (RRF_K + 1) * bool(text_hits) + weights.vector / (RRF_K + 1) * bool(vector_hits)
     candidates = dict.fromkeys([*text_rank, *vector_rank])
     for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
@@ -319,18 +386,25 @@ def fuse(
     memo: dict[str, float] = {}
     ranked = []  # sort keys first: a Hit is built only for the k that are returned
     unranked = (1 << 30, None)
+    twins = _twins(state, [iid for iid, _ in scored], scope)
+    parts = {}
     for iid, info_score in scored:
         linked = _visible(state, iid, scope)
         keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
         score = weights.a * info_score + (1 - weights.a) * keyword_score
-        score, parent = signposts.lift(score, [_effective(state, posts, post_memo, kid) for kid in linked],
-                                       weights.signpost_alpha) if posts else (score, 0.0)
-        ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], iid,
-                       info_score, keyword_score, parent))
-    ranked.sort()
+        parts[iid] = (info_score, keyword_score, *(signposts.lift(
+            score, [_effective(state, posts, post_memo, kid) for kid in linked], weights.signpost_alpha)
+            if posts else (score, 0.0)))
+    _agreed(parts, text_rank, vector_rank)
+    for iid, (info_score, keyword_score, score, parent) in parts.items():
+        info = state.infos[iid]
+        score *= _standing(info, weights, include_superseded)
+        ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
+                       info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
+    ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
     hits: list[Hit] = []
     relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
-    for negative, _, _, iid, info_score, keyword_score, parent in ranked:
+    for negative, _, _, _, _, _, iid, info_score, keyword_score, parent in ranked:
         if len(hits) == k and relevant:
             break
         linked = _visible(state, iid, scope)

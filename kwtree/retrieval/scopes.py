@@ -33,8 +33,8 @@ from kwtree.normalize import normalize_name
 from kwtree.validate import check_unicode, shown
 
 __all__ = [
-    "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_subtree", "segments",
-    "writes_outside",
+    "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_members", "scope_subtree",
+    "segments", "writes_outside",
 ]
 
 #: The metadata key that marks a keyword as a scope; its value is the scope's whole path.
@@ -114,6 +114,15 @@ def scope_subtree(state: State, scopes: Iterable[str]) -> set[str]:
         if keyword is not None and keyword.id not in inside:
             inside.update(state.subtree(keyword.id))
     return inside
+
+
+def scope_members(state: State, scopes: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The live infos linked (live) to a keyword inside any of ``scopes``, and those live
+    keywords: what a scoped read searches (its term statistics are theirs too)."""
+    keywords = frozenset(scope_subtree(state, scopes))
+    infos = frozenset(iid for kid in keywords for iid in state.infos_by_keyword.get(kid, ())
+                      if state.live_info(iid) is not None)
+    return infos, keywords
 
 
 def _linked_inside(state: State, info_id: str, inside: set[str]) -> bool:

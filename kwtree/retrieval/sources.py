@@ -16,6 +16,7 @@ Imports the ground floor only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from kwtree.models import Hit
@@ -38,9 +39,10 @@ def _stands_for(hit: Hit) -> set[str]:
 def collapse(hits: Sequence[Hit], k: int) -> list[Hit]:
     """The best ``k`` of ``hits`` (best first), leaving out each hit whose evidence (its
     ``SOURCES``, else itself) the hits kept before it already cover. A memory takes the
-    place of the best of its source turns: the turn is left out for it, and it keeps its
-    own score (the distilled memory, with its date and abstract, is what a reader wants;
-    the turn is one id away in its ``SOURCES``)."""
+    place of the best of its source turns: the turn is left out for it, and it takes the
+    turn's score when that is higher, so the hits stay in score order (the distilled memory,
+    with its date and abstract, is what a reader wants; the turn is one id away in its
+    ``SOURCES``)."""
     memory_of: dict[str, Hit] = {}  # turn id -> the best memory among the hits drawn from it
     for hit in hits:
         if hit.info.metadata.get(SOURCES) is not None:
@@ -49,7 +51,10 @@ def collapse(hits: Sequence[Hit], k: int) -> list[Hit]:
     kept: list[Hit] = []
     covered: set[str] = set()
     for hit in hits:
-        hit = memory_of.get(hit.info.id, hit)
+        memory = memory_of.get(hit.info.id)
+        if memory is not None and memory.score < hit.score:  # in the turn's place, at the turn's score
+            memory = dataclasses.replace(memory, score=hit.score, keywords=list(memory.keywords))
+        hit = memory or hit
         evidence = _stands_for(hit)
         if evidence <= covered or hit.info.id in covered:
             continue

@@ -31,6 +31,7 @@ import logging
 import struct
 import threading
 import zlib
+from collections.abc import Callable, Collection, Hashable
 from pathlib import Path
 from typing import cast
 
@@ -151,7 +152,7 @@ class FullTextIndex:
         self._index: tantivy.Index | None = None
         self._searcher: tantivy.Searcher | None = None
         # count() per kind, for the searcher it was counted on (a commit or reload replaces it)
-        self._counted: tuple[tantivy.Searcher, dict[str, int]] | None = None
+        self._counted: tuple[tantivy.Searcher, dict[Hashable, int]] | None = None
         self._watermark: str | None = None
         self._dirty = False
         self._closed = False
@@ -297,6 +298,11 @@ class FullTextIndex:
             raise InvalidInputError(f"entity_id must be a non-empty str, got {entity_id!r}")
         return f"{kind}:{entity_id}"
 
+    def _among(self, kind: str, entity_ids: Collection[str]) -> tantivy.Query:
+        """A query matching the documents of ``entity_ids`` (of ``kind``), scoring nothing."""
+        keys = [self._key(kind, entity_id) for entity_id in entity_ids]
+        return tantivy.Query.const_score_query(tantivy.Query.term_set_query(self._schema, "key", keys), 0.0)
+
     def upsert(self, kind: str, entity_id: str, text: str) -> None:
         """Buffer ``text`` as the document of (``kind``, ``entity_id``), replacing any."""
         key = self._key(kind, entity_id)
@@ -385,8 +391,10 @@ class FullTextIndex:
                 self.commit(self._watermark)
             return self._searcher
 
-    def search(self, query: str, kind: str, k: int = 10) -> list[tuple[str, float]]:
-        """The ``k`` best (entity id, BM25 score) of ``kind`` for any term of ``query``.
+    def search(self, query: str, kind: str, k: int = 10,
+               within: Collection[str] | None = None) -> list[tuple[str, float]]:
+        """The ``k`` best (entity id, BM25 score) of ``kind`` for any term of ``query``;
+        with ``within``, only among those entity ids.
 
         Commits pending changes first, so a search sees every earlier write. Any text is
         a valid query; one with no terms (empty, only stop words) returns ``[]``.
@@ -396,14 +404,17 @@ class FullTextIndex:
             raise InvalidInputError(f"k must be an int, got {k!r}")
         words = list(dict.fromkeys(terms(query)))  # a repeated word is not worth more
         searcher = self._current_searcher()
-        if searcher is None or not words or k <= 0:  # tantivy panics on limit 0
+        if searcher is None or not words or k <= 0 or (within is not None and not within):  # tantivy panics on 0
             return []
-        clauses = [
+        terms_query = tantivy.Query.boolean_query([
             (tantivy.Occur.Should,
              tantivy.Query.term_query(self._schema, "text", prefix + word, index_option="freq"))
             for word in words
-        ]
-        hits = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False).hits
+        ])
+        if within is not None:
+            terms_query = tantivy.Query.boolean_query([(tantivy.Occur.Must, terms_query),
+                                                       (tantivy.Occur.Must, self._among(kind, within))])
+        hits = searcher.search(terms_query, k, count=False).hits
         cut = len(kind) + 1
         return [(_stored_key(searcher, address)[cut:], score) for score, address in hits]
 
@@ -414,15 +425,20 @@ class FullTextIndex:
         searcher = self._current_searcher()
         if searcher is None:
             return 0
+        return self._kept_count(searcher, kind, lambda: tantivy.Query.term_query(self._schema, "kind", kind))
+
+    def _kept_count(self, searcher: tantivy.Searcher, key: Hashable, query: Callable[[], tantivy.Query]) -> int:
+        """How many documents ``query()`` matches in ``searcher``, counted once per ``key``
+        until the next commit."""
         with self._lock:
             if self._counted is None or self._counted[0] is not searcher:
                 self._counted = (searcher, {})
             counts = self._counted[1]
-            found = counts.get(kind)
+            found = counts.get(key)
         if found is None:
-            found = _count(searcher.search(tantivy.Query.term_query(self._schema, "kind", kind), 1, count=True))
+            found = _count(searcher.search(query(), 1, count=True))
             with self._lock:
-                counts[kind] = found
+                counts[key] = found
         return found
 
     def all_keys(self, kind: str) -> list[str]:
@@ -438,19 +454,29 @@ class FullTextIndex:
         hits = searcher.search(query, found).hits
         return [_stored_key(searcher, address) for _, address in hits]
 
-    def matching(self, kind: str, words: list[str], entity_id: str | None = None) -> int:
-        """How many live documents of ``kind`` (only ``entity_id``'s, if given) hold every
-        term of ``words`` (already-normalised terms, as ``normalize.terms`` gives them)."""
+    def matching(self, kind: str, words: list[str], entity_id: str | None = None,
+                 within: Collection[str] | None = None) -> int:
+        """How many live documents of ``kind`` (only ``entity_id``'s, if given; only those of
+        the entity ids ``within``, if given) hold every term of ``words`` (already-normalised
+        terms, as ``normalize.terms`` gives them)."""
         prefix = self._prefix(kind)
         searcher = self._current_searcher()
-        if searcher is None:
+        if searcher is None or (within is not None and not within):
             return 0
         must, term = tantivy.Occur.Must, tantivy.Query.term_query
-        clauses = [(must, term(self._schema, "kind", kind))]
-        if entity_id is not None:
-            clauses.append((must, term(self._schema, "key", self._key(kind, entity_id))))
-        clauses += [(must, term(self._schema, "text", prefix + word)) for word in words]
-        return _count(searcher.search(tantivy.Query.boolean_query(clauses), 1, count=True))
+
+        def query() -> tantivy.Query:
+            clauses = [(must, term(self._schema, "kind", kind))]
+            if entity_id is not None:
+                clauses.append((must, term(self._schema, "key", self._key(kind, entity_id))))
+            if within is not None:
+                clauses.append((must, self._among(kind, within)))
+            clauses += [(must, term(self._schema, "text", prefix + word)) for word in words]
+            return tantivy.Query.boolean_query(clauses)
+
+        if within is not None and not isinstance(within, frozenset):  # (only a frozenset is a key)
+            return _count(searcher.search(query(), 1, count=True))
+        return self._kept_count(searcher, (kind, tuple(words), entity_id, within), query)
 
     def close(self) -> None:
         """Commit pending changes (keeping the watermark) and release everything."""

@@ -46,7 +46,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -646,9 +646,10 @@ class VectorStore:
         self._take_rows({row: (self._keys[row], self._checks[row]) for row in rows}
                         | dict(zip(written, zip(keys, checks, strict=True), strict=True)))
 
-    def search(self, query: np.ndarray, k: int, accept: Accept | None = None) -> list[tuple[str, float]]:
-        """The ``k`` entities whose rows are most similar to ``query``, best first (equal
-        similarities in entity id order).
+    def search(self, query: np.ndarray, k: int, accept: Accept | None = None,
+               among: Collection[str] | None = None) -> list[tuple[str, float]]:
+        """The ``k`` entities (of ``among``, if given: their rows are compared exactly) whose
+        rows are most similar to ``query``, best first (equal similarities in entity id order).
 
         Each entity appears once, with the cosine similarity (in [-1, 1]) of its best row
         that ``accept(entity_id, content_hash)`` allows (all rows when ``accept`` is None).
@@ -672,13 +673,14 @@ class VectorStore:
         with self._mutex:
             self._check_open()
             # Loading the index may take rows saved by other processes: count rows after it.
-            index = self._ensure_index() if len(self._keys) >= self.exact_below else None
+            index = self._ensure_index() if len(self._keys) >= self.exact_below and among is None else None
             rows = len(self._keys)
             if rows == 0:
                 return []
             picker = Picker(self._keys, k, accept, self._rows_matrix, self._row_sound, q)
             if index is None:
-                return self._search_exact(q, picker)
+                chosen = None if among is None else [r for r, (eid, _) in enumerate(self._keys) if eid in among]
+                return self._search_exact(q, picker, None if chosen is None else np.array(chosen, dtype=np.int64))
             # 2k: room for a few rejected or repeated rows without a second round.
             fetch, ef = 2 * k, max(self.ef, 2 * k)
             while fetch * 4 <= rows:  # beyond a quarter of the rows, exact is as cheap
@@ -693,11 +695,14 @@ class VectorStore:
                 fetch, ef = fetch * 4, ef * 4
                 if ef * WIDEN_LIMIT > rows:
                     break
-            return self._search_exact(q, picker)
+            return self._search_exact(q, picker, None)
 
-    def _search_exact(self, q: np.ndarray, picker: Picker) -> list[tuple[str, float]]:
-        scores = self._rows_matrix() @ q
+    def _search_exact(self, q: np.ndarray, picker: Picker, chosen: np.ndarray | None) -> list[tuple[str, float]]:
+        matrix = self._rows_matrix()
+        scores = (matrix if chosen is None else matrix[chosen]) @ q
         rows = len(scores)
+        if rows == 0:
+            return []
         fetch = min(rows, max(4 * picker.k, 64))
         while True:
             if fetch < rows:
@@ -705,7 +710,7 @@ class VectorStore:
                 top = top[np.argsort(-scores[top], kind="stable")]
             else:
                 top = np.argsort(-scores, kind="stable")
-            hits = picker.pick(top, scores[top])
+            hits = picker.pick(top if chosen is None else chosen[top], scores[top])
             if len(hits) == picker.k or fetch == rows:
                 return hits
             fetch = min(rows, fetch * 8)
