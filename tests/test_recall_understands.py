@@ -1,0 +1,113 @@
+"""Recall that answers what people ask (issue 26): scoped reads search inside their scopes,
+hits come in score order, rankings do not depend on ids or index layout, the retrievers'
+agreement is kept, the assistant's replies and small talk rank below the user's facts, and a
+changed fact beats the value it replaced (which stays, marked, for history)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kwtree import KeywordTree
+from kwtree.memory.commit import CommitOptions
+from kwtree.models import SUPERSEDED_BY, VALID_UNTIL
+
+from memory_helpers import memory, options
+
+
+def _open(path: Path) -> KeywordTree:
+    return KeywordTree(path, durability="none", embed_async=False)
+
+
+def test_a_scoped_recall_finds_its_scope_s_memory_among_many_other_scopes(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        for user in range(40):  # every other user says more about dogs than ours does
+            chat = [{"role": "user", "content": f"my dog {name} loves the dog park, dogs are great"}
+                    for name in ("Rex", "Fido", "Max")]
+            tree.commit_session(chat, session_id=f"s{user}", scope=f"user:u{user}")
+        tree.commit_session([{"role": "user", "content": "We adopted a dog last spring."}], session_id="mine",
+                            scope="user:me")
+        hits = tree.recall("dog", scope="user:me", min_score=0, mode="bm25")
+        assert hits and "We adopted a dog last spring." in hits[0].info.content
+
+
+def _build(path: Path) -> list[list[tuple[str, float]]]:
+    with _open(path) as tree:
+        for text in ("cats purr on warm mats", "cats purr on warm mats", "a dog barks at cats", "coffee and cats"):
+            tree.create_info(text)
+        changed = tree.create_info("cats everywhere in the house")
+        for text in ("dogs everywhere", "cats again in the house", "cats purr"):  # rewrites leave deleted documents
+            tree.update_info(changed.id, {"content": text})
+        return [[(hit.info.content, round(hit.score, 9)) for hit in tree.recall(query, min_score=0)]
+                for query in ("cats purr", "house cats", "warm mats dog")]
+
+
+def test_two_builds_of_the_same_memory_rank_alike(tmp_path: Path) -> None:
+    assert _build(tmp_path / "one") == _build(tmp_path / "two")
+
+
+def test_hits_come_in_score_order_when_a_memory_takes_its_turn_s_place(tmp_path: Path) -> None:
+    chat = [{"role": "user", "content": "Shall I order the jasmine tea for Friday?"},
+            {"role": "assistant", "content": "Yes, order the jasmine tea."}]
+    with _open(tmp_path / "t") as tree:
+        tree.commit_session(chat, session_id="s1", scope="user:a", options=options(
+            memory("preferences", "green tea", "Alice loves green tea."),
+            memory("events", "tea order", "Alice ordered jasmine tea for Friday.", source=1)))
+        for query in ("Shall I order the jasmine tea", "green tea", "Friday"):
+            scores = [hit.score for hit in tree.recall(query, scope="user:a", min_score=0)]
+            assert scores == sorted(scores, reverse=True), query
+
+
+def test_the_user_s_fact_outranks_the_assistant_s_reply_and_small_talk(tmp_path: Path) -> None:
+    chat = [{"role": "user", "content": "Hi, I'm Priya."},
+            {"role": "assistant", "content": "Nice to meet you, Priya! How can I help?"},
+            {"role": "user", "content": "I live in Boston with my dog."},
+            {"role": "assistant", "content": "Boston is lovely, Priya. Where in Boston do you live?"}]
+    with _open(tmp_path / "t") as tree:
+        tree.commit_session(chat, session_id="s1", scope="user:priya", options=CommitOptions(extractor=lambda m, c: []))
+        hits = tree.recall("Where does Priya live in Boston?", scope="user:priya", min_score=0)
+        assert hits[0].info.content == "I live in Boston with my dog."
+
+
+def _priya(tree: KeywordTree) -> None:
+    tree.commit_session([{"role": "user", "content": "I live in Boston."}], session_id="s1", scope="user:priya",
+                        options=options(memory("profile", "home", "I live in Boston.", attribute="home",
+                                               value="Boston"), session_time="2023-01-10"))
+    tree.commit_session([{"role": "user", "content": "Since moving to Denver I bike to work."}], session_id="s2",
+                        scope="user:priya",
+                        options=options(memory("profile", "home", "Since moving to Denver I bike to work.",
+                                               attribute="home", value="Denver"), session_time="2024-05-02"))
+
+
+def test_a_changed_fact_beats_the_old_value_which_stays_marked_for_history(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        _priya(tree)
+        boston = [info for info in tree.memories("user:priya") if "Boston" in info.content]
+        assert boston and all(info.metadata.get(SUPERSEDED_BY) for info in boston)  # kept, marked
+        assert all(isinstance(info.metadata.get(VALID_UNTIL), float) for info in boston)
+        (session,) = tree.find_keywords("s1")
+        old_turn = [info for info in tree.get_infos_of_keyword(session.id) if info.metadata.get("turn") is not None]
+        assert old_turn and all(info.metadata.get(SUPERSEDED_BY) for info in old_turn)  # the turn it came from too
+        first = tree.recall("where does she live, boston or denver?", scope="user:priya", min_score=0)[0]
+        assert "Denver" in first.info.content
+        history = tree.recall("where does she live, boston or denver?", scope="user:priya", min_score=0,
+                              include_superseded=True)
+        assert any("Boston" in hit.info.content for hit in history)
+        block = tree.assemble("where does she live, boston or denver?", "user:priya", 2000)
+        boston_lines = [line for line in block.splitlines() if "Boston" in line]
+        assert boston_lines and all("superseded, earlier value until 2024-05-02" in line for line in boston_lines)
+        assert any("Denver" in line and "superseded" not in line for line in block.splitlines())
+
+
+def test_a_value_older_than_the_held_one_is_kept_as_the_earlier_one(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        tree.commit_session([{"role": "user", "content": "I live in Denver."}], session_id="s2", scope="user:p",
+                            options=options(memory("profile", "home", "I live in Denver.", attribute="home",
+                                                   value="Denver"), session_time="2024-05-02"))
+        result = tree.commit_session([{"role": "user", "content": "I lived in Boston."}], session_id="s1",
+                                     scope="user:p", options=options(memory(
+                                         "profile", "home", "I lived in Boston.", attribute="home", value="Boston"),
+                                         session_time="2023-01-10"))
+        assert [d.action for d in result.decisions] == ["supersede"]
+        held = {info.content: info for info in tree.memories("user:p")}
+        assert held["I lived in Boston."].metadata.get(SUPERSEDED_BY) == held["I live in Denver."].id
+        assert not held["I live in Denver."].metadata.get(SUPERSEDED_BY)
