@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memory_helpers import memory, options
+
 from kwtree import KeywordTree
 from kwtree.memory.commit import CommitOptions
 from kwtree.models import SUPERSEDED_BY, VALID_UNTIL
-
-from memory_helpers import memory, options
 
 
 def _open(path: Path) -> KeywordTree:

@@ -50,7 +50,6 @@ from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, is_forgotten
-from kwtree.normalize import terms
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
 from kwtree.stores.fulltext import FullTextIndex, is_panic
@@ -59,6 +58,7 @@ from kwtree.stores.vector_files import META_FILE
 from kwtree.stores.vectors import VectorStore
 
 __all__ = ["Indexes"]
+Hits = list[tuple[str, float]]  # (entity id, score), best first
 
 log = logging.getLogger("kwtree.cache")
 #: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
@@ -684,19 +684,14 @@ class Indexes:
                 index.upsert(kind, entity_id, text)
         index.commit(watermark)
 
-    def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
-        """Full-text (BM25) hits of ``kind`` for the query (only among the entity ids
-        ``within``, if given), every committed write included, scored by their texts alone
-        (``kwtree.caches.lexical``). A damaged index is rebuilt (by a tree that may not write
-        the shared one, as its private index)."""
+    def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
+        """Full-text hits of ``kind`` (among ``within``, if given), every write included, scored by their
+        texts alone (``kwtree.caches.lexical``); a damaged index is rebuilt (privately, if need be)."""
         self._sync_fulltext()
-        hits = self._search(query, kind, k, within)
-        if not hits:
+        if not (hits := self._search(query, kind, k, within)):
             return hits
-        words = list(dict.fromkeys(terms(query)))
-        documents, counts = self.document_frequencies(words, kind, within)
-        texts = self._read(lambda state: [(eid, search_text(state, kind, eid) or "") for eid, _ in hits])
-        return lexical.bm25(dict(zip(words, counts, strict=True)), documents, texts)
+        return lexical.bm25(query, lambda words: self.document_frequencies(words, kind, within), self._read(
+            lambda state: [(eid, search_text(state, kind, eid) or "") for eid, _ in hits]))
 
     def indexed_text_hits(self, query: str, kind: str, k: int,
                           most_unindexed: int) -> tuple[list[tuple[str, float]], frozenset[str]]:
@@ -744,17 +739,15 @@ class Indexes:
 
     def document_frequencies(self, words: list[str], kind: str,
                              within: Collection[str] | None = None) -> tuple[int, list[int]]:
-        """How many documents of ``kind`` the full-text index holds (those of the entity ids
-        ``within``, if given: live ones), and how many of them hold each of ``words`` (terms as
-        ``normalize.terms`` gives them), every committed write included."""
+        """How many documents of ``kind`` the full-text index holds (the live ones of ``within``,
+        if given), and how many of them hold each of ``words`` (``normalize.terms``' terms)."""
         self._sync_fulltext()
         index = self._fulltext
-        documents = index.count(kind) if within is None else len(within)
-        return documents, [index.matching(kind, [word], within=within) for word in words]
+        return index.count(kind) if within is None else len(within), [index.matching(kind, [word], within=within)
+                                                                       for word in words]
 
-    def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
-        """Entities of ``kind`` (among the ids ``within``, if given) whose current text's
-        vector is nearest the query's."""
+    def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
+        """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
         self._recover_vanished_vectors()
         if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
             return []  # nothing was ever embedded with this model here

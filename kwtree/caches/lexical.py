@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from kwtree.normalize import terms
 
-__all__ = ["B", "K1", "REFERENCE_LENGTH", "bm25", "idf"]
+__all__ = ["K1", "REFERENCE_LENGTH", "B", "bm25", "idf"]
 
 #: BM25's term-frequency saturation and length normalisation (tantivy's and Lucene's defaults).
 K1 = 1.2
@@ -46,11 +46,14 @@ def _bag(text: str) -> tuple[Counter[str], int]:
     return Counter(found), len(found)
 
 
-def bm25(words: Mapping[str, int], documents: int, texts: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
-    """Each ``(entity id, text)`` of ``texts`` with its BM25 score for the query terms
-    ``words`` (term -> how many of the ``documents`` live documents hold it), best first,
-    equal scores in text then id order; texts holding none of the terms score 0."""
-    weights = {word: idf(documents, frequency) for word, frequency in words.items()}
+def bm25(query: str, frequencies: Callable[[list[str]], tuple[int, list[int]]],
+         texts: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
+    """Each ``(entity id, text)`` of ``texts`` with its BM25 score for the terms of ``query``,
+    best first, equal scores in text then id order (texts holding none of them score 0);
+    ``frequencies(terms)`` gives how many live documents there are and how many hold each."""
+    words = list(dict.fromkeys(terms(query)))
+    documents, counts = frequencies(words)
+    weights = {word: idf(documents, frequency) for word, frequency in zip(words, counts, strict=True)}
     scored = []
     for entity_id, text in texts:
         bag, length = _bag(text)

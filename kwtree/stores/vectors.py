@@ -20,17 +20,16 @@ A crash can leave a torn tail (vector bytes without a key line, a half key line)
 ignore it and the next appender truncates it under the lock. Readers never take the lock:
 ``refresh()`` reads whatever whole rows other processes appended since the last look.
 
-Every derived file is checked against what it was derived from before it is used: a row whose
-vector fails the check its key line records is never searched nor put in a graph, and
-``mend()`` (the repair scan, ``kwtree repair``) erases it in place to be embedded again; a
-saved graph is used only if hnsw.json matches the rows now (``vector_graph.graph_problem``),
-else rebuilt with a warning, and never saved over rows a forget erased since it was built.
-``check()`` lists mismatches for ``verify``. A format-1 store (no checks) is read unchecked;
-a writer that opens it records format 2.
+Every derived file is checked against its source before it is used: a row whose vector fails
+the check its key line records is never searched nor put in a graph, and ``mend()`` (the
+repair scan, ``kwtree repair``) erases it in place to be embedded again; a saved graph is
+used only if hnsw.json matches the rows now (``vector_graph.graph_problem``), else rebuilt
+with a warning, and never saved over rows a forget erased since it was built. ``check()``
+lists mismatches for ``verify``. A format-1 store (no checks) is read unchecked (a writer
+records format 2).
 
-The hnswlib index is loaded (or built from vectors.f32) on the first search of a store of at
-least ``exact_below`` rows, then kept current in memory as rows are added or refreshed.
-Smaller stores are searched exactly.
+The hnswlib graph is loaded (or built) on the first search of ``exact_below`` rows or more,
+then kept current as rows come; smaller stores, and searches ``among`` given ids, are exact.
 
 A store opened with ``writable=False`` (what trees that may not write use: ``read_only``,
 ``as_of``) never creates, changes or removes a file, the lock file included: a missing
@@ -648,17 +647,15 @@ class VectorStore:
 
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None,
                among: Collection[str] | None = None) -> list[tuple[str, float]]:
-        """The ``k`` entities (of ``among``, if given: their rows are compared exactly) whose
-        rows are most similar to ``query``, best first (equal similarities in entity id order).
+        """The ``k`` entities (of ``among``, if given: their rows compared exactly) whose rows are
+        most similar to ``query``, best first (equal similarities in entity id order).
 
-        Each entity appears once, with the cosine similarity (in [-1, 1]) of its best row
-        that ``accept(entity_id, content_hash)`` allows (all rows when ``accept`` is None).
-        Fewer than ``k`` hits means no other row is accepted. Sees this process's adds and
-        the rows taken by the last ``refresh()``. The first search of a store of at least
-        ``exact_below`` rows loads or builds the index (``warm_up()`` does it ahead). Raises
-        InvalidInputError for a query that is not a finite non-zero vector of ``dim`` floats
-        or a k below 1.
-        """
+        Each entity appears once, with the cosine similarity (in [-1, 1]) of its best row that
+        ``accept(entity_id, content_hash)`` allows (all rows when ``accept`` is None). Fewer
+        than ``k`` hits means no other row is accepted. Sees this process's adds and the rows
+        taken by the last ``refresh()``. The first search of ``exact_below`` rows or more loads
+        or builds the index (``warm_up()`` does it ahead). Raises InvalidInputError for a
+        query that is not a finite non-zero vector of ``dim`` floats or a k below 1."""
         q = np.asarray(query)
         if q.dtype.kind != "f" or q.shape not in ((self.dim,), (1, self.dim)):
             raise InvalidInputError(f"query must be a float vector of shape ({self.dim},), "
@@ -679,8 +676,8 @@ class VectorStore:
                 return []
             picker = Picker(self._keys, k, accept, self._rows_matrix, self._row_sound, q)
             if index is None:
-                chosen = None if among is None else [r for r, (eid, _) in enumerate(self._keys) if eid in among]
-                return self._search_exact(q, picker, None if chosen is None else np.array(chosen, dtype=np.int64))
+                return self._search_exact(q, picker, None if among is None else np.array(
+                    [row for row, (eid, _) in enumerate(self._keys) if eid in among], dtype=np.int64))
             # 2k: room for a few rejected or repeated rows without a second round.
             fetch, ef = 2 * k, max(self.ef, 2 * k)
             while fetch * 4 <= rows:  # beyond a quarter of the rows, exact is as cheap
@@ -698,10 +695,8 @@ class VectorStore:
             return self._search_exact(q, picker, None)
 
     def _search_exact(self, q: np.ndarray, picker: Picker, chosen: np.ndarray | None) -> list[tuple[str, float]]:
-        matrix = self._rows_matrix()
-        scores = (matrix if chosen is None else matrix[chosen]) @ q
-        rows = len(scores)
-        if rows == 0:
+        scores = (self._rows_matrix() if chosen is None else self._rows_matrix()[chosen]) @ q
+        if (rows := len(scores)) == 0:
             return []
         fetch = min(rows, max(4 * picker.k, 64))
         while True:
