@@ -111,3 +111,25 @@ def test_a_value_older_than_the_held_one_is_kept_as_the_earlier_one(tmp_path: Pa
         held = {info.content: info for info in tree.memories("user:p")}
         assert held["I lived in Boston."].metadata.get(SUPERSEDED_BY) == held["I live in Denver."].id
         assert not held["I live in Denver."].metadata.get(SUPERSEDED_BY)
+
+
+def test_a_question_about_the_user_as_a_whole_returns_the_profile_and_key_facts(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        _priya(tree)
+        tree.commit_session([{"role": "user", "content": "I love hiking."}], session_id="s3", scope="user:priya",
+                            options=options(memory("preferences", "hiking", "I love hiking.")))
+        for question in ("What do you know about me?", "tell me about Priya", "who am I?",
+                         "so what have you learned about me so far?"):
+            contents = [hit.info.content for hit in tree.recall(question, scope="user:priya")]
+            assert contents[:2] == ["Since moving to Denver I bike to work.", "I love hiking."], question
+            assert "I live in Boston." not in contents  # a superseded value is no key fact
+        assert tree.recall("what do you know about my diet?", scope="user:priya") == []  # a topic, not a person
+
+
+def test_first_and_third_person_questions_find_the_same_fact(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        tree.commit_session([{"role": "user", "content": "I work as a nurse at the general hospital."}],
+                            session_id="s1", scope="user:priya", options=CommitOptions(extractor=lambda m, c: []))
+        for question in ("Where do I work?", "Where does Priya work?", "where does priya's work happen"):
+            hits = tree.recall(question, scope="user:priya")
+            assert hits and hits[0].info.content.startswith("I work as a nurse"), question

@@ -14,8 +14,10 @@ from typing import Any
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.facade.core import TreeCore
+from kwtree.memory.shelf import overview, stated_names
 from kwtree.models import Hit, RelationType
-from kwtree.retrieval import dated, relevance, sources
+from kwtree.normalize import normalize_name
+from kwtree.retrieval import broad, dated, relevance, sources
 from kwtree.retrieval import recall as fusion
 from kwtree.retrieval.context import render_context
 from kwtree.retrieval.scopes import clean_scopes, scope_members, scope_subtree
@@ -111,27 +113,36 @@ class RetrievalMethods(TreeCore):
             under = self._read(lambda state: require_keyword(state, under, "under").id)
         infos: frozenset[str] | None = None  # a scoped read searches its scopes' memories only
         keywords: frozenset[str] | None = None
+        words = text  # what the full-text parts and the floor read of the query
         if scopes is not None:
             infos, keywords = self._read(lambda state: scope_members(state, scopes))
             if not keywords:
                 return []  # no scope exists yet: nothing to search
+            owner = self._read(lambda state: broad.owner_names(scopes, stated_names(state, scopes)))
+            about = broad.asks_about(text)
+            if about is not None and (about == broad.SELF or normalize_name(about) in owner) and under is None \
+                    and kind is None and window is None:  # "what do you know about me?": the person, whole
+                return self._read(lambda state: fusion.listed(state, [
+                    info for info in overview(state, scopes, include_superseded)
+                    if said_by is None or info.provenance in said_by], k, scope_subtree(state, scopes)))
+            words = broad.without_names(text, owner)  # in Priya's scope, "Priya" is every memory's subject
         fetch = max(50, OVERFETCH * k)
         indexes = self._indexes
-        text_hits = indexes.text_hits(text, "info", fetch, infos) if mode != "vector" else []
+        text_hits = indexes.text_hits(words, "info", fetch, infos) if mode != "vector" else []
         if text_hits and self._weights.feedback:
-            expanded = self._read(lambda state: fusion.feedback_terms(state, text, text_hits))
+            expanded = self._read(lambda state: fusion.feedback_terms(state, words, text_hits))
             if expanded:
-                again = indexes.text_hits(f"{text} {' '.join(expanded)}", "info", fetch, infos)
+                again = indexes.text_hits(f"{words} {' '.join(expanded)}", "info", fetch, infos)
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
         vector_hits = indexes.vector_hits(text, "info", fetch, infos) if mode != "bm25" else []
-        keyword_hits = indexes.text_hits(text, "keyword", 10, keywords)
-        weighed = relevance.query_terms(text, lambda words: indexes.document_frequencies(words, "info", infos))
+        keyword_hits = indexes.text_hits(words, "keyword", 10, keywords)
+        weighed = relevance.query_terms(words, lambda terms: indexes.document_frequencies(terms, "info", infos))
 
         named = dated.named_window(text) if window is None else None
 
         def rank(state: State) -> list[Hit]:
             inside = None if scopes is None else scope_subtree(state, scopes)
-            scores = fusion.keyword_scores(state, text, keyword_hits)
+            scores = fusion.keyword_scores(state, words, keyword_hits)
 
             def ranked(width: int) -> list[Hit]:
                 def fuse(within: Window | None) -> list[Hit]:

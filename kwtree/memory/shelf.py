@@ -16,10 +16,11 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.memory.commit import BRANCH_KEY, SUMMARY_KIND
 from kwtree.memory.policies import SESSIONS_BRANCH
-from kwtree.models import Info
+from kwtree.models import SUPERSEDED_BY, Info
 from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, scope_keyword, scope_subtree
 
-__all__ = ["branch_infos", "latest_summary", "memory_keywords", "scope_memories", "scope_of"]
+__all__ = ["branch_infos", "latest_summary", "memory_keywords", "overview", "scope_memories", "scope_of",
+           "stated_names"]
 
 
 def _branch_subtrees(state: State, inside: set[str], branch: str) -> set[str]:
@@ -55,6 +56,27 @@ def scope_memories(state: State, scopes: Iterable[str]) -> list[Info]:
 def branch_infos(state: State, scopes: Iterable[str], branch: str) -> list[Info]:
     """The live infos under the ``branch`` branches (e.g. "profile") of ``scopes``, oldest first."""
     return _infos_of(state, _branch_subtrees(state, scope_subtree(state, scopes), branch))
+
+
+def overview(state: State, scopes: Iterable[str], include_superseded: bool = False) -> list[Info]:
+    """What ``scopes`` know of their owner as a whole: the profile, the preferences, then the
+    other memories, newest first within each, each text once; superseded values left out unless
+    ``include_superseded``."""
+    found: dict[str, Info] = {}  # by text: a fact filed under several keys is one fact
+    groups = [branch_infos(state, scopes, "profile"), branch_infos(state, scopes, "preferences"),
+              scope_memories(state, scopes)]
+    for info in [info for group in groups for info in reversed(group)]:
+        if include_superseded or not info.metadata.get(SUPERSEDED_BY):
+            found.setdefault(info.content, info)
+    return list(found.values())
+
+
+def stated_names(state: State, scopes: Iterable[str]) -> list[str]:
+    """The names the owner of ``scopes`` gave as their own (current profile memories of
+    attribute ``name``)."""
+    return [info.metadata["value"] for info in branch_infos(state, scopes, "profile")
+            if info.metadata.get("attribute") == "name" and isinstance(info.metadata.get("value"), str)
+            and not info.metadata.get(SUPERSEDED_BY)]
 
 
 def latest_summary(state: State, scopes: Iterable[str]) -> Info | None:

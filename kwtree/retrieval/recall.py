@@ -35,6 +35,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
@@ -46,7 +47,7 @@ from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
 from kwtree.retrieval.timeline import Window, happened_at, in_window
 from kwtree.validate import finite_number, shown
 
-__all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores"]
+__all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores", "listed"]
 
 MODES = ("hybrid", "bm25", "vector")
 #: Reciprocal rank fusion's constant. 60, the usual value for fusing long result lists, makes
@@ -262,6 +263,24 @@ def _thread_gain(state: State, near: Neighbours, own: dict[str, float], weights:
     return gain
 
 
+def _hit(state: State, iid: str, scope: set[str] | None, score: float, info_score: float, keyword_score: float,
+         **parts: Any) -> Hit:
+    """The hit of info ``iid`` with its score parts and the keywords (inside ``scope``) linking it."""
+    hit = Hit(state.infos[iid], score, info_score, keyword_score, **parts)
+    for kid in _visible(state, iid, scope):
+        path = [state.keywords[node] for node in state.ancestry(kid)]
+        hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(iid, kid)].relation, path))
+    return hit
+
+
+def listed(state: State, infos: Sequence[Info], k: int, scope: set[str] | None) -> list[Hit]:
+    """The first ``k`` of ``infos`` as hits in that order (scores falling from 1, relevance
+    1): an answer that is a listing, not a ranking (``kwtree.retrieval.broad``)."""
+    shown = infos[:k]
+    return [_hit(state, info.id, scope, 1.0 - position / len(shown), 0.0, 0.0)
+            for position, info in enumerate(shown)]
+
+
 def _agreed(parts: dict[str, tuple[float, float, float, float]], text_rank: dict[str, tuple[int, float]],
             vector_rank: dict[str, tuple[int, float]]) -> None:
     """When one info leads both retrievers, its score is raised just above every other's: the
@@ -418,15 +437,11 @@ def fuse(
             relevant = relevant or judged >= min_score
             if judged < min_score * HIT_SHARE or len(hits) == k:
                 continue
-        hit = Hit(
-            state.infos[iid], -negative, info_score, keyword_score,
+        hits.append(_hit(
+            state, iid, scope, -negative, info_score, keyword_score,
             bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
             thread=threads[iid], relevance=judged, signpost=parent,
-        )
-        for kid in linked:
-            path = [state.keywords[node] for node in state.ancestry(kid)]
-            hit.keywords.append(LinkedKeyword(state.keywords[kid], state.links[(iid, kid)].relation, path))
-        hits.append(hit)
+        ))
     return hits if relevant else []
