@@ -41,6 +41,27 @@ def error(status: int, kind: str, text: str, headers: dict[str, str] | None = No
     return Reply(status, {"type": "error", "error": {"type": kind, "message": text}}, headers or {})
 
 
+#: What the client tests ask (tests/test_anthropic_client.py, tests/test_openai_client.py): a
+#: schema with an enum, a nullable integer, an optional array and no extra keys, two system
+#: messages and one user message, and an answer of that shape.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["descend", "stop"]},
+        "child": {"type": ["integer", "null"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["action", "child"],
+    "additionalProperties": False,
+}
+MESSAGES = [
+    {"role": "system", "content": "You navigate a keyword tree."},
+    {"role": "system", "content": "Answer with the decide tool."},
+    {"role": "user", "content": "Where does 'tea' go?"},
+]
+GOOD = {"action": "descend", "child": 2, "reasons": ["drinks"]}
+
+
 def decided(answer: dict[str, Any]) -> Reply:
     """The reply of a model that called the ``decide`` tool with ``answer`` (what
     AnthropicLLMClient asks for)."""

@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Unpack
 
 import anthropic
 
-from kwtree.agent.llm_common import (
-    ChatClient,
-    Retry,
-    check_object_schema,
-    is_int,
-    mismatch,
-    require,
-    retry_decision,
-    split_messages,
-)
+from kwtree.agent.llm_common import ChatClient, ClientLimits, Retry, is_int, require, retry_decision
 from kwtree.errors import LLMError, LLMResponseError, LLMTimeoutError, LLMUnavailableError
 
 __all__ = ["DEFAULT_MODEL", "AnthropicLLMClient"]
@@ -49,20 +40,12 @@ class AnthropicLLMClient(ChatClient):
     (with ``status_code``) when the API refused or could not be reached.
     """
 
-    def __init__(
-        self,
-        model: str | None = None,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 4,
-        max_tokens: int = 1024,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
-    ) -> None:
+    def __init__(self, model: str | None = None, api_key: str | None = None, base_url: str | None = None,
+                 **limits: Unpack[ClientLimits]) -> None:
+        """``limits``: ``timeout``, ``max_retries``, ``max_tokens``, ``backoff``, ``max_backoff``
+        (``kwtree.agent.llm_common.ClientLimits`` gives their defaults)."""
         model = model if model is not None else os.environ.get("KWTREE_ANTHROPIC_MODEL") or DEFAULT_MODEL
-        super().__init__(model, timeout=timeout, max_retries=max_retries, max_tokens=max_tokens, backoff=backoff,
-                         max_backoff=max_backoff)
+        super().__init__(model, **limits)
         # An empty ANTHROPIC_API_KEY counts as unset, as it does in the SDK.
         api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY") or None
         require(api_key is not None, "no Anthropic API key: pass api_key=... or set ANTHROPIC_API_KEY")
@@ -83,8 +66,7 @@ class AnthropicLLMClient(ChatClient):
         System messages are joined (blank line between) into the ``system`` parameter; the
         others are sent in order. ``json_schema`` must describe an object.
         """
-        system, turns = split_messages(messages)
-        check_object_schema(json_schema)
+        system, turns = self._checked(messages, json_schema)
         request: dict[str, Any] = {
             "model": self._model,
             "max_tokens": self._max_tokens,
@@ -130,13 +112,7 @@ class AnthropicLLMClient(ChatClient):
             raise LLMResponseError(
                 f"the model did not call the {_TOOL_NAME!r} tool (stop_reason={reply.stop_reason!r}, blocks={seen})"
             )
-        answer: object = getattr(calls[0], "input", None)
-        if not isinstance(answer, dict):
-            raise LLMResponseError(f"the tool input is a {type(answer).__name__}, not a JSON object")
-        problem = mismatch(answer, json_schema)
-        if problem is not None:
-            raise LLMResponseError(f"the answer does not match the schema: {problem}")
-        return answer
+        return self._conforming(getattr(calls[0], "input", None), json_schema)
 
 
 def _translate(exc: anthropic.APIError, timeout: float) -> tuple[LLMError, bool, float | None]:

@@ -17,15 +17,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypedDict, TypeGuard, TypeVar
 
-from kwtree.errors import InvalidInputError, LLMError
+from kwtree.errors import InvalidInputError, LLMError, LLMResponseError
 from kwtree.validate import finite_number
 
 __all__ = [
     "RETRY_STATUSES",
     "USAGE_KEYS",
     "ChatClient",
+    "ClientLimits",
     "Retry",
     "check_object_schema",
     "is_int",
@@ -61,6 +62,18 @@ _TYPE_CHECKS: dict[str, Callable[[object], bool]] = {
 }
 
 
+class ClientLimits(TypedDict, total=False):
+    """The settings every client takes as keywords, with :class:`ChatClient`'s defaults:
+    ``timeout`` (30.0 s per attempt), ``max_retries`` (4), ``max_tokens`` (1024, the answer's
+    limit), ``backoff`` (0.5 s) and ``max_backoff`` (8.0 s)."""
+
+    timeout: float
+    max_retries: int
+    max_tokens: int
+    backoff: float
+    max_backoff: float
+
+
 class Retry(Exception):
     """Raised by one attempt of a :class:`ChatClient` that failed in a way another attempt may
     mend. ``failure`` is what the call raises when no attempt is left; ``retry_after`` is the
@@ -81,8 +94,8 @@ class ChatClient:
     setting, for a bad one.
     """
 
-    def __init__(self, model: str, *, timeout: float, max_retries: int, max_tokens: int, backoff: float,
-                 max_backoff: float) -> None:
+    def __init__(self, model: str, *, timeout: float = 30.0, max_retries: int = 4, max_tokens: int = 1024,
+                 backoff: float = 0.5, max_backoff: float = 8.0) -> None:
         require(isinstance(model, str) and model.strip() != "", f"model must be a non-empty string, got {model!r}")
         numbers = {"timeout": timeout, "max_retries": max_retries, "max_tokens": max_tokens,
                    "backoff": backoff, "max_backoff": max_backoff}
@@ -118,6 +131,24 @@ class ChatClient:
         """The same figures for the most recent finished call (all zero before the first)."""
         with self._lock:
             return dict(self._last_usage)
+
+    @staticmethod
+    def _checked(messages: object, json_schema: object) -> tuple[str, list[dict[str, str]]]:
+        """:func:`split_messages` of ``messages``, once ``json_schema`` passed
+        :func:`check_object_schema`: what every ``chat`` checks before it sends anything."""
+        system, turns = split_messages(messages)
+        check_object_schema(json_schema)
+        return system, turns
+
+    @staticmethod
+    def _conforming(answer: object, json_schema: dict[str, Any]) -> dict[str, Any]:
+        """``answer`` when it is a JSON object of ``json_schema``'s shape; else LLMResponseError."""
+        if not isinstance(answer, dict):
+            raise LLMResponseError(f"the answer is a {type(answer).__name__}, not a JSON object")
+        problem = mismatch(answer, json_schema)
+        if problem is not None:
+            raise LLMResponseError(f"the answer does not match the schema: {problem}")
+        return answer
 
     @contextmanager
     def _metered(self) -> Iterator[dict[str, int]]:

@@ -32,18 +32,9 @@ import os
 import re
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Unpack
 
-from kwtree.agent.llm_common import (
-    ChatClient,
-    Retry,
-    check_object_schema,
-    is_int,
-    mismatch,
-    require,
-    retry_decision,
-    split_messages,
-)
+from kwtree.agent.llm_common import ChatClient, ClientLimits, Retry, is_int, require, retry_decision
 from kwtree.errors import InvalidInputError, LLMResponseError, LLMTimeoutError, LLMUnavailableError
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_INPUT_CHARS", "OpenAILLMClient"]
@@ -102,24 +93,15 @@ class OpenAILLMClient(ChatClient):
     be reached.
     """
 
-    def __init__(
-        self,
-        model: str | None = None,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 4,
-        max_tokens: int = 1024,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
-        max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
-    ) -> None:
+    def __init__(self, model: str | None = None, api_key: str | None = None, base_url: str | None = None,
+                 max_input_chars: int = DEFAULT_MAX_INPUT_CHARS, **limits: Unpack[ClientLimits]) -> None:
+        """``limits``: ``timeout``, ``max_retries``, ``max_tokens``, ``backoff``, ``max_backoff``
+        (``kwtree.agent.llm_common.ClientLimits`` gives their defaults)."""
         model = model if model is not None else os.environ.get("KWTREE_OPENAI_MODEL") or None
         if model is None:
             raise InvalidInputError("no model for the OpenAI-compatible client: pass model=... or set "
                                     "KWTREE_OPENAI_MODEL (e.g. gpt-4o-mini, or llama3.1 on Ollama)")
-        super().__init__(model, timeout=timeout, max_retries=max_retries, max_tokens=max_tokens, backoff=backoff,
-                         max_backoff=max_backoff)
+        super().__init__(model, **limits)
         if base_url is None:
             base_url = (os.environ.get("KWTREE_OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
                         or DEFAULT_BASE_URL)
@@ -160,9 +142,8 @@ class OpenAILLMClient(ChatClient):
         a note on how to answer; the others are sent in order, each under its own role.
         ``json_schema`` must describe an object.
         """
-        system, turns = split_messages(messages)
-        check_object_schema(json_schema)
-        size = sum(len(message["content"]) for message in messages)  # as given; split_messages checked them
+        system, turns = self._checked(messages, json_schema)
+        size = sum(len(message["content"]) for message in messages)  # as given; _checked checked them
         require(size <= self._max_input_chars,
                 f"messages hold {size:,} characters, over max_input_chars={self._max_input_chars:,}: "
                 "send a shorter conversation, or raise max_input_chars")
@@ -257,12 +238,7 @@ class OpenAILLMClient(ChatClient):
             answer = json.loads(fenced.group("body") if fenced else text)
         except ValueError as exc:
             raise LLMResponseError(f"the answer is not JSON ({exc}): {text[:200]!r}") from None
-        if not isinstance(answer, dict):
-            raise LLMResponseError(f"the answer is a {type(answer).__name__}, not a JSON object")
-        problem = mismatch(answer, json_schema)
-        if problem is not None:
-            raise LLMResponseError(f"the answer does not match the schema: {problem}")
-        return answer
+        return self._conforming(answer, json_schema)
 
 
 def _read_error(exc: urllib.error.HTTPError) -> str:
