@@ -8,13 +8,20 @@ to a keyword per session (created untimed). Both trees are durable (``durability
 run without the embedding worker (``worker=False``): the figures are the write path alone; the
 commit's dedup prefilter then sees BM25 hits only, no vectors.
 
-    .venv/bin/python bench/memory_commit.py [--quick]
+With ``--llm anthropic|openai`` the commits ask that LLM (extraction, placement, dedup), built
+from the same environment variables as ``KWTREE_LLM`` (kwtree.agent.llm_env: the key, model
+and endpoint of the chosen client, ``KWTREE_LLM_TIMEOUT``, ``KWTREE_LLM_MAX_RETRIES``), and the
+table adds the LLM calls, input and output tokens each committed session cost, read from the
+client's ``usage``; the timings then include the LLM's answers.
+
+    .venv/bin/python bench/memory_commit.py [--quick] [--llm offline|anthropic|openai]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -28,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stats import cell, summary  # noqa: E402
 
-from kwtree import CommitOptions, KeywordTree  # noqa: E402
+from kwtree import CommitOptions, KeywordTree, LLMClient, llm_from_env  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
 
@@ -62,22 +69,37 @@ def sessions(sample: dict, named: bool = False) -> list[tuple[str, float | None,
     return found
 
 
-def run(quick: bool = False, work: Path | None = None, conversations: int | None = None) -> dict[str, Any]:
+#: The client's usage figures reported per committed session.
+LLM_FIGURES = ("calls", "input_tokens", "output_tokens", "retries")
+
+
+def run(quick: bool = False, work: Path | None = None, conversations: int | None = None,
+        llm: LLMClient | None = None) -> dict[str, Any]:
+    """Commit the sessions (through ``llm`` when given, which must have a ``usage`` dict), then
+    the baseline; timings, counts and, with ``llm``, what each session cost it."""
     data = json.loads(DATA.read_text())
     samples = data[: conversations or (2 if quick else len(data))]
     plan = [(f"user:{sample['sample_id']}", session) for sample in samples for session in sessions(sample)]
     commit_s: list[float] = []
     batch_s: list[float] = []
     counts = {"extracted": 0, "created": 0, "appended": 0, "merged": 0, "superseded": 0, "skipped": 0}
+    spent: dict[str, list[int]] = {figure: [] for figure in LLM_FIGURES}
+    fallbacks = 0
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        with KeywordTree(Path(tmp) / "commit", worker=False) as tree:
+        with KeywordTree(Path(tmp) / "commit", worker=False, llm_client=llm) as tree:
             for scope, (session_id, date, messages) in plan:
+                before = dict(getattr(llm, "usage", {}))
                 started = time.perf_counter()
                 result = tree.commit_session(messages, session_id=session_id, scope=scope,
                                              options=CommitOptions(session_time=date))
                 commit_s.append(time.perf_counter() - started)
                 for key in counts:
                     counts[key] += getattr(result, key)
+                fallbacks += result.fell_back
+                if llm is not None:
+                    after = getattr(llm, "usage", {})
+                    for figure in LLM_FIGURES:
+                        spent[figure].append(after.get(figure, 0) - before.get(figure, 0))
             log_commit = tree.tree_metrics()["log_bytes"]
         with KeywordTree(Path(tmp) / "batch", worker=False) as tree:
             for _, (session_id, _, messages) in plan:
@@ -95,12 +117,15 @@ def run(quick: bool = False, work: Path | None = None, conversations: int | None
         "batch": {"sessions_per_s": len(plan) / sum(batch_s), "ms": summary([s * 1000 for s in batch_s]),
                   "log_bytes": log_batch},
         "raw_s": {"commit": commit_s, "batch": batch_s},
+        "llm": None if llm is None else {"name": str(getattr(llm, "name", type(llm).__name__)),
+                                         "sessions_fell_back": fallbacks, "per_session": spent},
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
+    llm = result.get("llm")
     rows = [
-        ("`commit_session` (offline extractor, turns kept)", result["commit"]),
+        (f"`commit_session` ({'LLM ' + llm['name'] if llm else 'offline extractor'}, turns kept)", result["commit"]),
         ("baseline: `batch_create_infos` of the same turns", result["batch"]),
     ]
     counts = result["counts"]
@@ -119,11 +144,26 @@ def markdown(result: dict[str, Any]) -> str:
         f"appended, {counts['merged']} merged, {counts['superseded']} superseded, {counts['skipped']} skipped. "
         f"Commit ÷ batch (medians): {result['commit']['ms']['median'] / result['batch']['ms']['median']:.1f}×.",
     ]
+    if llm:
+        per_session = llm["per_session"]
+        lines += [
+            "",
+            f"What each committed session cost the LLM ({llm['name']}; {llm['sessions_fell_back']} of "
+            f"{result['sessions']} sessions fell back offline for at least one step):",
+            "",
+            "| per session | median / p90 / p99 / max | total |",
+            "|---|---|---|",
+            *(f"| {figure.replace('_', ' ')} | {cell(summary([float(v) for v in values]), 0)} | {sum(values):,} |"
+              for figure, values in per_session.items()),
+        ]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--llm", choices=("offline", "anthropic", "openai"), default="offline",
+                        help="the LLM the commits ask, configured by its environment variables (default: offline)")
     args = parser.parse_args()
-    print(markdown(run(args.quick)))
+    os.environ["KWTREE_LLM"] = args.llm  # one reading of the LLM settings: the CLI's and kwtree mcp's
+    print(markdown(run(args.quick, llm=llm_from_env())))

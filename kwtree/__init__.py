@@ -62,6 +62,8 @@ from kwtree.normalize import normalize_name
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.anthropic_client import AnthropicLLMClient
     from kwtree.agent.clients import LLMClient, StubLLMClient
+    from kwtree.agent.llm_env import llm_from_env
+    from kwtree.agent.openai_client import OpenAILLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
     from kwtree.facade.abstracts import KeywordAbstract
     from kwtree.facade.mem0 import Memory
@@ -104,10 +106,12 @@ _LAZY_NAMES = {
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",
     "Memory": "kwtree.facade.mem0",
+    "OpenAILLMClient": "kwtree.agent.openai_client",
     "Policy": "kwtree.memory.policies",
     "RecallWeights": "kwtree.retrieval.recall",
     "Report": "kwtree.ops.verify",
     "StubLLMClient": "kwtree.agent.clients",
+    "llm_from_env": "kwtree.agent.llm_env",
     "repair_directory": "kwtree.ops.repair",
     "restore": "kwtree.ops.restore",
     "verify_directory": "kwtree.ops.verify",
@@ -165,6 +169,7 @@ __all__ = [
     "Memory",
     "MergeConflictError",
     "NotFoundError",
+    "OpenAILLMClient",
     "Operation",
     "Policy",
     "ReadOnlyError",
@@ -179,6 +184,7 @@ __all__ = [
     "UndoConflictError",
     "UnreachableCopy",
     "VersionConflictError",
+    "llm_from_env",
     "normalize_name",
     "repair_directory",
     "restore",

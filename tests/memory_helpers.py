@@ -11,8 +11,20 @@ from typing import Any
 
 from kwtree import Candidate, CommitOptions, ExtractContext, Info, Keyword, KeywordTree
 
-__all__ = ["doc_examples", "fixed", "memory", "options", "prints_its_comments", "restorable", "scope_part",
-           "session_turns"]
+__all__ = ["CHAT", "SEED", "doc_examples", "fixed", "memory", "options", "prints_its_comments", "restorable",
+           "scope_part", "session_turns"]
+
+#: The LLM-failure tests' conversation: a seed session, then CHAT, whose commit on the seeded
+#: tree asks the LLM for every step: the candidates, where the new entities Tom and Leeds go,
+#: and whether "green tea with honey" repeats "green tea".
+SEED = [{"role": "user", "content": "My name is Alice. I love green tea. My sister Ann lives in York.",
+         "ts": "2024-05-01T10:00:00Z"}]
+CHAT = [
+    {"role": "user", "content": "I love green tea with honey. My brother Tom works as a nurse.",
+     "ts": "2024-05-08T10:00:00Z"},
+    {"role": "assistant", "content": "Noted."},
+    {"role": "user", "content": "I usually run every morning. I live in Leeds."},
+]
 
 
 def fixed(*candidates: Candidate, seen: list[ExtractContext] | None = None) -> Any:

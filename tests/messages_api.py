@@ -1,6 +1,7 @@
-"""A fake Anthropic Messages API on 127.0.0.1 for tests: ``POST /v1/messages`` answered from a
-queue of scripted replies, every request recorded. The ``api`` fixture (conftest.py) starts
-one per test; nothing touches the network.
+"""A fake LLM API on 127.0.0.1 for tests: every ``POST`` (Anthropic's ``/v1/messages``, the
+Chat Completions ``/v1/chat/completions``) answered from a queue of scripted replies, every
+request recorded. The ``api`` fixture (conftest.py) starts one per test; nothing touches the
+network. :func:`decided` builds a Messages API answer, :func:`completion` a Chat Completions one.
 
 The three ways an LLM is down, for the agent-failure tests: a port nothing listens on
 (:func:`closed_port`: connections are refused), an API that answers every request with an
@@ -40,6 +41,27 @@ def error(status: int, kind: str, text: str, headers: dict[str, str] | None = No
     return Reply(status, {"type": "error", "error": {"type": kind, "message": text}}, headers or {})
 
 
+#: What the client tests ask (tests/test_anthropic_client.py, tests/test_openai_client.py): a
+#: schema with an enum, a nullable integer, an optional array and no extra keys, two system
+#: messages and one user message, and an answer of that shape.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["descend", "stop"]},
+        "child": {"type": ["integer", "null"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["action", "child"],
+    "additionalProperties": False,
+}
+MESSAGES = [
+    {"role": "system", "content": "You navigate a keyword tree."},
+    {"role": "system", "content": "Answer with the decide tool."},
+    {"role": "user", "content": "Where does 'tea' go?"},
+]
+GOOD = {"action": "descend", "child": 2, "reasons": ["drinks"]}
+
+
 def decided(answer: dict[str, Any]) -> Reply:
     """The reply of a model that called the ``decide`` tool with ``answer`` (what
     AnthropicLLMClient asks for)."""
@@ -47,6 +69,18 @@ def decided(answer: dict[str, Any]) -> Reply:
                        "content": [{"type": "tool_use", "id": "toolu_01", "name": "decide", "input": answer}],
                        "stop_reason": "tool_use", "stop_sequence": None,
                        "usage": {"input_tokens": 100, "output_tokens": 20}})
+
+
+def completion(answer: Any = None, *, content: str | None = None, finish_reason: str = "stop",
+               refusal: str | None = None, usage: dict[str, int] | None = None) -> Reply:
+    """A Chat Completions answer (what OpenAILLMClient reads): ``answer`` as the message's JSON
+    content, or ``content`` as it is; 100 prompt and 20 completion tokens unless ``usage`` says."""
+    text = content if content is not None else json.dumps(answer)
+    return Reply(body={"id": "chatcmpl-01", "object": "chat.completion", "model": "gpt-test",
+                       "choices": [{"index": 0, "finish_reason": finish_reason,
+                                    "message": {"role": "assistant", "content": text, "refusal": refusal}}],
+                       "usage": usage if usage is not None else {"prompt_tokens": 100, "completion_tokens": 20,
+                                                                 "total_tokens": 120}})
 
 
 def closed_port() -> int:
@@ -59,21 +93,25 @@ def closed_port() -> int:
 #: Variables of the developer's shell that would point a test's ``kwtree`` process at another
 #: LLM, key or proxy.
 SHELL_SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "KWTREE_ANTHROPIC_MODEL",
-                   "KWTREE_LLM", "KWTREE_LLM_TIMEOUT", "KWTREE_LLM_MAX_RETRIES", "KWTREE_ON_AGENT_FAILURE",
-                   "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+                  "OPENAI_API_KEY", "OPENAI_BASE_URL", "KWTREE_OPENAI_BASE_URL", "KWTREE_OPENAI_MODEL",
+                  "KWTREE_LLM", "KWTREE_LLM_TIMEOUT", "KWTREE_LLM_MAX_RETRIES", "KWTREE_ON_AGENT_FAILURE",
+                  "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
-def llm_env(url: str, **settings: str) -> dict[str, str]:
-    """The environment of a ``kwtree`` process whose LLM (``kwtree/cli/env.py``) is the
-    Anthropic client at ``url``: one attempt of at most 5 s unless ``settings`` say otherwise
+def llm_env(url: str, llm: str = "anthropic", **settings: str) -> dict[str, str]:
+    """The environment of a ``kwtree`` process whose LLM (``KWTREE_LLM``) is ``llm``'s client
+    at ``url``: "anthropic" (key test-key) or "openai" (``url`` is the base URL, model
+    gpt-test, no key); one attempt of at most 5 s unless ``settings`` say otherwise
     (``KWTREE_LLM_TIMEOUT="0.5"``), and nothing of the developer's own LLM settings."""
     kept = {name: value for name, value in os.environ.items() if name not in SHELL_SETTINGS}
-    return {**kept, "KWTREE_LLM": "anthropic", "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url,
-            "KWTREE_LLM_MAX_RETRIES": "0", "KWTREE_LLM_TIMEOUT": "5", **settings}
+    endpoint = ({"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url} if llm == "anthropic"
+                else {"KWTREE_OPENAI_BASE_URL": url, "KWTREE_OPENAI_MODEL": "gpt-test"})
+    return {**kept, "KWTREE_LLM": llm, **endpoint, "KWTREE_LLM_MAX_RETRIES": "0", "KWTREE_LLM_TIMEOUT": "5",
+            **settings}
 
 
 class FakeMessagesAPI:
-    """A ThreadingHTTPServer that answers ``POST /v1/messages`` from a queue of replies (then
+    """A ThreadingHTTPServer that answers every ``POST`` from a queue of replies (then
     with ``default``) and records every request's path, headers (lower-cased names) and JSON
     body; ``arrived`` is set when a request has come in."""
 

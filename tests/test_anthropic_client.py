@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from messages_api import FakeMessagesAPI, Reply, error
+from messages_api import GOOD, MESSAGES, SCHEMA, FakeMessagesAPI, Reply, error
 
 from kwtree.agent import anthropic_client
 from kwtree.agent.anthropic_client import DEFAULT_MODEL, AnthropicLLMClient
@@ -20,23 +20,6 @@ from kwtree.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
 )
-
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "action": {"type": "string", "enum": ["descend", "stop"]},
-        "child": {"type": ["integer", "null"]},
-        "reasons": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["action", "child"],
-    "additionalProperties": False,
-}
-MESSAGES = [
-    {"role": "system", "content": "You navigate a keyword tree."},
-    {"role": "system", "content": "Answer with the decide tool."},
-    {"role": "user", "content": "Where does 'tea' go?"},
-]
-GOOD = {"action": "descend", "child": 2, "reasons": ["drinks"]}
 
 
 def message(answer: Any = GOOD, *, stop_reason: str = "tool_use", name: str = "decide") -> Reply:

@@ -262,20 +262,24 @@ def test_a_client_that_leaves_in_the_middle_of_a_write_leaves_it_whole_or_absent
             assert len(commits) == 1
 
 
-@pytest.mark.parametrize("kind", ["refused", "hangs"])
+@pytest.mark.parametrize(("kind", "llm"), [("refused", "anthropic"), ("hangs", "anthropic"), ("hangs", "openai")])
 def test_commit_session_and_remember_with_the_llm_down_commit_the_conversation(tmp_path: Path, api: FakeMessagesAPI,
-                                                                              kind: str) -> None:
-    """The server's LLM (``KWTREE_LLM=anthropic``) refuses connections, or accepts them and
-    never answers (the client's 0.5 s timeout ends the wait): the tools commit all the same,
-    with what the offline rules find, and their reply names what fell back."""
+                                                                              kind: str, llm: str) -> None:
+    """The server's LLM (``KWTREE_LLM=anthropic`` or ``openai``) refuses connections, or accepts
+    them and never answers (the client's 0.5 s timeout ends the wait): the tools commit all the
+    same, with what the offline rules find, and their reply names what fell back."""
     if kind == "refused":
         url, failed = f"http://127.0.0.1:{closed_port()}", "LLMUnavailableError: cannot reach the Anthropic API"
-    else:
+    elif llm == "anthropic":
         api.default = HANG
         url, failed = api.url, "LLMTimeoutError: no answer from the Anthropic API within 0.5s"
+    else:
+        api.default = HANG
+        url = f"{api.url}/v1"
+        failed = f"LLMTimeoutError: no answer from the OpenAI-compatible API at {url} within 0.5s"
 
     async def main() -> None:
-        async with server(tmp_path / "memory", env=llm_env(url, KWTREE_LLM_TIMEOUT="0.5")) as session:
+        async with server(tmp_path / "memory", env=llm_env(url, llm, KWTREE_LLM_TIMEOUT="0.5")) as session:
             commit = await call(session, "commit_session", session_id="chat-1", scope="user:alice", messages=[
                 {"role": "user", "content": "I love green tea.", "ts": "2024-05-08T10:00:00Z"},
                 {"role": "assistant", "content": "Noted: green tea."}])  # before: a tool error, nothing written

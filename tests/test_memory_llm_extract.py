@@ -184,10 +184,10 @@ def test_duplicates_across_chunks_merge() -> None:
     assert [c.sources for c in found] == [(0, 1)]
 
 
-def test_the_schema_is_one_the_anthropic_client_accepts() -> None:
-    from kwtree.agent.anthropic_client import _check_schema
+def test_the_schema_is_one_the_llm_clients_accept() -> None:
+    from kwtree.agent.llm_common import check_object_schema
 
-    _check_schema(EXTRACTION_SCHEMA, "$")
+    check_object_schema(EXTRACTION_SCHEMA)
     assert EXTRACTION_SCHEMA["properties"]["memories"]["items"]["properties"]["category"]["enum"] == list(CATEGORIES)
 
 

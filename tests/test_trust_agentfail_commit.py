@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from helpers import dir_bytes
+from memory_helpers import CHAT, SEED
 from messages_api import HANG, FakeMessagesAPI, closed_port, decided, error, llm_env
 
 from kwtree import AgentError, CommitResult, KeywordTree, Memory
@@ -28,14 +29,6 @@ from kwtree.agent.anthropic_client import AnthropicLLMClient
 from kwtree.cli.main import main
 
 SCOPE = "user:alice"
-SEED = [{"role": "user", "content": "My name is Alice. I love green tea. My sister Ann lives in York.",
-         "ts": "2024-05-01T10:00:00Z"}]
-CHAT = [
-    {"role": "user", "content": "I love green tea with honey. My brother Tom works as a nurse.",
-     "ts": "2024-05-08T10:00:00Z"},
-    {"role": "assistant", "content": "Noted."},
-    {"role": "user", "content": "I usually run every morning. I live in Leeds."},
-]
 #: The steps a commit of CHAT on the seeded tree asks the LLM for: the candidates, where the
 #: new entities Tom and Leeds go, and whether "green tea with honey" repeats "green tea".
 STEPS = ["extraction", "placement", "dedup"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from kwtree.agent.clients import LLMClient, StubLLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
+from kwtree.agent.llm_env import llm_from_env
 from kwtree.agent.navigation import Candidate, LLMNavigator, Navigator, RoundRequest
 from kwtree.agent.offline import OfflineNavigator
 from kwtree.agent.prompts import DECISION_SCHEMA, SYSTEM_PROMPT
@@ -22,8 +23,10 @@ __all__ = [
     "LLMNavigator",
     "Navigator",
     "OfflineNavigator",
+    "OpenAILLMClient",
     "RoundRequest",
     "StubLLMClient",
+    "llm_from_env",
 ]
 
 
@@ -33,4 +36,8 @@ def __getattr__(name: str) -> Any:
         from kwtree.agent.anthropic_client import AnthropicLLMClient
 
         return AnthropicLLMClient
+    if name == "OpenAILLMClient":  # urllib and http.client: only its users load them
+        from kwtree.agent.openai_client import OpenAILLMClient
+
+        return OpenAILLMClient
     raise AttributeError(f"module 'kwtree.agent' has no attribute {name!r}")

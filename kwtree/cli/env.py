@@ -14,26 +14,12 @@ __all__ = ["llm_client", "on_agent_failure"]
 
 
 def llm_client() -> Any:
-    """The LLM client KWTREE_LLM names: "anthropic", or unset/"offline" for none. For
-    Anthropic, KWTREE_LLM_TIMEOUT (seconds per attempt) and KWTREE_LLM_MAX_RETRIES bound how
-    long a failing API is waited for before the agent falls back."""
-    choice = os.environ.get("KWTREE_LLM", "offline").strip().lower()
-    if choice in ("", "offline"):
-        return None
-    if choice == "anthropic":
-        from kwtree.agent.anthropic_client import AnthropicLLMClient
+    """The LLM client KWTREE_LLM names ("anthropic", "openai", or unset/"offline" for none),
+    with KWTREE_LLM_TIMEOUT and KWTREE_LLM_MAX_RETRIES: ``kwtree.agent.llm_env.llm_from_env``,
+    the one reading of that setting, which programs use too."""
+    from kwtree.agent.llm_env import llm_from_env  # not at import: ``kwtree --help`` loads no agent code
 
-        limits: dict[str, Any] = {}
-        for variable, setting, kind in (("KWTREE_LLM_TIMEOUT", "timeout", float),
-                                        ("KWTREE_LLM_MAX_RETRIES", "max_retries", int)):
-            text = os.environ.get(variable, "").strip()
-            if text:
-                try:
-                    limits[setting] = kind(text)
-                except ValueError:
-                    raise InvalidInputError(f"{variable} must be a {kind.__name__}, got {text!r}") from None
-        return AnthropicLLMClient(**limits)
-    raise InvalidInputError(f"KWTREE_LLM must be 'anthropic' or 'offline', got {choice!r}")
+    return llm_from_env()
 
 
 def on_agent_failure() -> str:

@@ -703,7 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
                + "\n".join("  " + setup for setup in EXAMPLE_SETUP.splitlines())
                + "\n\nexit codes: 0 success, 1 kwtree error (message on stderr), 2 usage error"
                + "\n\nenvironment:\n"
-                 "  KWTREE_LLM=anthropic|offline     the agent's LLM (default: the offline navigator)\n"
+                 "  KWTREE_LLM=anthropic|openai|offline\n"
+                 "                                   the agent's LLM (default: the offline navigator);\n"
+                 "                                   openai: any Chat Completions server, with\n"
+                 "                                   KWTREE_OPENAI_MODEL, KWTREE_OPENAI_BASE_URL, OPENAI_API_KEY\n"
                  "  KWTREE_LLM_TIMEOUT=SECONDS       per attempt of an LLM call (default: 30)\n"
                  "  KWTREE_LLM_MAX_RETRIES=N         retries of a failing LLM call (default: 4)\n"
                  "  KWTREE_ON_AGENT_FAILURE=fallback|raise\n"
