@@ -95,7 +95,7 @@ def test_create_commit_recall_show_history_and_undo_over_the_protocol(tmp_path: 
                 {"role": "user", "content": "I love green tea.", "ts": "2024-05-08T10:00:00Z"},
                 {"role": "assistant", "content": "Noted: green tea."}])
             assert commit["op_id"] and commit["counts"]["created"] >= 1
-            found = await call(session, "recall", query="what does Alice drink?", scope="user:alice")
+            found = await call(session, "recall", query="which tea does Alice like?", scope="user:alice")
             assert any("green tea" in memory["text"] for memory in found["memories"])
             shown = await call(session, "show", id=garden["keyword"]["id"])
             assert [memory["text"] for memory in shown["memories"]] == ["Alice grows tomatoes on her balcony."]

@@ -190,13 +190,15 @@ class Memory:
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, limit: int = 100, filters: Mapping[str, Any] | None = None,
-               threshold: float | None = None) -> dict[str, Any]:
+               threshold: float | None = None, include_superseded: bool = False) -> dict[str, Any]:
         """The scope's memories most relevant to ``query``, best first: ``{"results": [item,
         ...]}``, each item as ``get`` gives it plus ``score`` (recall's ranking score) and
         ``relevance`` (recall's relevance, in [0, 1]). ``threshold`` keeps the items whose
         relevance reaches it (it is recall's ``min_score``; default: recall's calibrated
         floor); ``filters`` (mem0's grammar, ``kwtree.memory.filters``) keeps the items whose
-        ``metadata`` and ids match. Archived turns are never results."""
+        ``metadata`` and ids match. Archived turns are never results. A fact the user has since
+        changed ranks below current ones unless ``include_superseded`` (the history on
+        purpose: mem0's ``latest_only=False``)."""
         scope = scope_path(user_id, agent_id, run_id)
         limit = clean_int(limit, "limit", 1, 1000)
         checked = check_filters(filters) if filters is not None else None
@@ -205,7 +207,8 @@ class Memory:
             if type(threshold) not in (int, float) or not 0 <= threshold <= 1:
                 raise InvalidInputError(f"threshold must be a number from 0 to 1, got {shown(threshold)}")
             floor = float(threshold)
-        hits = self.tree.recall(query, k=min(1000, max(50, limit * 5)), scope=scope, min_score=floor)
+        hits = self.tree.recall(query, k=min(1000, max(50, limit * 5)), scope=scope, min_score=floor,
+                                include_superseded=include_superseded)
         found = []
         for hit in hits:
             item = self._item_of(hit.info, hit)

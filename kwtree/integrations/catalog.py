@@ -82,7 +82,10 @@ TOOLS: tuple[ToolSpec, ...] = (
                 until=_string(f"Only memories that happened before this time. {_TIME}"),
                 min_score={"type": "number", "minimum": 0, "maximum": 1, "default": 0.35,
                            "description": "The relevance floor (0 keeps everything found)."},
-                provenance=_PROVENANCE),
+                provenance=_PROVENANCE,
+                include_superseded={"type": "boolean", "default": False, "description": (
+                    "Rank facts the user has since changed (marked superseded) as if current: to ask for "
+                    "history on purpose.")}),
         writes=False),
     ToolSpec(
         "context",

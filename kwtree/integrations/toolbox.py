@@ -40,7 +40,7 @@ from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError,
 from kwtree.integrations import catalog
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, dumps, fit
 from kwtree.integrations.guard import ScopeGuard
-from kwtree.models import ROOT_ID, Info, Keyword, Operation, SearchResult
+from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info, Keyword, Operation, SearchResult
 from kwtree.retrieval.fence import FENCE_OPEN, quote, trim
 from kwtree.retrieval.scopes import clean_scope
 from kwtree.validate import clean_int, shown
@@ -190,6 +190,8 @@ class ToolBox:
         if isinstance(happened, (int, float)) and not isinstance(happened, bool):
             brief["happened_at"] = _iso(happened)
         brief["stored_at"] = _iso(info.created_at)
+        if info.metadata.get(SUPERSEDED_BY):  # a value the user has since changed
+            brief["superseded"] = True
         if info.source:
             brief["source"] = info.source
         return brief
@@ -203,9 +205,10 @@ class ToolBox:
 
     def _recall(self, query: str, k: int = 10, scope: object = None, since: str | None = None,
                 until: str | None = None, min_score: float = 0.35,
-                provenance: str | list[str] | None = None) -> dict[str, Any]:
+                provenance: str | list[str] | None = None, include_superseded: bool = False) -> dict[str, Any]:
         hits = self.tree.recall(query, k, scope=self.guard.read_scopes(scope), min_score=min_score,
-                                since=_when(since), until=_when(until), provenance=provenance)
+                                since=_when(since), until=_when(until), provenance=provenance,
+                                include_superseded=include_superseded)
         found = []
         for hit in hits:
             memory = self._info_brief(hit.info)
