@@ -356,7 +356,7 @@ _OPTIONAL = frozenset({"partner"})
 _DETAIL = {"ended": "ended", "partner": "partner", "replaces": "replaces"}
 _NOT_VALUES = _words("""
         a an it that this them there here these those something anything everything nothing lot bit to my
-        our your his her their its""")
+        our your his her their its for with in on at as""")
 #: "I'm <Name>": a capitalised name closing its clause, after at most a greeting.
 _CALLED = re.compile(r"^(?:(?:hi|hello|hey)(?: there| all| everyone)?[,!.]?\s+)?(?:I'm|I am|im|i'm)\s+"
                      r"(?P<name>[A-Z][a-z'-]+(?:\s[A-Z][a-z'-]+)?)\s*(?:[,.!;]|$)", re.IGNORECASE)
@@ -369,7 +369,7 @@ _NOT_NAME_WORDS = _words("""
         Busy Excited Happy Glad Alright Vegan Vegetarian Single Married Retired""")
 
 #: The identity rule's nouns: a trade is a job, anything else an identity.
-_NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick")
+_NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick mix")
 _JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer")
 _NOT_JOBS = _words("""
         mother father sister brother daughter grandmother grandfather lover member player fan beginner
@@ -489,6 +489,8 @@ def _others(clause: str) -> Iterator[Statement]:
         about = _OTHER_ABOUT[verb]
         value = _value(about, match["value"])
         if about == "identity" and value:
+            if value.split()[0].lower() in _NOT_IDENTITY or len(value.split()) > 4:
+                continue  # "my friend who is a fan of ...", "a bit of a mess"
             last = value.split()[-1].lower()
             about = "job" if last.endswith(_JOB_SUFFIXES) and last not in _NOT_JOBS else "identity"
         if value:
