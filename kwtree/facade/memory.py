@@ -24,7 +24,7 @@ from kwtree.engine.state import State
 from kwtree.errors import AgentError, InvalidInputError, KwtreeError, LLMError
 from kwtree.facade.agent import AgentMethods
 from kwtree.memory import dedup
-from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, Message
+from kwtree.memory.candidates import Candidate, ExtractContext, Extraction, Extractor, Message
 from kwtree.memory.commit import (
     DEDUP_MODES,
     CommitFallback,
@@ -172,11 +172,14 @@ class MemoryMethods(AgentMethods):
         found = self._extract(messages, ExtractContext(session_id, seen, session_time), opts.extractor, llm,
                               fallbacks)
         candidates = _clean_candidates(found, opts.policies, len(messages))
+        passed_over = found.passed_over if isinstance(found, Extraction) else ()
         audit: dict[str, Any] = {"session_id": session_id, "scope": scope, "first_new": seen,
                                  "seen": len(messages), "candidates": len(candidates)}
+        if passed_over:
+            audit["passed_over"] = [dataclasses.asdict(passed) for passed in passed_over]
         plan = CommitPlan(scope, session_id, messages, seen, session_time, opts.keep_turns, candidates,
                           opts.policies, opts.thresholds, {}, [], [None] * len(candidates), audit, opts.metadata,
-                          opts.keep_summary, fallbacks, provenance=opts.provenance)
+                          opts.keep_summary, fallbacks, provenance=opts.provenance, passed_over=passed_over)
         self._place_holders(plan, llm)
         plan.neighbours = [self._neighbours(plan, c, opts.prefilter_k) for c in candidates]
         audit["dedup"] = "offline"
@@ -465,7 +468,7 @@ def _result(plan: CommitPlan, op: Operation | None, changes: list[Any], dry_run:
         plan.session_id, plan.scope, op.op_id if op is not None else None, session_kw, plan.first_new,
         len(plan.messages), len(plan.candidates), actions.count("create"), actions.count("append"),
         actions.count("merge"), actions.count("supersede"), actions.count("skip"), created, changed,
-        tuple(plan.decisions), dry_run, tuple(plan.fallbacks))
+        tuple(plan.decisions), dry_run, tuple(plan.fallbacks), plan.passed_over)
 
 
 def _nothing_new(session_id: str, scope: str, seen: int, session_kw: str | None, dry_run: bool) -> CommitResult:

@@ -22,7 +22,7 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError
-from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, Candidate, Extractor, Message
+from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, Candidate, Extractor, Message, PassedOver
 from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
 from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
@@ -32,6 +32,7 @@ from kwtree.memory.when import parse_time
 from kwtree.models import (
     INFO_ABSTRACT,
     ROOT_ID,
+    SMALL_TALK,
     SUPERSEDED_BY,
     VALID_UNTIL,
     Change,
@@ -42,6 +43,7 @@ from kwtree.models import (
 )
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
+from kwtree.retrieval.smalltalk import small_talk
 from kwtree.retrieval.timeline import happened_at
 from kwtree.validate import finite_number
 from kwtree.writes import Stamp
@@ -139,7 +141,11 @@ class CommitResult:
     operation (None on a dry run or when nothing was new); ``first_new`` the first message
     not seen before this commit and ``seen`` how many are seen after it. ``fallbacks`` are the
     steps the LLM failed (empty when it failed none, or the tree has none), in the order they
-    ran; the operation's audit holds them too (``audit["commit_session"]["fallbacks"]``)."""
+    ran; the operation's audit holds them too (``audit["commit_session"]["fallbacks"]``).
+    ``passed_over`` are the candidates the extractor found but did not return, each with its
+    reason (a cap, folded into another, small talk; only an extractor that returns a
+    ``kwtree.memory.candidates.Extraction`` tells them), also in
+    ``audit["commit_session"]["passed_over"]``."""
 
     session_id: str
     scope: str
@@ -158,6 +164,7 @@ class CommitResult:
     decisions: tuple[CommitDecision, ...]
     dry_run: bool = False
     fallbacks: tuple[CommitFallback, ...] = ()
+    passed_over: tuple[PassedOver, ...] = ()
 
     @property
     def fell_back(self) -> bool:
@@ -197,6 +204,8 @@ class CommitPlan:
     fallbacks: list[CommitFallback] = field(default_factory=list)
     #: who said every message (``CommitOptions.provenance``); None: each message's role says
     provenance: str | None = None
+    #: what the extractor found but did not return, and why (``CommitResult.passed_over``)
+    passed_over: tuple[PassedOver, ...] = ()
     #: filled by commit_changes
     decisions: list[CommitDecision] = field(default_factory=list)
     session_keyword_id: str | None = None
@@ -365,7 +374,8 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
 
 def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: float | None) -> dict[int, str]:
     """The turn infos of the session by message index: those of earlier commits, and (with
-    ``keep_turns``) the new messages', created in order."""
+    ``keep_turns``) the new messages', created in order; a turn that is small talk
+    (``kwtree.retrieval.smalltalk.small_talk``) says why in ``metadata["small_talk"]``."""
     found = {int(info.metadata["turn"]): info.id for info in draft.infos_of(session_kw.id)
              if type(info.metadata.get("turn")) is int}
     if not plan.keep_turns:
@@ -378,6 +388,9 @@ def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: f
         when = parse_time(message.get("ts"), "ts")
         when = when if when is not None else session_time if session_time is not None else draft.stamp.timestamp
         metadata = {"role": message["role"], "turn": index, "session_id": plan.session_id, HAPPENED_AT: when}
+        chatter = small_talk(text)
+        if chatter is not None:  # archived all the same; retrieval ranks it below what states a fact
+            metadata[SMALL_TALK] = chatter
         found[index] = draft.info(text, session_kw.id, metadata, _said_by(plan, (index,))).id
     return found
 

@@ -8,8 +8,16 @@ agent's side gives problem -> solution passages only, tool results give skills. 
 a fixed confidence (:data:`CONFIDENCE`); what each rule finds and misses is in
 docs/agent-memory.md (## Extraction).
 
-Every candidate's ``content`` is the sentence (or sentences) it came from, verbatim, and
-``sources`` the indices of the messages holding them; ``happened_at`` is the time the
+A sentence is read clause by clause (``kwtree.memory.statements.clauses``: "I live in Boston
+and I work as a nurse" is two statements), and the durable facts of each clause
+(``kwtree.memory.statements.statements``: identity, home, work, school, relationship, diet,
+allergies, health, pets, family, tools, plans, another person's facts) become candidates under
+the attribute contract of ``kwtree.memory.candidates``. A message that is small talk
+(``kwtree.retrieval.smalltalk.small_talk``) gives nothing.
+
+Every candidate's ``content`` is the clause (or sentence, or sentences) it came from, verbatim
+(a clause that left its subject out carries the one of the clause before it), and ``sources``
+the indices of the messages holding them; ``happened_at`` is the time the
 sentence states (``kwtree.memory.when.resolve_when`` against the message's ``ts``, else the
 session's date), else the message's ``ts``, else the session's date.
 
@@ -27,10 +35,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kwtree.agent.clients import LLMClient
-from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Extractor, Message
+from kwtree.memory.candidates import (
+    ENTITIES_KEY,
+    USER_SUBJECT,
+    Candidate,
+    ExtractContext,
+    Extraction,
+    Extractor,
+    Message,
+    PassedOver,
+)
 from kwtree.memory.llm_extract import LLMExtractor
 from kwtree.memory.reading import ToolOutcome, anchor_of, check_session, dedupe, speaker_of, text_of, tool_outcomes
+from kwtree.memory.statements import VALUE_END, Statement, clauses, statements
+from kwtree.memory.statements import phrase as _phrase
 from kwtree.memory.when import resolve_when
+from kwtree.retrieval.smalltalk import small_talk
 
 __all__ = ["CONFIDENCE", "MAX_CANDIDATES_PER_CALL", "MAX_CANDIDATES_PER_MESSAGE", "MAX_SCANNED_CHARS",
            "default_extractor", "extract_offline"]
@@ -40,6 +60,12 @@ __all__ = ["CONFIDENCE", "MAX_CANDIDATES_PER_CALL", "MAX_CANDIDATES_PER_MESSAGE"
 CONFIDENCE = {
     "profile.explicit": 0.9,    # "my name is", "I work as", "I live in", "I'm 34"
     "profile.identity": 0.6,    # "I am a <noun>" (job or identity, guessed from the noun)
+    "profile.change": 0.8,      # "I started as / joined / quit / moved to / went vegan / got engaged"
+    "profile.implied": 0.6,     # "since moving to X", "my new boss at Y", "my wife", "the new place in X"
+    "profile.household": 0.8,   # "we adopted a dog", "I have two kids"
+    "preference.tool": 0.7,     # "I (always) use X", "I switched to X"
+    "plan": 0.6,                # "I'm planning / going / thinking of ..."
+    "entity.fact": 0.7,         # "my sister lives in Denver": a fact of the person named
     "preference.stated": 0.7,   # "I love / enjoy / hate ..."
     "preference.favorite": 0.8,  # "my favorite X is Y"
     "event.dated": 0.7,         # a sentence whose time expression resolves
@@ -68,32 +94,49 @@ def default_extractor(llm_client: LLMClient | None) -> Extractor:
     return extract_offline if llm_client is None else LLMExtractor(llm_client)
 
 
-def extract_offline(messages: Sequence[Message], context: ExtractContext) -> list[Candidate]:
+def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Extraction:
     """The candidate memories the rules find in ``messages[context.first_new:]``, deduplicated
     (``kwtree.memory.reading.dedupe``), at most MAX_CANDIDATES_PER_MESSAGE per message and
-    MAX_CANDIDATES_PER_CALL in all. Never calls a model nor reads the clock.
+    MAX_CANDIDATES_PER_CALL in all, as an Extraction whose ``passed_over`` tells each
+    candidate found but not returned and why: over a cap, folded into another, or found in a
+    message that is small talk (tool results are never small talk). Never calls a model nor
+    reads the clock.
 
     Raises InvalidInputError (naming the field) for malformed messages, a bad ``ts`` or a
     ``first_new`` out of range."""
     times = check_session(messages, context)
     found: list[Candidate] = []
+    passed: list[PassedOver] = []
     skills: dict[int, list[Candidate]] = {}
     for outcome in tool_outcomes(messages, context.first_new):
         skills.setdefault(outcome.index, []).append(_skill(outcome, times, context))
     for index in range(context.first_new, len(messages)):
         message = messages[index]
-        from_message = list(skills.get(index, ()))
         speaker = speaker_of(message)
         text = text_of(message)[:MAX_SCANNED_CHARS]
         anchor = anchor_of(times, index, context)
+        said: list[Candidate] = []
         sentences = _sentences(text)
         for position, sentence in enumerate(sentences):
             if speaker is not None:
-                from_message.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
-            from_message.extend(_cases(sentences, position, index, anchor))
+                said.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
+            said.extend(_cases(sentences, position, index, anchor))
+        chatter = small_talk(text)
+        if chatter is not None:
+            passed.extend(_passed(said, f"small talk ({chatter})"))
+            said = []
+        from_message = [*skills.get(index, ()), *said]
         found.extend(from_message[:MAX_CANDIDATES_PER_MESSAGE])
-    return dedupe(found, speakers=_speakers(messages), max_entity_sentences=MAX_ENTITY_SENTENCES)[
-        :MAX_CANDIDATES_PER_CALL]
+        passed.extend(_passed(from_message[MAX_CANDIDATES_PER_MESSAGE:],
+                              f"over MAX_CANDIDATES_PER_MESSAGE ({MAX_CANDIDATES_PER_MESSAGE}) for one message"))
+    kept = dedupe(found, speakers=_speakers(messages), max_entity_sentences=MAX_ENTITY_SENTENCES, passed=passed)
+    passed.extend(_passed(kept[MAX_CANDIDATES_PER_CALL:],
+                          f"over MAX_CANDIDATES_PER_CALL ({MAX_CANDIDATES_PER_CALL}) for one call"))
+    return Extraction(kept[:MAX_CANDIDATES_PER_CALL], passed)
+
+
+def _passed(candidates: Sequence[Candidate], reason: str) -> list[PassedOver]:
+    return [PassedOver(min(c.sources), c.content, reason, c.category, c.key) for c in candidates]
 
 
 # --- sentences and third person -------------------------------------------------------------
@@ -104,28 +147,12 @@ def _words(text: str) -> frozenset[str]:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_CLAUSE_END = re.compile(r"[,.;:!?()\"]| - | and | but | because | so | which | who | since | when | while | or ",
-                         re.IGNORECASE)
-
-#: A profile value also ends at a preposition: "an engineer at a bank" -> "engineer".
-_VALUE_END = re.compile(_CLAUSE_END.pattern + r"| (?:at|in|for|with|from|on|near|since|by) ", re.IGNORECASE)
 
 
 def _sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
 
 
-def _phrase(rest: str, end: re.Pattern[str] = _CLAUSE_END) -> str:
-    """The start of ``rest`` up to the end of its clause (or ``end``), at most MAX_PHRASE_WORDS
-    words, without trailing filler."""
-    clause = end.split(rest, maxsplit=1)[0]
-    words = clause.split()[:MAX_PHRASE_WORDS]
-    while words and words[-1].lower() in _TRAILING:
-        words.pop()
-    return " ".join(words).strip(" '\"")
-
-
-_TRAILING = _words("a an the to of for in on at with my your so too really very much lately now")
 _ARTICLES = re.compile(r"^(?:the|a|an|my|some|all|all the|any|to|going|doing)\s+", re.IGNORECASE)
 
 #: Verbs that do not take a third-person -s after "I": past tenses and modals.
@@ -202,37 +229,19 @@ _ADVERB = r"(?:(?:really|also|just|absolutely|totally|truly|still|actually|hones
 _PRONOUNS = _words("it that this you them him her those these how what when where why who which "
                       "everything something anything nothing lot")
 
-#: "I now work as", "I'm currently a": a present self-description may say that it is new.
-_NOW = r"(?: (?:now|currently|still|actually|also))?"
-
-_PROFILE: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(_I + r"[Mm]y name is\s+(?P<value>.+)"), "name", "profile.explicit"),
-    (re.compile(_I + r"(?:I am|I'm) called\s+(?P<value>.+)"), "name", "profile.explicit"),
-    (re.compile(_I + r"(?:I am|I'm)\s+(?P<value>\d{1,3})(?:\s+years?\s+old)?(?![\w%$.,:]\d|\s*(?:%|am\b|pm\b|"
-                r"minutes|hours|days|weeks|months|times|percent|kg|km|miles|lbs|pounds|dollars))"),
-     "age", "profile.explicit"),
-    (re.compile(_I + r"I" + _NOW + r"(?: work| am working|'m working) as (?:an? )?(?P<value>.+)"), "job",
-     "profile.explicit"),
-    (re.compile(_I + r"I" + _NOW + r"(?: work| am working|'m working) (?:at|for) (?P<value>.+)"), "employer",
-     "profile.explicit"),
-    (re.compile(_I + r"I" + _NOW + r"(?: live| am living|'m living) in (?P<value>.+)"), "home", "profile.explicit"),
-    (re.compile(_I + r"I(?: am|'m) from (?P<value>.+)"), "origin", "profile.explicit"),
-    (re.compile(_I + r"(?:I am|I'm)" + _NOW + r" (?:a |an )(?P<value>.+)"), "identity", "profile.identity"),
-)
-_NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick")
-_JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer")
-_NOT_JOBS = _words("mother father sister brother daughter grandmother grandfather lover member player fan "
-                      "beginner newcomer user owner partner believer follower dreamer survivor parent student")
-
 _PREFERENCE = re.compile(
-    _I + r"(?:I|we)(?:\s+|(?='))" + _ADVERB + r"(?P<verb>love|like|enjoy|adore|prefer|hate|dislike|can't stand|"
-    r"cannot stand|don't like|do not like|am into|'m into|am passionate about|'m passionate about|am keen on|"
-    r"'m keen on|am interested in|'m interested in|"
-    r"am a (?:big |huge )?fan of|'m a (?:big |huge )?fan of)\s+"
-    r"(?P<topic>.+)", re.IGNORECASE)
+    r"(?:" + _I + r"(?:I|we)(?:\s+|(?='))" + _ADVERB + r"(?P<verb>love|like|enjoy|adore|prefer|hate|dislike|"
+    r"can't stand|cannot stand|don't (?:really )?(?:like|enjoy|love|care for)|do not (?:like|enjoy|care for)|"
+    r"(?:am|'m) (?:really |so |totally )?(?:into|passionate about|keen on|interested in|obsessed with)|"
+    r"(?:am|'m) not (?:really |that |very |so )?(?:into|keen on|interested in)|"
+    r"(?:am|'m) (?:not )?(?:really |much of |)(?:a |)(?:big |huge )?fan of)"
+    # a clause that leaves its subject out: "not a big fan of X", "love sci-fi"
+    r"|^(?:(?:honestly|really|tbh|also|yeah|ok|okay|well|but|and|so|oh|plus),?\s+)*(?P<bare>love|adore|hate|"
+    r"can't stand|not (?:really |much of |)(?:a |)(?:big |huge )?fan of|(?:a )?(?:big |huge )fan of|"
+    r"not (?:really )?into|(?:really |so )into|obsessed with))\s+(?P<topic>.+)", re.IGNORECASE)
 _FAVORITE = re.compile(r"\b[Mm]y (?:favorite|favourite|fave|all-time favorite) (?P<what>[\w\s-]{1,30}?) (?:is|are|was) "
                        r"(?P<value>.+)")
-_DISLIKES = ("hate", "dislike", "can't stand", "cannot stand", "don't like", "do not like")
+_DISLIKE = re.compile(r"hate|dislike|stand|\bnot\b|n't", re.IGNORECASE)
 
 _HABIT = re.compile(
     _I + r"(?:(?P<when>every (?:day|morning|evening|night|week|weekend|month|year|monday|tuesday|wednesday|"
@@ -264,40 +273,40 @@ _NOT_NAMES = _words(
 
 
 def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None) -> Iterator[Candidate]:
-    """The profile, preference, habit, event and entity candidates of one of the speaker's sentences."""
+    """The candidates of one of the speaker's sentences, clause by clause
+    (``kwtree.memory.statements.clauses``); a clause without a time of its own happened when
+    its sentence says."""
+    whole = resolve_when(sentence.replace("\u2019", "'"), anchor)
+    for clause in clauses(sentence, _states):
+        yield from _about_clause(clause, speaker, index, anchor, whole)
+
+
+def _states(clause: str) -> bool:
+    """Whether a clause (straight apostrophes) states a durable fact or a preference."""
+    return bool(statements(clause)) or _PREFERENCE.search(clause) is not None or _FAVORITE.search(clause) is not None
+
+
+def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
+                  whole: float | None) -> Iterator[Candidate]:
+    """The profile, preference, habit, event and entity candidates of one clause."""
     who, whose = _subject(speaker), _possessive(speaker)
     # The rules read a curly apostrophe as a straight one; the content stays verbatim.
-    content, sentence = sentence, sentence.replace("\u2019", "'")
+    content, sentence = clause, clause.replace("\u2019", "'")
     when = resolve_when(sentence, anchor)
-    at = when if when is not None else anchor
+    at = when if when is not None else whole if whole is not None else anchor
+    subject = USER_SUBJECT if speaker == "the user" else speaker
 
     def make(category: str, key: str, abstract: str, rule: str, facts: dict[str, Any]) -> Candidate:
+        """A candidate of this clause; ``facts`` may name another ``subject``."""
         return Candidate(category, key, abstract, content, CONFIDENCE[rule], (index,), at,
-                         {"subject": speaker, **facts})
+                         {"subject": subject, **facts})
 
-    for pattern, attribute, rule in _PROFILE:
-        found = pattern.search(sentence)
-        if not found:
-            continue
-        value = _phrase(found["value"], _VALUE_END if attribute != "employer" else _CLAUSE_END)
-        if attribute == "identity":
-            first = value.split()[0].lower().strip(",") if value else ""
-            if not value or first in _NOT_IDENTITY or len(value.split()) > 4:
-                continue
-            last = value.split()[-1].lower()
-            attribute = "job" if last.endswith(_JOB_SUFFIXES) and last not in _NOT_JOBS else "identity"
-        if not value:
-            continue
-        key = attribute if speaker == "the user" else f"{speaker} {attribute}"
-        article = "an" if value[:1].lower() in "aeiou" else "a"
-        abstract = {"name": f"{whose[:1].upper()}{whose[1:]} name is {value}.",
-                    "age": f"{who} is {value} years old.",
-                    "job": f"{who} works as {article} {value}.",
-                    "employer": f"{who} works at {value}.",
-                    "home": f"{who} lives in {value}.",
-                    "origin": f"{who} is from {value}.",
-                    "identity": f"{who} is {article} {value}."}[attribute]
-        yield make("profile", key, abstract, rule, {"attribute": attribute, "value": value})
+    stated = statements(sentence)
+    told: set[str] = set()
+    for statement in stated:
+        if statement.subject is not None:
+            told.add(statement.subject)
+        yield _candidate(statement, make, speaker, sentence, when)
 
     favorite = _FAVORITE.search(sentence)
     if favorite:
@@ -305,45 +314,108 @@ def _about_speaker(sentence: str, speaker: str, index: int, anchor: float | None
         if value:
             yield make("preferences", what, f"{whose[:1].upper()}{whose[1:]} favorite {what} is {value}.",
                        "preference.favorite", {"polarity": "like", "value": value})
-    stated = _PREFERENCE.search(sentence)
-    if stated:
-        topic = _ARTICLES.sub("", _phrase(stated["topic"], _VALUE_END))
+    liked = _PREFERENCE.search(sentence)
+    if liked:
+        topic = _ARTICLES.sub("", _phrase(liked["topic"], VALUE_END))
         if topic and topic.split()[0].lower() not in _PRONOUNS:
-            verb = " ".join(stated["verb"].split())
-            dislike = verb.lower() in _DISLIKES
+            verb = " ".join((liked["verb"] or liked["bare"]).split())
+            dislike = _DISLIKE.search(verb) is not None
             sense = "dislikes" if dislike else "likes"
             yield make("preferences", topic, f"{who} {sense} {topic}.", "preference.stated",
                        {"polarity": "dislike" if dislike else "like", "verb": verb})
 
     habit = _HABIT.search(sentence)
+    planned = any(s.about == "plan" for s in stated)
     if habit and (habit["when"] or habit["how"]):
         rest = _phrase(habit["rest"])
-        if rest:
+        if rest and not any(s.about == "tool" for s in stated):  # "I always use uv" is the tool it names
             pace = habit["how"] or habit["when"]
             yield make("patterns", rest, _third_person(sentence, speaker), "pattern", {"frequency": pace.lower()})
-    elif (when is not None or _is_past_action(sentence)) and not sentence.rstrip().endswith("?"):
-        # (a question asks about a time: it tells no event)
-        told = _third_person(sentence, speaker)
+    elif (when is not None or _is_past_action(sentence)) and not sentence.rstrip().endswith("?") and not planned:
+        # (a question asks about a time: it tells no event; a plan is its own event)
+        told_of = _third_person(sentence, speaker)
         if when is not None:
-            told = f"{told[:-1]} ({_date(when)}){told[-1]}"
+            told_of = f"{told_of[:-1]} ({_date(when)}){told_of[-1]}"
         past = _PAST.search(sentence)
         plain = _unaddressed(_LABEL.sub("", sentence))  # no "Ann:" label, no "Hey John," before it
         key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else plain, maxsplit=1)[0])
         if len(key.split()) < 2:  # a lone verb ("did") or a label ("Ann:") names no event, and recall would
             # lift it for every question holding that word: the sentence's first words name it
             key = _phrase(plain, _SENTENCE_END) or sentence[:60]
-        yield make("events", key, told, "event.dated" if when is not None else "event.past",
+        yield make("events", key, told_of, "event.dated" if when is not None else "event.past",
                    {"dated": when is not None})
 
     for related in _RELATION.finditer(sentence):
         name, relation = related["name"], related["relation"]
-        if name not in _NOT_NAMES:
+        if name not in _NOT_NAMES and name not in told:
             yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
                        {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
     if sentence.rstrip().endswith("?"):
         return  # "Where in England was it?" asks about a name, and tells nothing of it
     for name in _names(sentence):
-        yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {_MENTION: True})
+        if name not in told:
+            yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {_MENTION: True})
+
+
+#: The abstract of a statement by what it is about ({who}: the subject; {a}: "a" or "an").
+_SAYS = {"name": "{whose} name is {v}.", "age": "{who} is {v} years old.", "home": "{who} lives in {v}.",
+         "origin": "{who} is from {v}.", "job": "{who} works as {a} {v}.", "employer": "{who} works at {v}.",
+         "school": "{who} studies at {v}.", "relationship": "{who} is {v}.", "diet": "{who} is {v}.",
+         "car": "{who} drives {a} {v}.", "allergy": "{who} is allergic to {v}.", "health": "{who} has {v}.",
+         "pet": "{who} has {v}.", "family": "{who} has {v}.", "identity": "{who} is {a} {v}.",
+         "tool": "{who} uses {v}.", "like": "{who} likes {v}.", "dislike": "{who} dislikes {v}."}
+#: Values that read otherwise: "The user is retired.", "The user eats meat.", "The user is diabetic."
+_SAID_OTHERWISE = {("job", "retired"): "{who} is retired.", ("diet", "eats meat"): "{who} eats meat.",
+                   ("employer", "none"): "{who} no longer works at {ended}."}
+#: Where each aspect of a speaker's own multi-valued fact is filed.
+_ASPECT_CATEGORY = {"allergy": "profile", "health": "profile", "pet": "profile", "family": "profile",
+                    "identity": "profile", "tool": "preferences", "like": "preferences", "dislike": "preferences",
+                    "plan": "events"}
+
+
+def _candidate(statement: Statement, make: Callable[..., Candidate], speaker: str, clause: str,
+               when: float | None) -> Candidate:
+    """The candidate of one statement: the speaker's single-valued fact a profile fact with its
+    attribute, a multi-valued one filed by its aspect, another person's an entity of theirs."""
+    value, about, detail = statement.value, statement.about, dict(statement.detail)
+    if statement.subject is None:
+        who, whose = _subject(speaker), _possessive(speaker)
+    else:
+        relation = detail.get("relation", "")
+        named = f" {statement.subject}" if statement.subject != relation else ""
+        who = f"{_possessive(speaker)} {relation}{named}"
+        whose = f"{who}'s"
+    who, whose = who[:1].upper() + who[1:], whose[:1].upper() + whose[1:]
+    if (about == "health" and " " not in value and value.lower().endswith(("ic", "ant", "ent", "nt"))) \
+            or (about == "health" and value.lower() in ("pregnant", "sober", "deaf", "in recovery", "colorblind")):
+        template = "{who} is {v}."
+    elif about == "family" and not re.match(r"(?:an?|one|two|three|four|five|six|\d+) ", value, re.IGNORECASE) \
+            and value != "a baby on the way":
+        template = "{who} is {a} {v}."
+    else:
+        template = _SAID_OTHERWISE.get((about, value.lower()), _SAYS.get(about, "{who}: {v}."))
+    if (about, value) == ("employer", "none") and "ended" not in detail:
+        template = "{who} no longer has an employer."
+    article = "an" if value[:1].lower() in "aeiou" else "a"
+    abstract = template.format(who=who, whose=whose, v=value, a=article, ended=detail.get("ended", ""))
+    facts: dict[str, Any] = {**detail, "value": value}
+    if about == "plan":
+        key = _phrase(_TIME_WORDS.split(value, maxsplit=1)[0]) or value
+        return make("events", key, _third_person(clause, speaker), statement.rule,
+                    {**facts, "aspect": "plan", "dated": when is not None})
+    if statement.subject is not None:
+        kind = "animal" if detail.get("relation", "").split()[-1:] and detail["relation"].split()[-1] in _ANIMALS \
+            else "person"
+        facts = {**facts, "kind": kind, ("attribute" if statement.single else "aspect"): about}
+        return make("entities", statement.subject, abstract, statement.rule, {**facts, "subject": statement.subject})
+    if statement.single:
+        key = about if speaker == "the user" else f"{speaker} {about}"
+        return make("profile", key, abstract, statement.rule, {**facts, "attribute": about})
+    category = _ASPECT_CATEGORY[about]
+    key = value if category == "preferences" else about if speaker == "the user" else f"{speaker} {about}"
+    if about == "tool":
+        facts["polarity"] = "like"
+    return make(category, key, abstract, statement.rule, {**facts, "aspect": about})
 
 
 #: The categories whose candidate, when a sentence gives one, carries the names the sentence

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kwtree.errors import InvalidInputError
-from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Message
+from kwtree.memory.candidates import ENTITIES_KEY, Candidate, ExtractContext, Message, PassedOver
 from kwtree.memory.when import message_time
 from kwtree.validate import finite_number, shown
 
@@ -187,12 +187,14 @@ def _duration(item: Mapping[str, Any]) -> float | None:
 
 
 def dedupe(candidates: Sequence[Candidate], speakers: frozenset[str] = frozenset(),
-           max_entity_sentences: int = 3) -> list[Candidate]:
+           max_entity_sentences: int = 3, passed: list[PassedOver] | None = None) -> list[Candidate]:
     """One candidate per (category, key, content) in order of first appearance, sources merged;
-    entity candidates are one per entity (key), their sentences joined (at most
-    max_entity_sentences), and names in ``speakers`` (the conversation's own speakers) are no
-    entities (nor among the names a candidate mentions). Skill candidates are never merged:
-    each is one tool call's outcome."""
+    one per single-valued fact (category, ``facts`` attribute, subject and value: "my wife"
+    said twice is one "married"); entity candidates are one per entity (key), their sentences
+    joined (at most max_entity_sentences), and names in ``speakers`` (the conversation's own
+    speakers) are no entities (nor among the names a candidate mentions). Skill candidates are
+    never merged: each is one tool call's outcome. Each candidate folded into an earlier one or
+    left out is appended to ``passed`` (when given) with its reason."""
     kept: dict[tuple[str, ...], Candidate] = {}
     for position, candidate in enumerate(candidates):
         if candidate.category == "skills":
@@ -202,16 +204,15 @@ def dedupe(candidates: Sequence[Candidate], speakers: frozenset[str] = frozenset
         if names and set(names) & speakers:
             candidate = dataclasses.replace(candidate, facts={
                 **(candidate.facts or {}), ENTITIES_KEY: [name for name in names if name not in speakers]})
-        if candidate.category == "entities":
-            if candidate.key in speakers:
-                continue
-            identity: tuple[str, ...] = ("entities", candidate.key.casefold())
-        else:
-            identity = (candidate.category, candidate.key.casefold(), " ".join(candidate.content.casefold().split()))
+        identity, why = _identity(candidate)
+        if candidate.category == "entities" and candidate.key in speakers:
+            _pass(passed, candidate, "a speaker of the conversation is no entity")
+            continue
         earlier = kept.get(identity)
         if earlier is None:
             kept[identity] = candidate
             continue
+        _pass(passed, candidate, why)
         sources = tuple(sorted(set(earlier.sources) | set(candidate.sources)))
         content = earlier.content
         if candidate.category == "entities" and candidate.content not in content \
@@ -221,3 +222,22 @@ def dedupe(candidates: Sequence[Candidate], speakers: frozenset[str] = frozenset
                                    max(earlier.confidence, candidate.confidence), sources, earlier.happened_at,
                                    earlier.facts)
     return list(kept.values())
+
+
+def _identity(candidate: Candidate) -> tuple[tuple[str, ...], str]:
+    """What makes two candidates one (``dedupe``), and the reason a later one is folded."""
+    facts = candidate.facts or {}
+    attribute, value = facts.get("attribute"), facts.get("value")
+    if candidate.category == "entities" and not isinstance(attribute, str):
+        return ("entities", candidate.key.casefold()), "the same entity as an earlier candidate: its sentence joined"
+    if isinstance(attribute, str) and isinstance(value, str):
+        return ((candidate.category, "attribute", attribute, str(facts.get("subject")), value.casefold()),
+                f"the same {attribute} ({value}) as an earlier candidate: sources joined")
+    return ((candidate.category, candidate.key.casefold(), " ".join(candidate.content.casefold().split())),
+            "the same memory as an earlier candidate: sources joined")
+
+
+def _pass(passed: list[PassedOver] | None, candidate: Candidate, reason: str) -> None:
+    if passed is not None:
+        passed.append(PassedOver(min(candidate.sources, default=-1), candidate.content, reason, candidate.category,
+                                 candidate.key))
