@@ -53,6 +53,7 @@ class RetrievalMethods(TreeCore):
     """Recall, context and the embedding outbox (see KeywordTree)."""
 
     _weights: fusion.RecallWeights
+    _scope_members: tuple[tuple[tuple[str, ...], int, str | None], tuple[frozenset[str], frozenset[str]]] | None = None
 
     def recall(
         self,
@@ -115,7 +116,7 @@ class RetrievalMethods(TreeCore):
         keywords: frozenset[str] | None = None
         words = text  # what the full-text parts and the floor read of the query
         if scopes is not None:
-            infos, keywords = self._read(lambda state: scope_members(state, scopes))
+            infos, keywords = self._read(lambda state: self._members(state, scopes))
             if not keywords:
                 return []  # no scope exists yet: nothing to search
             owner = self._read(lambda state: broad.owner_names(scopes, stated_names(state, scopes)))
@@ -161,6 +162,15 @@ class RetrievalMethods(TreeCore):
             return kept
 
         return self._read(rank)
+
+    def _members(self, state: State, scopes: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+        """``scope_members`` of ``scopes``, kept until the next operation: the same sets for
+        every read between two writes (the caches key their work on them)."""
+        key = (scopes, state.op_count, state.last_op_id)
+        kept = self._scope_members
+        if kept is None or kept[0] != key:
+            kept = self._scope_members = (key, scope_members(state, scopes))
+        return kept[1]
 
     def context(
         self,

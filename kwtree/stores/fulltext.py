@@ -153,6 +153,7 @@ class FullTextIndex:
         self._searcher: tantivy.Searcher | None = None
         # count() per kind, for the searcher it was counted on (a commit or reload replaces it)
         self._counted: tuple[tantivy.Searcher, dict[Hashable, int]] | None = None
+        self._last_among: tuple[Collection[str], str, tantivy.Query] | None = None
         self._watermark: str | None = None
         self._dirty = False
         self._closed = False
@@ -299,9 +300,15 @@ class FullTextIndex:
         return f"{kind}:{entity_id}"
 
     def _among(self, kind: str, entity_ids: Collection[str]) -> tantivy.Query:
-        """A query matching the documents of ``entity_ids`` (of ``kind``), scoring nothing."""
+        """A query matching the documents of ``entity_ids`` (of ``kind``), scoring nothing (the
+        last one is kept: a read asks it of the same ids several times)."""
+        kept = self._last_among
+        if kept is not None and kept[0] is entity_ids and kept[1] == kind:
+            return kept[2]
         keys = [self._key(kind, entity_id) for entity_id in entity_ids]
-        return tantivy.Query.const_score_query(tantivy.Query.term_set_query(self._schema, "key", keys), 0.0)
+        query = tantivy.Query.const_score_query(tantivy.Query.term_set_query(self._schema, "key", keys), 0.0)
+        self._last_among = (entity_ids, kind, query)
+        return query
 
     def upsert(self, kind: str, entity_id: str, text: str) -> None:
         """Buffer ``text`` as the document of (``kind``, ``entity_id``), replacing any."""
