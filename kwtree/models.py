@@ -26,6 +26,7 @@ __all__ = [
     "PROVENANCES",
     "ROOT_ID",
     "SMALL_TALK",
+    "SUMMARY_KIND",
     "SUPERSEDED_BY",
     "UNKNOWN_PROVENANCE",
     "VALID_UNTIL",
@@ -60,6 +61,9 @@ HAPPENED_AT = "happened_at"
 #: from; recall ranks such infos below current ones and blocks mark them as earlier values.
 SUPERSEDED_BY = "superseded_by"
 VALID_UNTIL = "valid_until"
+#: The ``kind`` in the metadata of a session's summary info (``kwtree.memory.commit`` writes
+#: it; recall ranks it below the facts it lists).
+SUMMARY_KIND = "session_summary"
 #: The info metadata key of an archived turn that is small talk (a greeting, thanks, a client
 #: command): its value is why (``kwtree.retrieval.smalltalk``). Recall ranks such turns low.
 SMALL_TALK = "small_talk"

@@ -33,6 +33,7 @@ from kwtree.models import (
     INFO_ABSTRACT,
     ROOT_ID,
     SMALL_TALK,
+    SUMMARY_KIND,
     SUPERSEDED_BY,
     VALID_UNTIL,
     Change,
@@ -60,8 +61,6 @@ __all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "Commit
 BRANCH_KEY = "branch"
 #: The key under which a memory keeps the caller's metadata (``CommitOptions.metadata``).
 USER_METADATA = "user_metadata"
-#: The ``kind`` in the metadata of a session's summary info.
-SUMMARY_KIND = "session_summary"
 #: ``CommitOptions.dedup``: the LLM when the tree has one ("auto"), always the thresholds, or the LLM.
 DEDUP_MODES = ("auto", "offline", "llm")
 
@@ -545,9 +544,9 @@ def _supersede(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate
 
 
 def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: float) -> None:
-    """``info``, the memories of the scope (keyword ``scope_id``) holding the same text drawn
-    from the same turns (its copies filed under the names it mentions), and those turns,
-    marked superseded by memory ``by``."""
+    """``info``, the memories of the scope (keyword ``scope_id``) drawn from the same turns that
+    hold its text (its copies filed under the names it mentions, alone or merged with other
+    sentences), and those turns, marked superseded by memory ``by``."""
     state = draft.state
     sources = info.metadata.get("sources")
     turns = {turn for turn in sources if isinstance(turn, str)} if isinstance(sources, list) else set()
@@ -557,7 +556,7 @@ def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: f
             for iid in state.infos_by_keyword.get(kid, ()):
                 other = state.infos[iid]
                 drawn = other.metadata.get("sources")
-                if other.content == info.content and isinstance(drawn, list) and turns.intersection(drawn):
+                if info.content in other.content and isinstance(drawn, list) and turns.intersection(drawn):
                     marked.add(iid)
     for iid in sorted(marked - {by}):
         current = state.live_info(iid)

@@ -39,7 +39,7 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.models import ROOT_ID, SMALL_TALK, SUPERSEDED_BY, Hit, Info, LinkedKeyword, RelationType
+from kwtree.models import ROOT_ID, SMALL_TALK, SUMMARY_KIND, SUPERSEDED_BY, Hit, Info, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
@@ -85,7 +85,9 @@ NEIGHBOUR_REACH = 8
 ASSISTANT_STANDING = 0.4
 SMALL_TALK_STANDING = 0.3
 SUPERSEDED_STANDING = 0.5
-_STANDINGS = ("assistant", "small_talk", "superseded")
+#: A session's summary lists the session's topics: it points at facts, the facts answer.
+SUMMARY_STANDING = 0.5
+_STANDINGS = ("assistant", "small_talk", "superseded", "summary")
 #: The metadata key of an archived conversation turn naming who said it (the memory pipeline's).
 TURN_ROLE = "role"
 #: How far above the best other score an info that leads both retrievers is put.
@@ -100,8 +102,9 @@ class RecallWeights:
     weighs a second full-text query expanded by pseudo-relevance feedback; ``reply`` is the
     share of a preceding question's score its reply gains in a thread, instead of ``thread``
     (``thread`` 0 turns threads off, replies too); ``assistant``, ``small_talk`` and
-    ``superseded`` (each in [0, 1]) multiply the score of what the assistant said, of small
-    talk and of superseded facts (``ASSISTANT_STANDING`` and its neighbours).
+    ``superseded`` and ``summary`` (each in [0, 1]) multiply the score of what the assistant
+    said, of small talk, of superseded facts and of session summaries (``ASSISTANT_STANDING``
+    and its neighbours).
     LoCoMo through the memory pipeline (bench/locomo_memory.py, hash embedder), R@10 with
     ``reply`` 0.3 (as ``thread``), 0.6 and 1.0: 74.2, 75.8, 75.2."""
 
@@ -115,6 +118,7 @@ class RecallWeights:
     assistant: float = ASSISTANT_STANDING
     small_talk: float = SMALL_TALK_STANDING
     superseded: float = SUPERSEDED_STANDING
+    summary: float = SUMMARY_STANDING
 
     def __post_init__(self) -> None:
         for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", *_STANDINGS):
@@ -302,6 +306,8 @@ def _standing(info: Info, weights: RecallWeights, include_superseded: bool) -> f
         standing *= weights.small_talk
     if not include_superseded and info.metadata.get(SUPERSEDED_BY):
         standing *= weights.superseded
+    if info.metadata.get(THREAD_KIND) == SUMMARY_KIND:
+        standing *= weights.summary
     return standing
 
 
