@@ -81,14 +81,17 @@ def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
 
 
 #: English function words (articles, prepositions, pronouns, auxiliaries) that say nothing
-#: about a topic. Modal words that are also nouns ("may", "will", "can") stay.
+#: about a topic, and the pieces the tokenizer cuts contractions into ("doesn't" -> "doesn",
+#: "t"; "I'll" -> "ll"). Modal words that are also nouns ("may", "will", "can") stay.
 STOPWORDS = frozenset(
     """a an the of and or for to in on at by with from as is are was were be been being it its
     this that these those which who whom whose what when where how than then there such any
     some one other into onto over under about after before between while usually often
     especially etc e g i also not no but so very more most
     me my myself we us our ours you your yours he him his she her hers they them their theirs
-    do does did done doing have has had having would could should am""".split()  # noqa: SIM905
+    do does did done doing have has had having would could should am
+    cannot s t ll d re ve m don doesn didn isn aren wasn weren wouldn couldn shouldn hasn haven
+    hadn""".split()  # noqa: SIM905
 )
 
 

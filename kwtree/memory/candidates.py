@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from kwtree.models import HAPPENED_AT  # defined on the ground floor, where retrieval reads it too
 
-__all__ = ["ASPECTS", "ATTRIBUTES", "CATEGORIES", "ENTITIES_KEY", "HAPPENED_AT", "USER_SUBJECT", "Candidate",
+__all__ = ["ABOUT", "ASPECTS", "ATTRIBUTES", "CATEGORIES", "ENTITIES_KEY", "HAPPENED_AT", "USER_SUBJECT", "Candidate",
            "ExtractContext", "Extraction", "Extractor", "Message", "PassedOver"]
 
 #: The categories of memories, in the order a context block shows them.
@@ -59,6 +59,18 @@ ATTRIBUTES = ("name", "age", "home", "origin", "job", "employer", "school", "rel
 #: mind about the person; ``tool`` (what they use), ``like`` and ``dislike`` are preferences,
 #: one keyword per topic; ``plan`` ("I'm planning to ...") is an event.
 ASPECTS = ("allergy", "health", "pet", "family", "identity", "tool", "like", "dislike", "plan")
+#: What an attribute or aspect covers besides its name, in plain words: a fact's abstract leads
+#: with its name and them
+#: ("Diet (food, eating): The user is vegetarian."), so that a question asking for the kind
+#: of fact ("what can't she eat?", "does he have a pet?") finds the fact, which states only
+#: its value. A description of this module's own schema, one per name, not a list of
+#: phrasings.
+ABOUT: dict[str, str] = {
+    "age": "how old", "home": "where they live", "origin": "where they are from", "job": "work, occupation",
+    "employer": "work, company", "school": "studies", "relationship": "partner", "diet": "food, eating",
+    "car": "driving, vehicle", "allergy": "food, things to avoid", "health": "medical condition", "pet": "animal",
+    "tool": "software, uses",
+}
 #: ``facts["subject"]`` of the user's own facts (role ``user``).
 USER_SUBJECT = "user"
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from kwtree.agent.clients import LLMClient
 from kwtree.memory.candidates import (
+    ABOUT,
     ENTITIES_KEY,
     USER_SUBJECT,
     Candidate,
@@ -397,10 +398,10 @@ def _candidate(statement: Statement, make: Callable[..., Candidate], speaker: st
     if (about, value) == ("employer", "none") and "ended" not in detail:
         template = "{who} no longer has an employer."
     article = "an" if value[:1].lower() in "aeiou" else "a"
-    # Led by what the fact is about ("Pet: ..."): the word a question uses ("a pet?", "her diet?")
-    # is often that, not the value ("a dog", "vegetarian"); search reads the abstract.
-    abstract = f"{about.capitalize()}: " + template.format(who=who, whose=whose, v=value, a=article,
-                                                          ended=detail.get("ended", ""))
+    # Led by what the fact is about (``ABOUT``: "Pet (animal): ..."): a question often names
+    # that ("a pet?", "what can she eat?"), not the value ("a dog", "vegetarian").
+    lead = f"{about.capitalize()} ({ABOUT[about]})" if about in ABOUT else about.capitalize()
+    abstract = f"{lead}: " + template.format(who=who, whose=whose, v=value, a=article, ended=detail.get("ended", ""))
     facts: dict[str, Any] = {**detail, "value": value}
     if about == "plan":
         key = _phrase(_TIME_WORDS.split(value, maxsplit=1)[0]) or value
