@@ -43,6 +43,7 @@ import reads
 import retrieval
 import snapshot
 import startup
+import updates
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -142,6 +143,10 @@ def _run_floor(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"conversations": 2 if quick else "all", "sweep": floor.SWEEP}, floor.run(quick, work)
 
 
+def _run_updates(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    return {"embedders": ["hash"] if quick else ["default", "hash"]}, updates.run(quick, work)
+
+
 def _run_compaction(quick: bool, work: Path | None) -> tuple[dict, dict]:
     live, updates = (20_000, 80_000) if quick else (200_000, 800_000)
     return {"live": live, "updates": updates}, compaction.run(live, updates, work)
@@ -201,6 +206,7 @@ SUITES = {
     "memory_hooks": (_run_memory_hooks, memory_hooks.markdown),
     "mcp": (_run_mcp, mcp_recall.markdown),
     "floor": (_run_floor, floor.markdown),
+    "updates": (_run_updates, updates.markdown),
     "abstracts": (_run_abstracts, abstracts.markdown),
     "compaction": (_run_compaction, compaction.markdown),
     "forget": (_run_forget, forget.markdown),

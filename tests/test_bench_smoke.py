@@ -281,3 +281,19 @@ def test_postgres_benchmark_runs_briefly(tmp_path):
         assert {"jsonl", "postgres", "insert"} <= set(row) and all(row[k]["writes"] > 0 for k in row)
     assert result["lag"]["postgres"]["n"] == result["lag"]["follower"]["n"] == 10 and "| 2 |" in text
     assert "follower" in text
+
+
+def test_updates_benchmark_scores_the_shared_set_per_embedder():
+    """bench/updates.py runs the shared scorer and lays its figures beside the issue's targets."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import updates
+    finally:
+        sys.path.remove(str(BENCH))
+    result = updates.run(quick=True, users="u1")
+    if "skipped" in result:
+        pytest.skip(result["skipped"])
+    report = result["runs"]["hash"]
+    assert report["users"] == 1 and report["commit_counts"]["extracted"] > 0
+    table = updates.markdown(result)
+    assert "| current cur>stale |" in table and ">= 95" in table
