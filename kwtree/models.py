@@ -26,6 +26,7 @@ __all__ = [
     "PROVENANCES",
     "ROOT_ID",
     "SMALL_TALK",
+    "SUBJECT",
     "SUMMARY_KIND",
     "SUPERSEDED_BY",
     "UNKNOWN_PROVENANCE",
@@ -61,6 +62,9 @@ HAPPENED_AT = "happened_at"
 #: from; recall ranks such infos below current ones and blocks mark them as earlier values.
 SUPERSEDED_BY = "superseded_by"
 VALID_UNTIL = "valid_until"
+#: The info metadata key naming whom a memory is about when that is not the user ("sister Ann",
+#: "Tom", a named speaker): recall ranks it low for a question that does not name them.
+SUBJECT = "subject"
 #: The ``kind`` in the metadata of a session's summary info (``kwtree.memory.commit`` writes
 #: it; recall ranks it below the facts it lists).
 SUMMARY_KIND = "session_summary"

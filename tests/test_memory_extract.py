@@ -15,7 +15,7 @@ from memory_helpers import doc_examples, prints_its_comments
 
 from kwtree.agent.clients import StubLLMClient
 from kwtree.errors import InvalidInputError
-from kwtree.memory.candidates import CATEGORIES, ENTITIES_KEY, Candidate, ExtractContext
+from kwtree.memory.candidates import ABOUT, CATEGORIES, ENTITIES_KEY, Candidate, ExtractContext
 from kwtree.memory.extract import (
     CONFIDENCE,
     MAX_CANDIDATES_PER_CALL,
@@ -38,6 +38,11 @@ def run(messages: Sequence[Any], first_new: int = 0,
 
 def user(text: str, **more: Any) -> dict[str, Any]:
     return {"role": "user", "content": text, **more}
+
+
+def led(about: str, abstract: str) -> str:
+    """A fact's abstract as the extractor writes it: led by what it is about (``ABOUT``)."""
+    return f"{about.capitalize()} ({ABOUT[about]}): {abstract}" if about in ABOUT else f"{about.capitalize()}: {abstract}"
 
 
 def of(candidates: list[Candidate], category: str) -> list[Candidate]:
@@ -71,7 +76,7 @@ def test_self_descriptions_are_profile_facts(text: str, attribute: str, value: s
     assert len(found) == 1, found
     fact = found[0]
     assert fact.facts is not None and fact.facts["attribute"] == attribute and fact.facts["value"] == value
-    assert fact.abstract == f"{attribute.capitalize()}: {abstract}"  # led by what the fact is about
+    assert fact.abstract == led(attribute, abstract)
     assert fact.content == text and fact.sources == (0,)
     assert 0 <= fact.confidence <= 1
 
@@ -79,8 +84,8 @@ def test_self_descriptions_are_profile_facts(text: str, attribute: str, value: s
 def test_one_sentence_can_state_several_profile_facts_each_with_its_own_clause() -> None:
     found = of(run([user("I'm a nurse and I live in Leeds.")]), "profile")
     assert [(c.key, c.abstract, c.content) for c in found] == [
-        ("job", "Job: The user works as a nurse.", "I'm a nurse"),
-        ("home", "Home: The user lives in Leeds.", "I live in Leeds.")]
+        ("job", led("job", "The user works as a nurse."), "I'm a nurse"),
+        ("home", led("home", "The user lives in Leeds."), "I live in Leeds.")]
 
 
 @pytest.mark.parametrize("text", ["I'm a bit tired.", "I'm 5 minutes late.", "I am a huge fan of jazz.",
@@ -105,8 +110,8 @@ def test_a_named_speakers_facts_are_about_that_speaker() -> None:
     found = run([{"role": "Caroline", "content": "I'm a counselor. I love painting."},
                  {"role": "Melanie", "content": "I am a teacher."}])
     jobs = of(found, "profile")
-    assert [(c.key, c.abstract) for c in jobs] == [("Caroline job", "Job: Caroline works as a counselor."),
-                                                   ("Melanie job", "Job: Melanie works as a teacher.")]
+    assert [(c.key, c.abstract) for c in jobs] == [("Caroline job", led("job", "Caroline works as a counselor.")),
+                                                   ("Melanie job", led("job", "Melanie works as a teacher."))]
     preference = only(found, "preferences")
     assert preference.abstract == "Caroline likes painting." and preference.facts is not None
     assert preference.facts["subject"] == "Caroline"
@@ -363,7 +368,7 @@ def test_a_bad_session_time_is_refused(session_time: Any) -> None:
 
 def test_known_roles_are_read_in_any_case() -> None:
     found = run([{"role": "User", "content": "I am a nurse."}, {"role": "Assistant", "content": "I am an AI."}])
-    assert [(c.key, c.abstract) for c in of(found, "profile")] == [("job", "Job: The user works as a nurse.")]
+    assert [(c.key, c.abstract) for c in of(found, "profile")] == [("job", led("job", "The user works as a nurse."))]
 
 
 def test_default_extractor_is_offline_without_a_model() -> None:

@@ -133,3 +133,17 @@ def test_first_and_third_person_questions_find_the_same_fact(tmp_path: Path) -> 
         for question in ("Where do I work?", "Where does Priya work?", "where does priya's work happen"):
             hits = tree.recall(question, scope="user:priya")
             assert hits and hits[0].info.content.startswith("I work as a nurse"), question
+
+
+def test_another_person_s_fact_is_not_the_user_s(tmp_path: Path) -> None:
+    chat = [{"role": "user", "content": "My sister Anika works at a big tech company, Google."},
+            {"role": "user", "content": "I work at Figma as a designer."}]
+    with _open(tmp_path / "t") as tree:
+        result = tree.commit_session(chat, session_id="s1", scope="user:priya",
+                                     options=CommitOptions(keep_turns=False))
+        profile = [d for d in result.decisions if d.category == "profile"]
+        assert profile and all("Anika" not in d.content for d in profile)  # never the user's own
+        first = tree.recall("which big tech company does she work at?", scope="user:priya", min_score=0)[0]
+        assert first.info.content == "I work at Figma as a designer."
+        asked = tree.recall("where does her sister work?", scope="user:priya", min_score=0)[0]
+        assert "Anika" in asked.info.content  # named, the sister's fact is the answer

@@ -22,7 +22,7 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError
-from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, Candidate, Extractor, Message, PassedOver
+from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, USER_SUBJECT, Candidate, Extractor, Message, PassedOver
 from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
 from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
@@ -33,6 +33,7 @@ from kwtree.models import (
     INFO_ABSTRACT,
     ROOT_ID,
     SMALL_TALK,
+    SUBJECT,
     SUMMARY_KIND,
     SUPERSEDED_BY,
     VALID_UNTIL,
@@ -449,6 +450,9 @@ def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int,
         "confidence": candidate.confidence, "sources": [turn_ids[i] for i in candidate.sources if i in turn_ids],
         HAPPENED_AT: happened if happened is not None else stamp.timestamp, "session_id": plan.session_id,
     }
+    subject = (candidate.facts or {}).get(SUBJECT)
+    if isinstance(subject, str) and subject.strip() and subject != USER_SUBJECT:
+        metadata[SUBJECT] = subject
     attribute = (candidate.facts or {}).get("attribute")
     if isinstance(attribute, str) and attribute:
         metadata["attribute"] = attribute

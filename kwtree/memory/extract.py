@@ -349,8 +349,9 @@ def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
     for related in _RELATION.finditer(sentence):
         name, relation = related["name"], related["relation"]
         if name not in _NOT_NAMES and name not in told:
-            yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",
-                       {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person"})
+            yield make("entities", name, f"{name} is {whose} {relation}.", "entity.related",  # about them
+                       {"relation": relation, "kind": "animal" if relation.split()[-1] in _ANIMALS else "person",
+                        "subject": f"{relation} {name}"})
     if sentence.rstrip().endswith("?"):
         return  # "Where in England was it?" asks about a name, and tells nothing of it
     for name in _names(sentence):

@@ -39,11 +39,21 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.models import ROOT_ID, SMALL_TALK, SUMMARY_KIND, SUPERSEDED_BY, Hit, Info, LinkedKeyword, RelationType
+from kwtree.models import (
+    ROOT_ID,
+    SMALL_TALK,
+    SUBJECT,
+    SUMMARY_KIND,
+    SUPERSEDED_BY,
+    Hit,
+    Info,
+    LinkedKeyword,
+    RelationType,
+)
 from kwtree.normalize import terms
 from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
-from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance
+from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance, terms_of
 from kwtree.retrieval.timeline import Window, happened_at, in_window
 from kwtree.validate import finite_number, shown
 
@@ -87,7 +97,10 @@ SMALL_TALK_STANDING = 0.3
 SUPERSEDED_STANDING = 0.5
 #: A session's summary lists the session's topics: it points at facts, the facts answer.
 SUMMARY_STANDING = 0.5
-_STANDINGS = ("assistant", "small_talk", "superseded", "summary")
+#: A memory about someone else (metadata ``SUBJECT``: "sister", "Tom") for a question that does
+#: not name them: "where does she work?" asks about the user, not her sister who works at Google.
+OTHER_STANDING = 0.5
+_STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other")
 #: The metadata key of an archived conversation turn naming who said it (the memory pipeline's).
 TURN_ROLE = "role"
 #: How far above the best other score an info that leads both retrievers is put.
@@ -102,9 +115,9 @@ class RecallWeights:
     weighs a second full-text query expanded by pseudo-relevance feedback; ``reply`` is the
     share of a preceding question's score its reply gains in a thread, instead of ``thread``
     (``thread`` 0 turns threads off, replies too); ``assistant``, ``small_talk`` and
-    ``superseded`` and ``summary`` (each in [0, 1]) multiply the score of what the assistant
-    said, of small talk, of superseded facts and of session summaries (``ASSISTANT_STANDING``
-    and its neighbours).
+    ``superseded``, ``summary`` and ``other`` (each in [0, 1]) multiply the score of what the
+    assistant said, of small talk, of superseded facts, of session summaries and of memories
+    about someone the query does not name (``ASSISTANT_STANDING`` and its neighbours).
     LoCoMo through the memory pipeline (bench/locomo_memory.py, hash embedder), R@10 with
     ``reply`` 0.3 (as ``thread``), 0.6 and 1.0: 74.2, 75.8, 75.2."""
 
@@ -119,6 +132,7 @@ class RecallWeights:
     small_talk: float = SMALL_TALK_STANDING
     superseded: float = SUPERSEDED_STANDING
     summary: float = SUMMARY_STANDING
+    other: float = OTHER_STANDING
 
     def __post_init__(self) -> None:
         for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", *_STANDINGS):
@@ -299,7 +313,7 @@ def _agreed(parts: dict[str, tuple[float, float, float, float]], text_rank: dict
         parts[leader] = (info_score, keyword_score, best + AGREED_MARGIN, parent)
 
 
-def _standing(info: Info, weights: RecallWeights, include_superseded: bool) -> float:
+def _standing(info: Info, weights: RecallWeights, include_superseded: bool, query: QueryTerms | None) -> float:
     """What ``info``'s score is multiplied by (``ASSISTANT_STANDING`` and its neighbours)."""
     standing = weights.assistant if info.metadata.get(TURN_ROLE) == "assistant" else 1.0
     if info.metadata.get(SMALL_TALK):
@@ -308,6 +322,9 @@ def _standing(info: Info, weights: RecallWeights, include_superseded: bool) -> f
         standing *= weights.superseded
     if info.metadata.get(THREAD_KIND) == SUMMARY_KIND:
         standing *= weights.summary
+    about = info.metadata.get(SUBJECT)
+    if isinstance(about, str) and query is not None and query.weights and not terms_of(about) & query.weights.keys():
+        standing *= weights.other
     return standing
 
 
@@ -423,7 +440,7 @@ def fuse(
     _agreed(parts, text_rank, vector_rank)
     for iid, (info_score, keyword_score, score, parent) in parts.items():
         info = state.infos[iid]
-        score *= _standing(info, weights, include_superseded)
+        score *= _standing(info, weights, include_superseded, query)
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
                        info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
     ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
