@@ -42,7 +42,8 @@ def user(text: str, **more: Any) -> dict[str, Any]:
 
 def led(about: str, abstract: str) -> str:
     """A fact's abstract as the extractor writes it: led by what it is about (``ABOUT``)."""
-    return f"{about.capitalize()} ({ABOUT[about]}): {abstract}" if about in ABOUT else f"{about.capitalize()}: {abstract}"
+    lead = f"{about.capitalize()} ({ABOUT[about]})" if about in ABOUT else about.capitalize()
+    return f"{lead}: {abstract}"
 
 
 def of(candidates: list[Candidate], category: str) -> list[Candidate]:
