@@ -147,3 +147,38 @@ def test_another_person_s_fact_is_not_the_user_s(tmp_path: Path) -> None:
         assert first.info.content == "I work at Figma as a designer."
         asked = tree.recall("where does her sister work?", scope="user:priya", min_score=0)[0]
         assert "Anika" in asked.info.content  # named, the sister's fact is the answer
+
+
+PRIYA = [
+    ("2023-01-10", [{"role": "user", "content": "Hi, I'm Priya. I work as a nurse in Boston."},
+                    {"role": "assistant", "content": "Nice to meet you, Priya! How can I help?"},
+                    {"role": "user", "content": "I live in Boston and I work as a nurse, so my shifts are long. "
+                                                "I'm vegetarian and allergic to peanuts."},
+                    {"role": "assistant", "content": "Got it. I'll keep meal ideas vegetarian and peanut-free."}]),
+    ("2023-06-01", [{"role": "user", "content": "We just adopted a dog named Biscuit!"},
+                    {"role": "assistant", "content": "Congratulations! What breed is Biscuit?"}]),
+    ("2024-05-02", [{"role": "user", "content": "Big news: I quit the hospital and started as a product manager "
+                                                "at Stripe."},
+                    {"role": "assistant", "content": "That's a big change, congratulations!"},
+                    {"role": "user", "content": "Since moving to Denver I bike everywhere."},
+                    {"role": "assistant", "content": "Denver is great for biking."}]),
+]
+
+
+def test_priya_s_current_facts_come_first_offline(tmp_path: Path) -> None:
+    """The issue's three-session chat, through the offline pipeline and the hash embedder."""
+    with _open(tmp_path / "t") as tree:
+        for number, (day, chat) in enumerate(PRIYA, 1):
+            tree.commit_session(chat, session_id=f"s{number}", scope="user:priya",
+                                options=CommitOptions(session_time=day))
+        expected = {"Where does Priya live?": "Denver", "Where does she live?": "Denver",
+                    "Where do I live?": "Denver", "What does Priya do for work?": "Stripe",
+                    "where does she work?": "Stripe", "What can't she eat?": "vegetarian",
+                    "Does she have a pet?": "dog", "Do I have a pet?": "dog"}
+        for question, answer in expected.items():
+            hits = tree.recall(question, scope="user:priya")
+            assert hits and answer in hits[0].info.content, (question, [h.info.content for h in hits[:3]])
+        overview = [hit.info.content for hit in tree.recall("What do you know about me?", scope="user:priya")]
+        assert overview and not any("Boston" in text for text in overview)
+        block = tree.assemble("where does she live?", "user:priya", 2000)
+        assert all("superseded" in line for line in block.splitlines() if "Boston" in line and line.startswith("- "))
