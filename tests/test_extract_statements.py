@@ -117,6 +117,8 @@ def test_the_mem0_quickstart_commits_three_memories(tree: KeywordTree) -> None:
     ("I've been doing keto since March", "diet", "keto"),
     ("Since moving to Lisbon I cook more.", "home", "Lisbon"),
     ("first week at the new place in Oslo", "home", "Oslo"),
+    ("olly and i got a flat in Brunswick, he is still jetlagged", "home", "Brunswick"),
+    ("we bought a house in Leeds last year", "home", "Leeds"),
     ("We relocated to Austin in the spring.", "home", "Austin"),
     ("my new boss at Figma is great", "employer", "Figma"),
     ("I joined Spotify as a data analyst.", "employer", "Spotify"),

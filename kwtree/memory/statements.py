@@ -17,8 +17,9 @@ case and texting spellings ("i'm", "im", "ive"):
 - name: "my name is X", "I'm called X", "(Hi,) I'm X" (a capitalised name closing its clause);
   age: "I'm 34 (years old)"; origin: "I'm (originally) from X".
 - home: "I live / we live / I'm based in X"; indirectly "since / after moving to X", "I (just)
-  moved / relocated to X", "the new place / apartment / house in X". A planned move ("thinking
-  of moving to X", "we're moving to X") is a plan, not a home.
+  moved / relocated to X", "we got / bought / rented a flat (house, place ...) in X", "the new
+  place / apartment / house in X". A planned move ("thinking of moving to X", "we're moving to
+  X") is a plan, not a home.
 - job and employer: "I work as X", "I work at / for Y", "I'm a X (at Y)", "I started / start
   (as X) (at Y)", "I joined Y (as X)", "I got a job / hired (as X) (at Y)", "I got promoted to
   X", "my new job / role (...) at Y", "my new boss / manager / team at Y" (Y any) and "my boss
@@ -258,6 +259,9 @@ _RULES: tuple[_Rule, ...] = (
           r"(?P<home>.+)", "profile.implied"),
     _rule(_I + r"(?:'ve| have)?" + _ADV + r" (?:moved|relocated)(?: back| over)? to (?P<home>.+)", "profile.change"),
     _rule(r"\bnew (?:place|apartment|apt|flat|house|home|condo|studio) (?:is )?in (?P<home>.+)", "profile.implied"),
+    _rule(_I + r"(?:'ve| have)?" + _ADV + r" (?:got|bought|rented|found|moved into|signed a lease on) (?:a|an|our|my)"
+          r"(?: own| new| first)? (?:place|apartment|apt|flat|house|home|condo|studio) (?:together )?in (?P<home>.+)",
+          "profile.implied"),
     # work: starting, joining, leaving
     _rule(_I + _ADV + r" (?:started|start|began|am starting|'m starting|will start|'ll start)(?: a new job| a new "
           r"role| work| working| my new job| my new role)?" + _JOB_AT, "profile.change"),
