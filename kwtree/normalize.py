@@ -63,10 +63,12 @@ def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
     characters (``["我", "我喜", "喜", ...]``): the full-text index stores documents that way,
     so a one-character query (猫) finds the texts that hold it, while a query of two or more
     characters still matches by pairs (南京路 does not find 北京 by their shared 京).
-    Punctuation and spacing separate tokens.
+    Punctuation and spacing separate tokens; a camel-case identifier also gives its words
+    after itself ("TaskGroup" -> ``["taskgroup", "task", "group"]``).
     """
     folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
     token, cjk_run = _token_patterns()
+    parts = _camel_parts(text)
     tokens: list[str] = []
     for run in token.findall(folded):
         if len(run) > 1 and cjk_run.match(run):
@@ -77,7 +79,21 @@ def tokenize(text: str, cjk_singles: bool = False) -> list[str]:
                     tokens.append(run[i : i + 2])
         else:
             tokens.append(run)
+            tokens.extend(parts.get(run, ()))
     return tokens
+
+
+_CAMEL = re.compile(r"[A-Za-z][a-z0-9]*(?:[A-Z][a-z0-9]+)+(?![A-Za-z0-9])")
+_CAMEL_CUT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _camel_parts(text: str) -> dict[str, list[str]]:
+    """The words inside each camel-case identifier of ``text`` ("TaskGroup" -> task, group;
+    "useEffect" -> use, effect), by the identifier's folded form: a token gives them after
+    itself, so "task groups" finds "asyncio.TaskGroup"."""
+    if text.islower() or not text.isascii():
+        return {}
+    return {word.lower(): [part.lower() for part in _CAMEL_CUT.split(word)] for word in _CAMEL.findall(text)}
 
 
 #: English function words (articles, prepositions, pronouns, auxiliaries) that say nothing

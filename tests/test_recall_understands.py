@@ -182,3 +182,11 @@ def test_priya_s_current_facts_come_first_offline(tmp_path: Path) -> None:
         assert overview and not any("Boston" in text for text in overview)
         block = tree.assemble("where does she live?", "user:priya", 2000)
         assert all("superseded" in line for line in block.splitlines() if "Boston" in line and line.startswith("- "))
+
+
+def test_the_readme_s_recall_finds_a_camel_case_identifier_by_its_words(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        python = tree.create_keyword("Python", tree.create_keyword("Tools").id, aliases=["py"])
+        note = tree.create_info("Prefers asyncio.TaskGroup over gather()", keyword_ids=[python.id])
+        assert [hit.info.id for hit in tree.recall("asyncio task groups", k=5)] == [note.id]
+        assert [hit.info.id for hit in tree.recall("TaskGroup", k=5)] == [note.id]
