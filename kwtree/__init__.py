@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.facade.mem0 import Memory
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
-    from kwtree.memory.candidates import Candidate, ExtractContext, Extractor
+    from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, PassedOver
     from kwtree.memory.commit import CommitDecision, CommitFallback, CommitOptions, CommitResult
     from kwtree.memory.dedup import DedupThresholds
     from kwtree.memory.policies import Policy
@@ -87,6 +87,7 @@ __version__ = "0.1.0"
 _LAZY_NAMES = {
     "AnthropicLLMClient": "kwtree.agent.anthropic_client",
     "Candidate": "kwtree.memory.candidates",
+    "PassedOver": "kwtree.memory.candidates",
     "CommitDecision": "kwtree.memory.commit",
     "CommitFallback": "kwtree.memory.commit",
     "CommitOptions": "kwtree.memory.commit",
@@ -171,6 +172,7 @@ __all__ = [
     "NotFoundError",
     "OpenAILLMClient",
     "Operation",
+    "PassedOver",
     "Policy",
     "ReadOnlyError",
     "RecallWeights",

@@ -147,6 +147,8 @@ def test_public_api_is_pinned():
         # issue 25: a step of commit_session the LLM failed and what did it instead
         "CommitFallback",
         "PROVENANCES",  # issue 25: who said a memory (Info.provenance; recall(provenance=...))
+        # issue 26: any OpenAI-compatible LLM, chosen by KWTREE_LLM; what extraction passed over
+        "OpenAILLMClient", "llm_from_env", "PassedOver",
     ])
 
 

@@ -16,6 +16,7 @@ from kwtree import (
 )
 from kwtree.memory.candidates import CATEGORIES
 from kwtree.memory.policies import POLICIES
+from kwtree.models import SUPERSEDED_BY
 
 CHAT = [{"role": "user", "content": f"message {i}"} for i in range(12)]
 
@@ -35,18 +36,24 @@ def test_a_contradicted_profile_fact_is_superseded_and_the_old_one_stays_in_hist
     assert [d.action for d in same.decisions] == ["skip"] and same.decisions[0].info_id == old_id
     moved = commit(tree, 3, memory("profile", "location", "Alice lives in Berlin.", source=2, attribute="location"))
     decision = moved.decisions[0]
-    assert (decision.action, decision.info_id, decision.previous) == ("supersede", old_id, "Alice lives in Paris.")
-    assert "old version stays in history()" in decision.reason and moved.superseded == 1
-    assert tree.get_info(old_id).content == "Alice lives in Berlin."
-    versions = [c.after.content for op in tree.history(old_id) for c in op.changes if c.key == old_id]
-    assert versions == ["Alice lives in Paris.", "Alice lives in Berlin."]  # never silently dropped
+    new_id = decision.info_id
+    assert (decision.action, decision.previous) == ("supersede", "Alice lives in Paris.") and new_id != old_id
+    assert "marked superseded" in decision.reason and moved.superseded == 1
+    old = tree.get_info(old_id)  # kept live, with what replaced it and until when it held
+    assert old.content == "Alice lives in Paris." and old.metadata[SUPERSEDED_BY] == new_id
+    assert tree.get_info(new_id).content == "Alice lives in Berlin."
+    versions = [c.after.metadata.get(SUPERSEDED_BY) for op in tree.history(old_id) for c in op.changes
+                if c.key == old_id]
+    assert versions == [None, new_id]  # never silently dropped: the marking is an operation too
     audit = tree.history()[-1].audit["commit_session"]["decisions"][0]
     assert audit["action"] == "supersede" and audit["previous"] == "Alice lives in Paris."
     assert audit["content"] == "Alice lives in Berlin."  # what was superseded by what
-    assert audit["info_id"] == old_id
+    assert audit["info_id"] == new_id
     profile = scope_part(tree, "user:alice", "profile")  # one keyword per scope holds the profile
-    assert [i.id for i in tree.get_infos_of_keyword(profile.id)] == [old_id]
+    assert [i.id for i in tree.get_infos_of_keyword(profile.id)] == [old_id, new_id]
     assert tree.get_children(profile.id) == []
+    again = commit(tree, 4, memory("profile", "location", "Alice lives in Berlin.", source=3, attribute="location"))
+    assert [d.action for d in again.decisions] == ["skip"]  # the current value, held
 
 
 def test_preferences_aggregate_under_one_keyword_per_key(tree: KeywordTree) -> None:
@@ -89,10 +96,12 @@ def test_a_changed_job_said_in_a_later_session_supersedes_the_old_one_offline(tr
     (decision,) = [d for d in later.decisions if d.category == "profile"]
     assert decision.action == "supersede" and decision.previous == "I work as a nurse."
     profile = scope_part(tree, "user:ann", "profile")
-    assert [i.content for i in tree.get_infos_of_keyword(profile.id)] == ["Big news: I now work as a teacher."]
-    written = tree.history(decision.info_id)  # the old version stays in history()
-    assert [op.kind for op in written] == ["commit_session", "commit_session"]
-    assert any(getattr(c.before, "content", None) == "I work as a nurse." for c in written[1].changes)
+    held = {i.content: i for i in tree.get_infos_of_keyword(profile.id)}
+    assert sorted(held) == ["Big news: I now work as a teacher.", "I work as a nurse."]
+    assert held["I work as a nurse."].metadata[SUPERSEDED_BY] == decision.info_id
+    assert not held["Big news: I now work as a teacher."].metadata.get(SUPERSEDED_BY)
+    marked = tree.history(held["I work as a nurse."].id)  # written by the first commit, marked by the second
+    assert [op.kind for op in marked] == ["commit_session", "commit_session"]
 
 
 def test_a_memory_is_filed_under_the_names_it_mentions_not_copied(tree: KeywordTree) -> None:

@@ -79,7 +79,8 @@ def test_the_ids_name_one_scope_path_and_a_read_sees_it_and_what_is_nested(mem: 
 
 def test_archived_turns_and_summaries_are_not_memories(mem: Memory) -> None:
     mem.add(CHAT, user_id="alice")
-    turn = mem.tree.recall("marmalade order", scope="user:alice")[0].info
+    turn = next(hit.info for hit in mem.tree.recall("marmalade order", scope="user:alice")
+                if "marmalade" in hit.info.content and "turn" in hit.info.metadata)
     assert turn.metadata["role"] == "assistant"
     assert mem.search("marmalade order", user_id="alice")["results"] == []
     contents = [item["memory"] for item in mem.get_all(user_id="alice")["results"]]

@@ -66,6 +66,7 @@ PUBLIC = [
     "NotFoundError",
     "OpenAILLMClient",
     "Operation",
+    "PassedOver",
     "Policy",
     "ReadOnlyError",
     "RecallWeights",

@@ -235,6 +235,7 @@ def plausible(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "until": st.one_of(st.none(), st.floats(), st.datetimes(), st.sampled_from(["2024-05-01", "soon"])),
         "provenance": st.one_of(st.none(), st.sampled_from([*kwtree.PROVENANCES, "admin", "USER", ""]),
                                 st.lists(st.sampled_from(["user", "tool", "root", 3]), max_size=3), HOSTILE),
+        "include_superseded": st.one_of(st.booleans(), HOSTILE),
     }
 
 
@@ -582,6 +583,7 @@ def test_hostile_limits_raise_kwtree_errors(values):
 #: Every public function of the kwtree package -> its parameters' strategies (world -> {name: strategy}).
 FUNCTIONS: dict[str, Any] = {
     "normalize_name": lambda world: {"text": WORDS},
+    "llm_from_env": lambda world: {},  # reads KWTREE_LLM (unset here: offline)
     "verify_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
                                        "head": _heads()},
     "repair_directory": lambda world: {"path": st.sampled_from([str(world.directory), str(world.scratch)]),
@@ -686,6 +688,7 @@ def memory_plausible(world: MemoryWorld) -> dict[str, st.SearchStrategy[Any]]:
         "limit": st.integers(-1, 200),
         "filters": st.one_of(st.none(), FILTERS),
         "threshold": st.one_of(st.none(), st.floats(), st.sampled_from([0, 0.35, 1, HUGE, "0.5"])),
+        "include_superseded": st.one_of(st.booleans(), st.sampled_from([None, 1, "yes"])),
         "memory_id": st.sampled_from([*world.memory_ids, world.gone_id, UNKNOWN_ID]),
         "op_id": st.one_of(op_id, st.lists(op_id, max_size=3), st.tuples(op_id)),
         "time_or_op": st.one_of(op_id, st.floats(), st.integers(), st.sampled_from([HUGE, -HUGE])),
