@@ -258,10 +258,11 @@ class Engine:
         return self._embedder
 
     def record_embedder(self, spec: str | None, model: str) -> None:
-        """Record the tree's embedder in its manifest, durably (under the writer lock: the
-        manifest is re-read there, so another writer's change to it is kept). ReadOnlyError."""
+        """Record the tree's embedder in its manifest, as durably as the tree's writes (under
+        the writer lock: the manifest is re-read there, so another writer's change to it is
+        kept). ReadOnlyError."""
         with self.locked():
-            Manifest.load(self._dir).with_embedder(spec, model).save(self._dir)
+            Manifest.load(self._dir).with_embedder(spec, model).save(self._dir, durable=self._durable)
         self._embedder = (spec, model)
 
     @property

@@ -93,7 +93,9 @@ class Manifest:
                               f"read and write, got {manifest.file_mode!r}")
         return manifest
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, *, durable: bool = True) -> None:
+        """Replace the directory's manifest with this one; the rename is synced with ``durable``
+        (the file's bytes always are: kwtree.stores.files.write_atomically)."""
         fields = {
             "format": self.format,
             "created_at": self.created_at,
@@ -104,7 +106,7 @@ class Manifest:
         if self.embedder is not None:  # (older kwtree versions ignore the key)
             fields["embedder"] = {"spec": self.embedder[0], "model": self.embedder[1]}
         body = orjson.dumps(fields, option=orjson.OPT_INDENT_2)
-        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode, sync_directory=True)
+        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode, sync_directory=durable)
 
 
 def _embedder(raw: object) -> tuple[str | None, str] | None:
