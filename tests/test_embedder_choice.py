@@ -128,10 +128,16 @@ def test_specs_rebuild_the_built_in_embedders() -> None:
         assert spec_of(embedder_from_spec(spec)) == spec
     assert spec_of(Shouting()) is None  # type: ignore[arg-type]
 
-    class Louder(HashEmbedder):
+    class Quieter(HashEmbedder):  # embeds as its base does: by the protocol, the same model name
         pass
 
-    assert spec_of(Louder()) is None  # a subclass may embed differently
+    class Louder(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = "louder-hash"  # embeds differently, so names another model
+
+    assert spec_of(Quieter()) == "hash"
+    assert spec_of(Louder()) is None
 
 
 def test_a_bad_kwtree_embedder_names_the_variable(tree_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

