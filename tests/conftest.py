@@ -18,6 +18,10 @@ from messages_api import SHELL_SETTINGS, FakeMessagesAPI
 #: The size of the ``disk`` fixture's file system: room for a small tree and its caches.
 DISK_BYTES = 8 << 20
 
+#: Trees the tests make use the hash embedder, in this process and in the ones it starts (the
+#: CLI, crash children): fast and deterministic. Tests of the default embedder unset it.
+os.environ["KWTREE_EMBEDDER"] = "hash"
+
 settings.register_profile(
     "default",
     max_examples=25,

@@ -582,8 +582,10 @@ def test_a_different_embedder_keeps_its_vectors_apart(tree_dir: Path) -> None:
     metas = sorted((orjson.loads((s / "meta.json").read_bytes())["model"],
                     orjson.loads((s / "meta.json").read_bytes())["dim"]) for s in stores)
     assert metas == [("kwtree-hash-v2-256", 256), ("kwtree-hash-v2-512", 512)]
-    with KeywordTree(tree_dir, durability="none", worker=False, embed_async=False) as tree:
-        hits = tree.recall(apple.content, mode="vector")
+    with KeywordTree(tree_dir, read_only=True) as tree:  # the tree switched: it records the small one
+        assert tree.embedder.model == small.model
+    with KeywordTree(tree_dir, durability="none", worker=False, embed_async=False, embedder=HashEmbedder()) as tree:
+        hits = tree.recall(apple.content, mode="vector")  # switching back re-uses the stored vectors
         assert hits[0].info == apple and hits[0].vector == pytest.approx(1.0, abs=1e-5)
 
 

@@ -366,7 +366,7 @@ FUZZED: dict[str, Any] = {
         "add_alias", "agent_stats", "apply_reorganize_plan", "close", "compact", "context", "create_info",
         "create_keyword", "data_dir", "delete_info", "delete_keyword", "export", "find_keywords", "get_children",
         "file_mode", "get_info", "get_infos_of_keyword", "get_keyword", "get_keywords_of_info", "get_path",
-        "get_relations",
+        "embedder", "get_relations",
         "history", "last_op_id", "link_info", "merge_keywords", "move_keyword", "outbox_status", "recall",
         "refresh", "relate", "remove_alias", "reorganize", "repair", "retry_dead", "search", "snapshot",
         "tree_metrics", "undo", "unlink_info", "unrelate", "update_info", "update_keyword", "verify",

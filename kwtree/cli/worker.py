@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from kwtree.caches.coordinator import Indexes
-from kwtree.caches.embed import Embedder
+from kwtree.caches.embed import Embedder, tree_embedder
 from kwtree.caches.outbox import Item, Outbox, run_worker
 from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.engine import Engine
@@ -17,7 +17,7 @@ __all__ = ["serve_outbox"]
 
 def serve_outbox(
     data_dir: Path,
-    embedder: Embedder,
+    embedder: Embedder | None = None,
     *,
     once: bool = False,
     stop: threading.Event | None = None,
@@ -27,7 +27,8 @@ def serve_outbox(
     worker``): claim outbox items, embed their current text, store the vectors. Runs until
     ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
     Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
-    the same item twice, and an item whose worker died is taken over when its lease ends."""
+    the same item twice, and an item whose worker died is taken over when its lease ends.
+    ``embedder`` defaults to the tree's own (the one its manifest records: ``KeywordTree``)."""
     stop = stop or threading.Event()
     processed = 0
     try:
@@ -35,6 +36,8 @@ def serve_outbox(
     except OSError as exc:
         raise open_error(Path(data_dir), exc) from exc
     try:
+        if embedder is None:
+            embedder = tree_embedder(engine.recorded_embedder, None, new=False)[0]
         # The worker never writes the log, but it does write the vector store and the outbox,
         # which a read-only tree's own caches never do.
         indexes = Indexes(Path(data_dir), embedder, engine.read, write_locks=None, worker=False,

@@ -192,7 +192,7 @@ class Engine:
             if store is not None:
                 store.close()
             raise
-        self._file_mode = manifest.file_mode
+        self._file_mode, self._embedder = manifest.file_mode, manifest.embedder
         self._store, self._position, self.state = store, position, state
         self._head = GENESIS if head is None else head
         # (Asked once: a protocol isinstance costs about 10 µs, a tenth of a JSONL write's budget.)
@@ -251,6 +251,19 @@ class Engine:
     def file_mode(self) -> int:
         """The mode of the files the tree creates (its manifest's)."""
         return self._file_mode
+
+    @property
+    def recorded_embedder(self) -> tuple[str | None, str] | None:
+        """The ``(spec, model)`` of the embedder the manifest records, None when it records none."""
+        return self._embedder
+
+    def record_embedder(self, spec: str | None, model: str) -> None:
+        """Record the tree's embedder in its manifest, as durably as the tree's writes (under
+        the writer lock: the manifest is re-read there, so another writer's change to it is
+        kept). ReadOnlyError."""
+        with self.locked():
+            Manifest.load(self._dir).with_embedder(spec, model).save(self._dir, durable=self._durable)
+        self._embedder = (spec, model)
 
     @property
     def caches_only(self) -> bool:

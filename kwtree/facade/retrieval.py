@@ -149,8 +149,8 @@ class RetrievalMethods(TreeCore):
                 def fuse(within: Window | None) -> list[Hit]:
                     return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
                                        scope=inside, window=within, query=weighed, min_score=floor,
-                                       vector_relevance=relevance.vector_scale(indexes.model) if mode == "vector"
-                                       else None, provenance=said_by, include_superseded=include_superseded)
+                                       vector_relevance=relevance.vector_scale(indexes.model, mode),
+                                       provenance=said_by, include_superseded=include_superseded)
 
                 found = fuse(window)
                 return found if named is None else dated.lift(found, fuse(named), width)

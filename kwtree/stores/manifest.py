@@ -1,7 +1,10 @@
 """The manifest of a data directory: format version, creation time, replica id, the
 segment size every writer of the directory rotates at, and the mode of the files every
 writer creates (``file_mode``; absent in manifests written before it existed, which means
-the private default).
+the private default), and the embedder its vectors are made with (``embedder``: the spec that
+rebuilds it, None for a custom one, and its model name; absent until a writable open records
+it, which ``kwtree.caches.embed.tree_embedder`` reads as "the hash embedder" for a tree that
+holds anything).
 
 Formats (docs/log-format.md): 1 — the original rows; 2 — every end marker carries a
 checksum of its operation and every sealed segment ends with a seal line naming its
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -42,6 +45,7 @@ class Manifest:
     replica_id: str
     segment_bytes: int
     file_mode: int = PRIVATE_FILE_MODE
+    embedder: tuple[str | None, str] | None = None
 
     @property
     def checksums(self) -> bool:
@@ -52,6 +56,10 @@ class Manifest:
     def chained(self) -> bool:
         """True when every operation names its predecessor's digest (format 3 and later)."""
         return self.format >= 3
+
+    def with_embedder(self, spec: str | None, model: str) -> Manifest:
+        """This manifest recording the embedder ``spec`` (None: one no spec builds) of ``model``."""
+        return replace(self, embedder=(spec, model))
 
     @classmethod
     def new(cls, segment_bytes: int | None = None, file_mode: int | None = None) -> Manifest:
@@ -75,7 +83,7 @@ class Manifest:
             raise FormatError(f"{path} names format {found}, which no kwtree ever wrote; restore it from a backup")
         try:
             manifest = cls(found, float(raw["created_at"]), str(raw["replica_id"]), int(raw["segment_bytes"]),
-                           raw.get("file_mode", PRIVATE_FILE_MODE))
+                           raw.get("file_mode", PRIVATE_FILE_MODE), _embedder(raw.get("embedder")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise FormatError(f"{path} is missing or has a bad field: {exc}") from None
         if manifest.segment_bytes <= 0:
@@ -85,15 +93,25 @@ class Manifest:
                               f"read and write, got {manifest.file_mode!r}")
         return manifest
 
-    def save(self, directory: Path) -> None:
-        body = orjson.dumps(
-            {
-                "format": self.format,
-                "created_at": self.created_at,
-                "replica_id": self.replica_id,
-                "segment_bytes": self.segment_bytes,
-                "file_mode": self.file_mode,
-            },
-            option=orjson.OPT_INDENT_2,
-        )
-        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode, sync_directory=True)
+    def save(self, directory: Path, *, durable: bool = True) -> None:
+        """Replace the directory's manifest with this one; the rename is synced with ``durable``
+        (the file's bytes always are: kwtree.stores.files.write_atomically)."""
+        fields = {
+            "format": self.format,
+            "created_at": self.created_at,
+            "replica_id": self.replica_id,
+            "segment_bytes": self.segment_bytes,
+            "file_mode": self.file_mode,
+        }
+        if self.embedder is not None:  # (older kwtree versions ignore the key)
+            fields["embedder"] = {"spec": self.embedder[0], "model": self.embedder[1]}
+        body = orjson.dumps(fields, option=orjson.OPT_INDENT_2)
+        write_atomically(directory / MANIFEST_NAME, body + b"\n", self.file_mode, sync_directory=durable)
+
+
+def _embedder(raw: object) -> tuple[str | None, str] | None:
+    if raw is None:
+        return None
+    if not (isinstance(raw, dict) and isinstance(raw.get("model"), str) and isinstance(raw.get("spec"), str | None)):
+        raise ValueError(f"embedder must be {{'spec': str or null, 'model': str}}, got {raw!r}")
+    return raw["spec"], raw["model"]

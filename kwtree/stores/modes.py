@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 from kwtree.stores.directory import KWTREE_ENTRIES
@@ -48,6 +49,6 @@ def apply_file_mode(directory: Path, manifest: Manifest, file_mode: int) -> Mani
     for name in sorted(os.listdir(directory)):
         if _owned(name):
             _chmod_tree(directory / name, file_mode)
-    updated = Manifest(manifest.format, manifest.created_at, manifest.replica_id, manifest.segment_bytes, file_mode)
+    updated = replace(manifest, file_mode=file_mode)
     updated.save(directory)
     return updated
