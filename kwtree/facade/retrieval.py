@@ -115,6 +115,7 @@ class RetrievalMethods(TreeCore):
         infos: frozenset[str] | None = None  # a scoped read searches its scopes' memories only
         keywords: frozenset[str] | None = None
         words = text  # what the full-text parts and the floor read of the query
+        owner: frozenset[str] = frozenset()
         if scopes is not None:
             infos, keywords = self._read(lambda state: self._members(state, scopes))
             if not keywords:
@@ -127,6 +128,7 @@ class RetrievalMethods(TreeCore):
                     info for info in overview(state, scopes, include_superseded)
                     if said_by is None or info.provenance in said_by], k, scope_subtree(state, scopes)))
             words = broad.without_names(text, owner)  # in Priya's scope, "Priya" is every memory's subject
+        whom = relevance.terms_of(text) | {term for name in owner for term in relevance.terms_of(name)}
         fetch = max(50, OVERFETCH * k)
         indexes = self._indexes
         text_hits = indexes.text_hits(words, "info", fetch, infos) if mode != "vector" else []
@@ -150,7 +152,8 @@ class RetrievalMethods(TreeCore):
                     return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
                                        scope=inside, window=within, query=weighed, min_score=floor,
                                        vector_relevance=relevance.vector_scale(indexes.model, mode),
-                                       provenance=said_by, include_superseded=include_superseded)
+                                       provenance=said_by, include_superseded=include_superseded,
+                                       mentions=whom)
 
                 found = fuse(window)
                 return found if named is None else dated.lift(found, fuse(named), width)

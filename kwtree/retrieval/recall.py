@@ -313,8 +313,9 @@ def _agreed(parts: dict[str, tuple[float, float, float, float]], text_rank: dict
         parts[leader] = (info_score, keyword_score, best + AGREED_MARGIN, parent)
 
 
-def _standing(info: Info, weights: RecallWeights, include_superseded: bool, query: QueryTerms | None) -> float:
-    """What ``info``'s score is multiplied by (``ASSISTANT_STANDING`` and its neighbours)."""
+def _standing(info: Info, weights: RecallWeights, include_superseded: bool, named: frozenset[str] | None) -> float:
+    """What ``info``'s score is multiplied by (``ASSISTANT_STANDING`` and its neighbours);
+    ``named``: the terms of whom the query is about (its own, and its scope owner's names)."""
     standing = weights.assistant if info.metadata.get(TURN_ROLE) == "assistant" else 1.0
     if info.metadata.get(SMALL_TALK):
         standing *= weights.small_talk
@@ -323,7 +324,7 @@ def _standing(info: Info, weights: RecallWeights, include_superseded: bool, quer
     if info.metadata.get(THREAD_KIND) == SUMMARY_KIND:
         standing *= weights.summary
     about = info.metadata.get(SUBJECT)
-    if isinstance(about, str) and query is not None and query.weights and not terms_of(about) & query.weights.keys():
+    if isinstance(about, str) and named and not terms_of(about) & named:
         standing *= weights.other
     return standing
 
@@ -386,6 +387,7 @@ def fuse(
     vector_relevance: Callable[[float], float] | None = None,
     provenance: frozenset[str] | None = None,
     include_superseded: bool = False,
+    mentions: frozenset[str] | None = None,
 ) -> list[Hit]:
     """The best ``k`` live infos (said by one of ``provenance``, when given) whose relevance
     to ``query`` is at least ``HIT_SHARE * min_score`` — none unless one of the candidates
@@ -440,7 +442,8 @@ def fuse(
     _agreed(parts, text_rank, vector_rank)
     for iid, (info_score, keyword_score, score, parent) in parts.items():
         info = state.infos[iid]
-        score *= _standing(info, weights, include_superseded, query)
+        score *= _standing(info, weights, include_superseded,
+                           mentions if mentions is not None else frozenset(query.weights) if query else None)
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
                        info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
     ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
