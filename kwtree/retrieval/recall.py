@@ -440,10 +440,10 @@ def fuse(
             score, [_effective(state, posts, post_memo, kid) for kid in linked], weights.signpost_alpha)
             if posts else (score, 0.0)))
     _agreed(parts, text_rank, vector_rank)
+    named = mentions if mentions is not None else frozenset(query.weights) if query else None
     for iid, (info_score, keyword_score, score, parent) in parts.items():
         info = state.infos[iid]
-        score *= _standing(info, weights, include_superseded,
-                           mentions if mentions is not None else frozenset(query.weights) if query else None)
+        score *= _standing(info, weights, include_superseded, named)
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
                        info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
     ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
