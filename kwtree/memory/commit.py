@@ -43,7 +43,7 @@ from kwtree.models import (
     RelationType,
     least_trusted,
 )
-from kwtree.normalize import normalize_name
+from kwtree.normalize import normalize_name, terms
 from kwtree.retrieval.scopes import SCOPE_KEY, segments
 from kwtree.retrieval.smalltalk import small_talk
 from kwtree.retrieval.timeline import happened_at
@@ -475,6 +475,8 @@ def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
     written = len(plan.decisions)
     _write(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
     memory = plan.decisions[-1].info_id if len(plan.decisions) > written else None
+    if memory is not None and plan.decisions[-1].action != "skip" and (candidate.facts or {}).get("corrects"):
+        _correct(draft, plan, scope_kw.id, memory, candidate, turn_ids)
     names = _mentions(candidate, plan.policies)
     if memory is None or not names or draft.state.live_info(memory) is None:
         return
@@ -562,11 +564,58 @@ def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: f
                 drawn = other.metadata.get("sources")
                 if info.content in other.content and isinstance(drawn, list) and turns.intersection(drawn):
                     marked.add(iid)
-    for iid in sorted(marked - {by}):
-        current = state.live_info(iid)
+    _mark(draft, marked - {by}, by, until)
+
+
+def _mark(draft: _Draft, info_ids: Iterable[str], by: str, until: float) -> None:
+    """Each of ``info_ids`` that is live and not superseded yet marked superseded by ``by``."""
+    for iid in sorted(info_ids):
+        current = draft.state.live_info(iid)
         if current is not None and not current.metadata.get(SUPERSEDED_BY):
             draft.update_info(current, current.content, {**current.metadata, SUPERSEDED_BY: by, VALID_UNTIL: until},
                               current.provenance)
+
+
+def _correct(draft: _Draft, plan: CommitPlan, scope_id: str, memory: str, candidate: Candidate,
+             turn_ids: Mapping[int, str]) -> None:
+    """A correction (``kwtree.memory.corrections``) written as memory ``memory``: the scope's
+    memories drawn from the corrected turn that hold the corrected sentence, and the turn when
+    that sentence is most of it (``CORRECTED_SHARE``) or every memory drawn from it is corrected,
+    marked superseded by it; its decision says so."""
+    facts = candidate.facts or {}
+    sentence, index = facts.get("corrects"), facts.get("corrects_turn")
+    turn = turn_ids.get(index) if type(index) is int else None
+    if not isinstance(sentence, str) or turn is None or draft.state.live_info(turn) is None:
+        return
+    state = draft.state
+    said = set(terms(sentence))
+    drawn, marked = set(), set()
+    for kid in state.subtree(scope_id):
+        for iid in state.infos_by_keyword.get(kid, ()):
+            info = state.infos[iid]
+            sources = info.metadata.get("sources")
+            if iid == memory or not isinstance(sources, list) or turn not in sources:
+                continue
+            drawn.add(iid)
+            own = set(terms(info.content))
+            if info.content.strip() in sentence or sentence in info.content \
+                    or (own and len(own & said) >= CORRECTED_SHARE * len(own)):
+                marked.add(iid)
+    whole = state.infos[turn].content
+    if len(sentence) >= CORRECTED_SHARE * len(whole) or (drawn and drawn == marked):
+        marked.add(turn)
+    if not marked:
+        return
+    _mark(draft, marked, memory, happened_at(state.infos[memory]))
+    last = plan.decisions[-1]
+    plan.decisions[-1] = dataclasses.replace(last, action="supersede", previous=sentence, reason=(
+        f"a correction of an earlier statement: {len(marked)} record(s) of it kept, marked superseded"))
+
+
+#: A corrected sentence that is at least this share of its turn's text stands for the whole turn
+#: (the turn is marked superseded with the memories holding it); a memory holding this share of
+#: its terms in the corrected sentence holds that sentence.
+CORRECTED_SHARE = 0.6
 
 
 def _alone(state: State, info_id: str, scope_id: str) -> bool:
@@ -580,10 +629,14 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
     """The LLM's verdict when it still fits the fresh state, else the thresholds' over the
     prefilter's neighbours that are still live and inside the branch, and what the holder holds."""
     state = draft.state
+    # A single-valued fact is judged against memories of its own attribute only: "I'm an engineer
+    # at Rakuten" states a job and an employer in one clause, two facts with the same words.
+    attribute = (candidate.facts or {}).get("attribute")
 
     def inside(info_id: str) -> bool:
         info = state.live_info(info_id)
         return (info is not None and info.metadata.get("category") == candidate.category
+                and (attribute is None or info.metadata.get("attribute") == attribute)
                 and any(state.is_descendant(kid, branch.id) for kid in state.keywords_by_info.get(info_id, ())))
 
     verdict = plan.verdicts[index] if index < len(plan.verdicts) else None
@@ -591,7 +644,8 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
         return verdict
     neighbours = {n.info_id: n for n in plan.neighbours[index] if inside(n.info_id)}
     for info in held:
-        neighbours.setdefault(info.id, Neighbour(info.id, info.content))
+        if attribute is None or info.metadata.get("attribute") == attribute:
+            neighbours.setdefault(info.id, Neighbour(info.id, info.content))
     fresh = [dataclasses.replace(n, content=state.infos[n.info_id].content) for n in neighbours.values()]
     found = judge(candidate.content, fresh, plan.thresholds, may_merge=may_merge)
     if verdict is not None:  # the LLM's target is gone

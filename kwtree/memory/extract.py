@@ -46,6 +46,7 @@ from kwtree.memory.candidates import (
     Message,
     PassedOver,
 )
+from kwtree.memory.corrections import Correction, correction
 from kwtree.memory.llm_extract import LLMExtractor
 from kwtree.memory.reading import ToolOutcome, anchor_of, check_session, dedupe, speaker_of, text_of, tool_outcomes
 from kwtree.memory.statements import VALUE_END, Statement, clauses, statements
@@ -76,6 +77,7 @@ CONFIDENCE = {
     "pattern": 0.6,             # "I usually / always ...", "every morning I ..."
     "case": 0.6,                # "fixed it by", "the solution was", "what worked was"
     "skill": 0.9,               # a tool result (the outcome is structural, not guessed)
+    "correction": 0.8,          # "scratch that, it's the 7th, not the 5th" (kwtree.memory.corrections)
 }
 #: At most this many candidates from one message, and from one call (the first found win).
 MAX_CANDIDATES_PER_MESSAGE = 12
@@ -122,6 +124,9 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Ext
             if speaker is not None:
                 said.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
             said.extend(_cases(sentences, position, index, anchor))
+        corrects = correction(messages, index) if speaker is not None else None
+        if corrects is not None and speaker is not None:
+            said.insert(0, _correction(corrects, text, speaker, anchor))
         chatter = small_talk(text)
         if chatter is not None:
             passed.extend(_passed(said, f"small talk ({chatter})"))
@@ -134,6 +139,17 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Ext
     passed.extend(_passed(kept[MAX_CANDIDATES_PER_CALL:],
                           f"over MAX_CANDIDATES_PER_CALL ({MAX_CANDIDATES_PER_CALL}) for one call"))
     return Extraction(kept[:MAX_CANDIDATES_PER_CALL], passed)
+
+
+def _correction(corrects: Correction, text: str, speaker: str, anchor: float | None) -> Candidate:
+    """The memory of a correction: the correcting message, naming the turn and sentence it
+    corrects (``facts["corrects_turn"]``, ``facts["corrects"]``) for the commit to supersede."""
+    who = _subject(speaker)
+    return Candidate("events", _phrase(corrects.sentence) or corrects.sentence[:60],
+                     f'{who} corrected what was said before ("{corrects.sentence}").', text.strip(),
+                     CONFIDENCE["correction"], (corrects.index,), anchor,
+                     {"subject": USER_SUBJECT if speaker == "the user" else speaker, "kind": "correction",
+                      "corrects": corrects.sentence, "corrects_turn": corrects.corrected})
 
 
 def _passed(candidates: Sequence[Candidate], reason: str) -> list[PassedOver]:

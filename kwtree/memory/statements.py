@@ -96,7 +96,7 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_TRAILING = _words("a an the to of for in on at with my your so too really very much lately now")
+_TRAILING = _words("a an the to of for in on at with my your so too really very much lately now here there")
 
 
 def phrase(rest: str, end: re.Pattern[str] = CLAUSE_END) -> str:
@@ -136,10 +136,13 @@ def clauses(sentence: str, states: Callable[[str], bool]) -> list[str]:
     found: list[list[str]] = []  # [the clause, the same with straight apostrophes, "own" | "completed" | ""]
     for joined, start, end in spans:
         piece = plain[start:end]
-        if len(piece.split()) > 1 and _FIRST_PERSON.search(piece) and not (found and _compound(found[-1][1], piece)):
+        opener = _opener(found[-1][1], states, piece) if found and found[-1][2] and piece.strip() else None
+        # a piece with a first-person word of its own is its own clause, unless that word is not
+        # its subject and the subject before completes it ("... and founded X, which is me")
+        if len(piece.split()) > 1 and _FIRST_PERSON.search(piece) and not (found and _compound(found[-1][1], piece)) \
+                and (opener is None or _SUBJECT.match(piece.lstrip())):
             found.append([sentence[start:end], piece, "own"])
             continue
-        opener = _opener(found[-1][1], states, piece) if found and found[-1][2] and piece.strip() else None
         if opener is not None:
             said = found[-1][0][opener[0]:opener[1]]
             text = f"{said} {sentence[start:end].strip()}"
@@ -224,6 +227,12 @@ _KIN = r"(?:kids?|children|child|sons?|daughters?|boys|girls|brothers?|sisters?|
 _WORKPLACE = r"(?:company|firm|hospital|school|district|agency|office|bank|restaurant|startup|start-up|lab|studio|" \
              r"practice|store|shop|clinic|team|job|university|newspaper|magazine|bakery|salon|gym|factory|warehouse)"
 _PARTNER = r"(?:wife|husband|spouse|fianc[ée]e?|fiance|girlfriend|boyfriend|partner|gf|bf)"
+#: A home named by what it is: "a little two-bed", "an apartment", "our new house".
+_DWELLING = r"(?:a |an |the |our |my )?(?:[\w-]+ ){0,3}?(?:place|apartment|apt|flat|house|home|condo|studio|cabin|" \
+            r"cottage|bungalow|townhouse|rowhome|rowhouse|loft|room|share house|houseshare|duplex|two-bed|one-bed|" \
+            r"1br|2br|3br|rental)"
+#: Working for oneself, however it is said.
+_SELF_EMPLOYED = r"(?:freelance|freelancing|a freelancer|freelancer|contracting|a contractor|self-employed|independent)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +260,8 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_I + _ADV + r" (?:work|am working|'m working) as (?:an? )?(?P<job>.+?)(?: (?:at|for) (?P<employer>.+))?$",
           "profile.explicit"),
     _rule(_I + _ADV + r" (?:work|am working|'m working) (?:at|for) (?P<employer>.+)", "profile.explicit"),
+    _rule(_I + _ADV + r" (?:live|am living|'m living|are living|'re living) in " + _DWELLING
+          + r" (?:in|on|near|outside) (?P<home>.+)", "profile.explicit"),
     _rule(_I + _ADV + r" (?:live|am living|'m living|are living|'re living) in (?P<home>.+)", "profile.explicit"),
     _rule(_IM + _ADV + r" based (?:in|out of) (?P<home>.+)", "profile.explicit"),
     _rule(_IM + r"(?: originally)? from (?P<origin>.+)", "profile.explicit"),
@@ -259,16 +270,22 @@ _RULES: tuple[_Rule, ...] = (
           r"(?P<home>.+)", "profile.implied"),
     _rule(_I + r"(?:'ve| have)?" + _ADV + r" (?:moved|relocated)(?: back| over)? to (?P<home>.+)", "profile.change"),
     _rule(r"\bnew (?:place|apartment|apt|flat|house|home|condo|studio) (?:is )?in (?P<home>.+)", "profile.implied"),
-    _rule(_I + r"(?:'ve| have)?" + _ADV + r" (?:got|bought|rented|found|moved into|signed a lease on) (?:a|an|our|my)"
-          r"(?: own| new| first)? (?:place|apartment|apt|flat|house|home|condo|studio) (?:together )?in (?P<home>.+)",
-          "profile.implied"),
+    _rule(_I + r"(?:'ve| have)?" + _ADV + r" (?:got|bought|rented|found|moved into|signed a lease on|closed on) "
+          + _DWELLING + r" (?:together )?(?:in|on|near|outside) (?P<home>.+)", "profile.implied"),
     # work: starting, joining, leaving
     _rule(_I + _ADV + r" (?:started|start|began|am starting|'m starting|will start|'ll start)(?: a new job| a new "
           r"role| work| working| my new job| my new role)?" + _JOB_AT, "profile.change"),
     _rule(_I + _ADV + r" joined (?P<employer>.+?)(?: as (?:an? )?(?P<job>.+))?$", "profile.change",
           named=("employer",)),
-    _rule(_I + _ADV + r" (?:got|landed|accepted) (?:a job|hired|a position|an offer|the job|a new job|the offer)"
+    _rule(_I + _ADV + r" (?:got|landed|accepted|took) (?:a job|hired|a position|an offer|the job|a new job|the offer)"
           + _JOB_AT, "profile.change"),
+    _rule(_I + _ADV + r" (?:got|landed|accepted|took|started) (?:a|an|the|my) (?:new )?(?P<job>[\w-]+(?: [\w-]+)?) "
+          r"(?:job|position|role|gig) (?:at|with|for) (?P<employer>.+)", "profile.change"),
+    _rule(_I + _ADV + r" (?:teach|am teaching|'m teaching)(?: [\w-]+){0,3}? at (?P<employer>.+)", "profile.explicit",
+          {"job": "teacher"}),
+    _rule(r"(?:" + _IM + r"|" + _I + r"(?:'ve| have)?" + _ADV + r" (?:went|gone|go|turned|am going|'m going))" + _ADV
+          + r" (?:full |full-time |fully )?" + _SELF_EMPLOYED + r"\b", "profile.change", {"employer": "self-employed"}),
+    _rule(_I + _ADV + r" (?:founded|co-founded|cofounded) (?P<employer>.+)", "profile.change", named=("employer",)),
     _rule(_I + _ADV + r" (?:got|was|have been|'ve been|am|'m) promoted to (?P<job>.+)", "profile.change"),
     _rule(r"\bmy new (?:job|role|position|gig)(?: [^,.;!?]{0,40}?)? at (?P<employer>.+)", "profile.implied"),
     _rule(r"\bmy new (?:boss|manager|team|coworkers|co-workers|colleagues|office|team lead) (?:at|with) "
@@ -374,7 +391,9 @@ _NOT_NAME_WORDS = _words("""
 
 #: The identity rule's nouns: a trade is a job, anything else an identity.
 _NOT_IDENTITY = _words("bit little lot fan huge big kind sort part good great real total fast slow quick mix")
-_JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer")
+_JOB_SUFFIXES = ("er", "or", "ist", "ian", "ant", "ent", "nurse", "chef", "doctor", "coach", "artist", "engineer",
+                 "cook", "dev", "architect", "barista", "pilot", "clerk", "medic", "admin", "analyst", "vet",
+                 "surgeon", "mechanic", "attorney", "intern", "associate", "principal", "postdoc", "pm")
 _NOT_JOBS = _words("""
         mother father sister brother daughter grandmother grandfather lover member player fan beginner
         newcomer user owner partner believer follower dreamer survivor parent student""")
@@ -453,6 +472,8 @@ def _value(about: str, raw: str) -> str:
         return ""
     if about == "home" and first == "the" and not words[-1][:1].isupper():
         return ""  # "moved to the suburbs" names no place
+    if about == "home" and re.search(r"\ball (?:day|night|week|weekend|the time)\b", value, re.IGNORECASE):
+        return ""  # "I live in VS Code all day" is where the time goes, not a home
     return value
 
 
