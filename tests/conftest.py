@@ -21,6 +21,8 @@ DISK_BYTES = 8 << 20
 #: Trees the tests make use the hash embedder, in this process and in the ones it starts (the
 #: CLI, crash children): fast and deterministic. Tests of the default embedder unset it.
 os.environ["KWTREE_EMBEDDER"] = "hash"
+#: No test reaches a model the developer's shell names (``Memory`` and the CLI read KWTREE_LLM).
+os.environ.pop("KWTREE_LLM", None)
 
 settings.register_profile(
     "default",

@@ -175,3 +175,18 @@ def test_memory_gets_kwtree_llm_openai_through_llm_from_env(tmp_path: Path, api:
         assert added["fallbacks"][0]["step"] == "extraction"
         assert added["fallbacks"][0]["error"].startswith(f"LLMUnavailableError: {WHERE} {api.url}/v1 answered 503")
     assert len(api.requests) == 1 and api.requests[0]["path"] == "/v1/chat/completions"
+
+
+def test_memory_without_an_llm_uses_the_one_kwtree_llm_names(tmp_path: Path, api: FakeMessagesAPI,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    api.default = error(503, "server_error", "down")
+    for name, value in llm_env(f"{api.url}/v1", "openai").items():
+        monkeypatch.setenv(name, value)
+    with Memory(tmp_path / "memory", durability="none", worker=False) as mem:  # one setting, as the CLI reads it
+        added = mem.add(CHAT, user_id="alice")
+        assert added["fallbacks"][0]["step"] == "extraction"
+    assert len(api.requests) == 1 and api.requests[0]["path"] == "/v1/chat/completions"
+    monkeypatch.setenv("KWTREE_LLM", "offline")
+    with Memory(tmp_path / "offline", durability="none", worker=False) as mem:
+        assert "fallbacks" not in mem.add(CHAT, user_id="alice")
+    assert len(api.requests) == 1

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kwtree.agent.llm_env import llm_from_env
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.tree import KeywordTree, check_options
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
@@ -121,7 +122,9 @@ def verbatim_options(metadata: Mapping[str, Any] | None = None, provenance: str 
 class Memory:
     """mem0's ``Memory`` calls over a KeywordTree in ``path`` (created when new), which it owns:
     ``close()`` (or a ``with`` block) releases it. ``llm`` (a kwtree LLMClient) makes extraction,
-    dedup and placement use the model; ``embedder`` embeds for vector search; ``options`` are
+    dedup and placement use the model; without it, the model ``KWTREE_LLM`` names does
+    (``kwtree.agent.llm_env.llm_from_env``, the setting the ``kwtree`` command, ``kwtree mcp``
+    and the hooks read; unset or "offline": none); ``embedder`` embeds for vector search; ``options`` are
     KeywordTree's (``durability``, ``as_of``, ``read_only`` ...; another name, ``data_dir`` or
     ``llm_client`` raises InvalidInputError). Every call checks its arguments first:
     InvalidInputError names the field and nothing is written."""
@@ -131,7 +134,8 @@ class Memory:
         check_options(options, "Memory", {"data_dir": "path", "llm_client": "llm"})
         self._path, self._llm, self._embedder, self._options = path, llm, embedder, options
         #: The KeywordTree underneath, for every call mem0 does not have.
-        self.tree = KeywordTree(path, llm_client=llm, embedder=embedder, **options)
+        self.tree = KeywordTree(path, llm_client=llm if llm is not None else llm_from_env(), embedder=embedder,
+                                **options)
 
     # --- lifecycle --------------------------------------------------------------------------
 
