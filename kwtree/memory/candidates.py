@@ -66,9 +66,11 @@ ASPECTS = ("allergy", "health", "pet", "family", "identity", "tool", "like", "di
 #: its value. A description of this module's own schema, one per name, not a list of
 #: phrasings.
 ABOUT: dict[str, str] = {
-    "age": "how old", "home": "where they live", "origin": "where they are from", "job": "work, occupation",
-    "employer": "work, company", "school": "studies", "relationship": "partner", "diet": "food, eating",
-    "car": "driving, vehicle", "allergy": "food, things to avoid", "health": "medical condition", "pet": "animal",
+    "age": "how old", "home": "where they live: city, town, neighbourhood, address",
+    "origin": "where they are from, grew up, hometown", "job": "work, occupation, profession, role, title",
+    "employer": "work, company, employer, workplace", "school": "studies, degree, university",
+    "relationship": "partner, dating, married, single", "diet": "food, eating", "car": "driving, vehicle, car",
+    "allergy": "food, things to avoid", "health": "medical condition", "pet": "animal, pet",
     "tool": "software, uses",
 }
 #: ``facts["subject"]`` of the user's own facts (role ``user``).

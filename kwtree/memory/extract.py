@@ -415,7 +415,7 @@ def _candidate(statement: Statement, make: Callable[..., Candidate], speaker: st
     if (about, value) == ("employer", "none") and "ended" not in detail:
         template = "{who} no longer has an employer."
     article = "an" if value[:1].lower() in "aeiou" else "a"
-    # Led by what the fact is about (``ABOUT``: "Pet (animal): ..."): a question often names
+    # Led by what the fact is about (``ABOUT``: "Pet (animal, pet): ..."): a question often names
     # that ("a pet?", "what can she eat?"), not the value ("a dog", "vegetarian").
     lead = f"{about.capitalize()} ({ABOUT[about]})" if about in ABOUT else about.capitalize()
     abstract = f"{lead}: " + template.format(who=who, whose=whose, v=value, a=article, ended=detail.get("ended", ""))
