@@ -109,6 +109,10 @@ def test_a_correction_is_a_memory_that_names_the_statement_it_corrects() -> None
     # "actually" that corrects nothing said before, and a correction of nothing in this session
     _session("I love hiking in the Alps.", "Nice!", "Actually, I also love swimming."),
     _session("Correction: it's Thursday, not Tuesday."),
+    # a marker word that does not lead its sentence takes nothing back
+    _session("My essay on the French revolution is due Friday.", "Good luck!",
+             "I need a correction pass on my essay on the French revolution before Friday."),
+    _session("My mom wants to plan the trip to Rome.", "Nice!", "I meant to ask: should my mom book the Rome trip?"),
 ])
 def test_no_correction_without_an_earlier_statement_it_corrects(texts: list[dict[str, str]]) -> None:
     found = extract_offline(texts, ExtractContext("s", 0, SESSION))
