@@ -13,8 +13,8 @@ from memory_helpers import scope_part, session_turns
 
 from kwtree import CommitOptions, KeywordTree
 from kwtree.memory.candidates import ExtractContext
-from kwtree.memory.extract import extract_offline
-from kwtree.memory.statements import statements
+from kwtree.memory.extract import _states, extract_offline
+from kwtree.memory.statements import clauses, statements
 from kwtree.models import SUPERSEDED_BY
 
 SESSION = 1_683_554_160.0  # 2023-05-08
@@ -73,6 +73,17 @@ def test_the_common_ways_of_telling_a_job_an_employer_or_a_home_are_read(text: s
     told = {str(c.facts["attribute"]): str(c.facts["value"]) for c in found
             if c.category == "profile" and (c.facts or {}).get("attribute") in ("job", "employer", "home")}
     assert told == expected
+
+
+@pytest.mark.parametrize(("sentence", "expected"), [
+    ("i left ubisoft in december and founded Fern & Flint, which is me",
+     ["i left ubisoft in december", "i founded Fern & Flint, which is me"]),
+    # a piece that leads with its own first-person word is its own clause, never "i my boyfriend ..."
+    ("i'm in ann arbor for my phd, and my boyfriend Leo is in são paulo",
+     ["i'm in ann arbor for my phd", "my boyfriend Leo is in são paulo"]),
+])
+def test_a_clause_borrows_the_subject_before_it_only_when_it_has_none(sentence: str, expected: list[str]) -> None:
+    assert clauses(sentence, _states) == expected
 
 
 @pytest.mark.parametrize("text", [

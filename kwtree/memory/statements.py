@@ -137,10 +137,10 @@ def clauses(sentence: str, states: Callable[[str], bool]) -> list[str]:
     for joined, start, end in spans:
         piece = plain[start:end]
         opener = _opener(found[-1][1], states, piece) if found and found[-1][2] and piece.strip() else None
-        # a piece with a first-person word of its own is its own clause, unless that word is not
-        # its subject and the subject before completes it ("... and founded X, which is me")
+        # a piece with a first-person word of its own is its own clause, unless it does not lead
+        # with it and the subject before completes it ("... and founded X, which is me")
         if len(piece.split()) > 1 and _FIRST_PERSON.search(piece) and not (found and _compound(found[-1][1], piece)) \
-                and (opener is None or _SUBJECT.match(piece.lstrip())):
+                and (opener is None or _FIRST_PERSON.match(piece.lstrip())):
             found.append([sentence[start:end], piece, "own"])
             continue
         if opener is not None:
