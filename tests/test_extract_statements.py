@@ -220,8 +220,10 @@ def test_compound_contents_never_look_like_duplicates_when_committed(tree: Keywo
 def test_another_persons_facts_are_theirs_not_the_users(text: str, subject: str, about: str, value: str) -> None:
     found = run(text)
     assert [c for c in found if c.category == "profile"] == []
-    theirs = [c for c in found if (c.facts or {}).get("subject") == subject]
-    assert len(theirs) == 1 and theirs[0].category == "entities" and theirs[0].key == subject
+    # (a name the sentence mentions is filed as theirs too: the sentence is about them)
+    theirs = [c for c in found if (c.facts or {}).get("subject") == subject and c.key == subject]
+    assert len(theirs) == 1 and theirs[0].category == "entities"
+    assert all((c.facts or {}).get("subject") != USER_SUBJECT for c in found)
     assert about in (theirs[0].facts or {}) and (theirs[0].facts or {})["value"] == value
 
 

@@ -15,7 +15,7 @@ from kwtree import CommitOptions, KeywordTree
 from kwtree.memory.candidates import ExtractContext
 from kwtree.memory.extract import _states, extract_offline
 from kwtree.memory.statements import clauses, statements
-from kwtree.models import SUPERSEDED_BY
+from kwtree.models import SUBJECT, SUPERSEDED_BY
 
 SESSION = 1_683_554_160.0  # 2023-05-08
 
@@ -195,3 +195,22 @@ def test_a_question_about_before_does_not_demote_the_superseded_value(tmp_path: 
         assert "Toronto" in hits[0].info.content
         hits = tree.recall("which city does she live in now?", scope="user:kenji", min_score=0, k=3)
         assert "Lisbon" in hits[0].info.content
+
+
+# --- another person's news -------------------------------------------------------------------------
+
+
+def test_a_turn_about_another_person_ranks_below_the_user_s_own_fact(tmp_path: Path) -> None:
+    chat = _session("I ran my first half marathon in Valencia this spring, 1:58.",
+                    "Congratulations!",
+                    "Also my colleague Jonas is training for the Berlin marathon. He runs every single morning.")
+    with _open(tmp_path / "t") as tree:
+        tree.commit_session(chat, session_id="s1", scope="user:mia", options=CommitOptions(session_time="2023-05-01"))
+        turns = _turns(tree, "user:mia")
+        assert turns[2].metadata.get(SUBJECT) == "colleague Jonas" and not turns[0].metadata.get(SUBJECT)
+        assert all(info.metadata.get(SUBJECT) == "colleague Jonas" for info in tree.memories("user:mia")
+                   if "Jonas" in info.content)
+        hits = tree.recall("has she run a marathon?", scope="user:mia", min_score=0, k=3)
+        assert "Valencia" in hits[0].info.content
+        hits = tree.recall("is Jonas running a marathon?", scope="user:mia", min_score=0, k=3)
+        assert "Jonas" in hits[0].info.content  # a question that names him asks about him

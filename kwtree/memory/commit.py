@@ -16,6 +16,7 @@ plan is (``kwtree.writes.reorganize``), so ``undo`` reverses the whole commit.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, me
 from kwtree.memory.messages import digest, turn_text
 from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
 from kwtree.memory.reading import provenance_of
+from kwtree.memory.statements import led_by_someone_else, sentences
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
 from kwtree.models import (
@@ -391,8 +393,32 @@ def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: f
         chatter = small_talk(text)
         if chatter is not None:  # archived all the same; retrieval ranks it below what states a fact
             metadata[SMALL_TALK] = chatter
+        about = _about_someone_else(text) if message["role"] != "assistant" else None
+        if about is not None:  # "My coworker Kenji climbs V9": retrieval ranks it as Kenji's, not the user's
+            metadata[SUBJECT] = about
         found[index] = draft.info(text, session_kw.id, metadata, _said_by(plan, (index,))).id
     return found
+
+
+def _about_someone_else(text: str) -> str | None:
+    """Whom a turn is about when every sentence of it (of three words or more) leads with the
+    same other person the speaker names (``statements.led_by_someone_else``) or, after one
+    that does, with "he", "she" or "they"; else None."""
+    people: set[str | None] = set()
+    last: str | None = None
+    for sentence in sentences(text):
+        if len(sentence.split()) < 3:
+            continue
+        person = led_by_someone_else(sentence)
+        if person is None and last is not None and _GOES_ON.match(sentence):
+            person = last
+        people.add(person)
+        last = person
+    return people.pop() if len(people) == 1 and None not in people else None
+
+
+#: A sentence that goes on about the person the one before it named.
+_GOES_ON = re.compile(r"\W*(?:he|she|they|his|her|their|he's|she's|they're)\b", re.IGNORECASE)
 
 
 def _decide(plan: CommitPlan, index: int, candidate: Candidate, action: str, reason: str,

@@ -11,7 +11,8 @@ corrects nothing said here, and is read as any other message. The commit
 (``kwtree.memory.commit``) marks the memories holding the corrected sentence, and its turn when
 that sentence is most of it, superseded by the correction's memory.
 
-Imports the ground floor and ``kwtree.memory.candidates`` and ``kwtree.memory.reading`` only.
+Imports the ground floor, ``kwtree.memory.candidates``, ``kwtree.memory.reading`` and
+``kwtree.memory.statements`` only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from kwtree.memory.candidates import Message
 from kwtree.memory.reading import speaker_of, text_of
+from kwtree.memory.statements import sentences
 from kwtree.normalize import terms
 
 __all__ = ["MARKER", "MIN_SHARED_TERMS", "Correction", "correction"]
@@ -41,7 +43,6 @@ MARKER = re.compile(
 _NOT_THAT = re.compile(r"(?<![\w'])not (?P<was>[^,.;:!?]{2,40})", re.IGNORECASE)
 #: A corrected sentence shares at least this many terms with the correction (or holds its "not X").
 MIN_SHARED_TERMS = 2
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ def correction(messages: Sequence[Message], index: int) -> Correction | None:
     for earlier in range(index - 1, -1, -1):
         if speaker_of(messages[earlier]) != speaker:
             continue
-        for sentence in (part.strip() for part in _SENTENCE.split(text_of(messages[earlier]))):
+        for sentence in sentences(text_of(messages[earlier])):
             bag = set(terms(sentence))
             names = int(any(was and was <= bag for was in named))
             shared = len(bag & said)

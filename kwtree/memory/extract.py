@@ -49,7 +49,15 @@ from kwtree.memory.candidates import (
 from kwtree.memory.corrections import Correction, correction
 from kwtree.memory.llm_extract import LLMExtractor
 from kwtree.memory.reading import ToolOutcome, anchor_of, check_session, dedupe, speaker_of, text_of, tool_outcomes
-from kwtree.memory.statements import VALUE_END, Statement, clauses, statements
+from kwtree.memory.statements import (
+    SENTENCE_END,
+    VALUE_END,
+    Statement,
+    clauses,
+    led_by_someone_else,
+    sentences,
+    statements,
+)
 from kwtree.memory.statements import phrase as _phrase
 from kwtree.memory.when import resolve_when
 from kwtree.retrieval.smalltalk import small_talk
@@ -119,11 +127,11 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Ext
         text = text_of(message)[:MAX_SCANNED_CHARS]
         anchor = anchor_of(times, index, context)
         said: list[Candidate] = []
-        sentences = _sentences(text)
-        for position, sentence in enumerate(sentences):
+        parts = sentences(text)
+        for position, sentence in enumerate(parts):
             if speaker is not None:
                 said.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
-            said.extend(_cases(sentences, position, index, anchor))
+            said.extend(_cases(parts, position, index, anchor))
         corrects = correction(messages, index) if speaker is not None else None
         if corrects is not None and speaker is not None:
             said.insert(0, _correction(corrects, text, speaker, anchor))
@@ -163,11 +171,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def _sentences(text: str) -> list[str]:
-    return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
 
 
 _ARTICLES = re.compile(r"^(?:the|a|an|my|some|all|all the|any|to|going|doing)\s+", re.IGNORECASE)
@@ -312,6 +315,9 @@ def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
     when = resolve_when(sentence, anchor)
     at = when if when is not None else whole if whole is not None else anchor
     subject = USER_SUBJECT if speaker == "the user" else speaker
+    # what a clause leading with another person tells ("Also my colleague Jonas ran Berlin") is
+    # theirs: its event and the names it mentions carry them as subject, not the speaker
+    around = led_by_someone_else(sentence) or subject
 
     def make(category: str, key: str, abstract: str, rule: str, facts: dict[str, Any]) -> Candidate:
         """A candidate of this clause; ``facts`` may name another ``subject``."""
@@ -358,9 +364,9 @@ def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
         key = _phrase(_TIME_WORDS.split(f"{past['verb']} {past['rest']}" if past else plain, maxsplit=1)[0])
         if len(key.split()) < 2:  # a lone verb ("did") or a label ("Ann:") names no event, and recall would
             # lift it for every question holding that word: the sentence's first words name it
-            key = _phrase(plain, _SENTENCE_END) or sentence[:60]
+            key = _phrase(plain, SENTENCE_END) or sentence[:60]
         yield make("events", key, told_of, "event.dated" if when is not None else "event.past",
-                   {"dated": when is not None})
+                   {"dated": when is not None, "subject": around})
 
     for related in _RELATION.finditer(sentence):
         name, relation = related["name"], related["relation"]
@@ -372,7 +378,8 @@ def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
         return  # "Where in England was it?" asks about a name, and tells nothing of it
     for name in _names(sentence):
         if name not in told:
-            yield make("entities", name, f"{who} mentioned {name}.", "entity.named", {_MENTION: True})
+            yield make("entities", name, f"{who} mentioned {name}.", "entity.named",
+                       {_MENTION: True, "subject": around})
 
 
 #: The abstract of a statement by what it is about ({who}: the subject; {a}: "a" or "an").

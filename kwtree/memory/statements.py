@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 
 from kwtree.memory.candidates import ATTRIBUTES
 
-__all__ = ["CONDITIONS", "DIETS", "RELATIONS", "Statement", "clauses", "phrase", "statements"]
+__all__ = ["CONDITIONS", "DIETS", "RELATIONS", "SENTENCE_END", "Statement", "clauses", "led_by_someone_else", "phrase",
+           "sentences", "statements"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +109,16 @@ def phrase(rest: str, end: re.Pattern[str] = CLAUSE_END) -> str:
     return " ".join(words).strip(" '\"")
 
 
-# --- clauses --------------------------------------------------------------------------------
+# --- sentences and clauses ------------------------------------------------------------------
+
+#: Where a sentence ends: after ".", "!" or "?" and a space, or at a line break.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``, stripped, empty ones left out."""
+    return [part.strip() for part in SENTENCE_END.split(text) if part and part.strip()]
+
 
 _FIRST_PERSON = re.compile(r"(?<![\w'])(?:i|i'm|i've|i'd|i'll|im|ive|we|we're|we've|we'll|my|our|me)(?![\w'])",
                            re.IGNORECASE)
@@ -218,7 +228,8 @@ RELATIONS = ("best friend", "friend", "sister", "brother", "mom", "mum", "mother
              "grandmother", "grandpa", "grandfather", "niece", "nephew", "boss", "manager", "colleague", "coworker",
              "co-worker", "teacher", "mentor", "neighbor", "neighbour", "roommate", "flatmate", "fiancé", "fiance",
              "fiancée", "kid", "son-in-law", "daughter-in-law", "sister-in-law", "brother-in-law", "stepmom",
-             "stepdad", "ex", "dog", "cat", "puppy", "kitten")
+             "stepdad", "ex", "dog", "cat", "puppy", "kitten", "cofounder", "co-founder", "housemate", "mate",
+             "buddy", "client", "landlord", "landlady", "bestie", "classmate", "teammate")
 _RELATION = "(?:" + "|".join(re.escape(r) for r in sorted(RELATIONS, key=len, reverse=True)) + ")"
 _PETS = r"(?:dog|cat|puppy|pup|kitten|rabbit|bunny|hamster|parrot|bird|horse|guinea pig|tortoise|turtle|lizard|" \
         r"snake|ferret|goldfish|fish|dogs|cats|puppies|kittens|rabbits)"
@@ -410,6 +421,28 @@ _OTHER_ABOUT = {"lives in": "home", "moved to": "home", "works as": "job", "work
                 "hates": "dislike", "is allergic to": "allergy", "started at": "employer", "started as": "job",
                 "is from": "origin"}
 _NOT_PERSON_NAMES = _words("just now still also recently finally currently actually who really")
+
+
+#: A sentence about another person leads with them: "(Also,) my sister Ann got engaged", not
+#: "my sister and I went" (about both) nor "I went with my sister" (about the speaker).
+_LED_BY = re.compile(
+    r"^\W*(?:(?:also|and|but|so|plus|oh|btw|anyway|other news|in other news|meanwhile|yes|yeah|haha|lol|ok|okay|"
+    r"funny thing|fun fact)[,.!:]*\s+)*(?:my|our) (?P<relation>(?:best |close |old |new |little |big |older |"
+    r"younger )?" + _RELATION + r")(?![\w'-])(?!(?:,? (?-i:[A-Z])[\w'-]+)?,? (?:and|&) (?:i|me|we)\b)"
+    r"(?:,? (?P<name>(?-i:[A-Z])[\w'-]+))?",
+    re.IGNORECASE)
+
+
+def led_by_someone_else(sentence: str) -> str | None:
+    """The person a sentence is about when it leads with another person the speaker names
+    ("Also my colleague Jonas is training for ..." -> "colleague Jonas"): their relation, and
+    their name when it is capitalised; None for a sentence about the speaker."""
+    found = _LED_BY.match(sentence.replace("\u2019", "'"))
+    if found is None:
+        return None
+    relation = " ".join(found["relation"].lower().split())
+    name = found["name"]
+    return f"{relation} {name}" if name and name[:1].isupper() and name.lower() not in _NOT_PERSON_NAMES else relation
 
 
 def statements(clause: str) -> list[Statement]:
