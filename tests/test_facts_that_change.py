@@ -124,6 +124,8 @@ def test_a_correction_is_a_memory_that_names_the_statement_it_corrects() -> None
     _session("My essay on the French revolution is due Friday.", "Good luck!",
              "I need a correction pass on my essay on the French revolution before Friday."),
     _session("My mom wants to plan the trip to Rome.", "Nice!", "I meant to ask: should my mom book the Rome trip?"),
+    _session("Spider-Man has always been a favorite of mine.", "Same!",
+             "Spider-Man is the best - I mean, who doesn't love Peter Parker? A favorite of mine forever."),
 ])
 def test_no_correction_without_an_earlier_statement_it_corrects(texts: list[dict[str, str]]) -> None:
     found = extract_offline(texts, ExtractContext("s", 0, SESSION))
@@ -214,3 +216,14 @@ def test_a_turn_about_another_person_ranks_below_the_user_s_own_fact(tmp_path: P
         assert "Valencia" in hits[0].info.content
         hits = tree.recall("is Jonas running a marathon?", scope="user:mia", min_score=0, k=3)
         assert "Jonas" in hits[0].info.content  # a question that names him asks about him
+
+
+def test_a_candidate_whose_key_names_nothing_is_passed_over_not_committed(tmp_path: Path) -> None:
+    # LoCoMo: "I'm passionate about - I'm loving it." once gave a preference keyed "-", and the
+    # whole commit_session raised InvalidInputError on the extractor's own candidate
+    chat = [{"role": "Nate", "content": "I'm able to make a living at something I'm passionate about - I'm loving it."}]
+    found = extract_offline(chat, ExtractContext("s", 0, SESSION))
+    assert all(c.key.strip("-–— ") for c in found)
+    with _open(tmp_path / "t") as tree:
+        result = tree.commit_session(chat, session_id="s1", scope="user:nate")
+        assert result.op_id is not None

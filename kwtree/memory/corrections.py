@@ -29,14 +29,15 @@ from kwtree.normalize import terms
 __all__ = ["MARKER", "MIN_SHARED_TERMS", "Correction", "correction"]
 
 #: What a speaker says to take back something said before, leading a sentence (after at most
-#: three interjections: "oh", "wait", "sorry" ...): "I need a correction to my essay" and "I
-#: meant to ask" take nothing back. "actually" alone is an opinion's opener ("actually, I love
-#: it"): it corrects only as "actually, it's / that's / the ... is".
+#: three interjections: "oh", "wait", "sorry" ...): "I need a correction to my essay", "I
+#: meant to ask" and the filler "I mean, who doesn't love it" take nothing back. "actually"
+#: alone is an opinion's opener ("actually, I love it"): it corrects only as "actually, it's /
+#: that's / the ... is".
 MARKER = re.compile(
     r"(?:^|[.!?;:\n]\s*|\s[-\u2013\u2014]\s)\s*(?:(?:oh|wait|sorry|oops|ok|okay|hmm|um|no|ah|and|so|yes|pls|please)"
     r"[,!.]*\s+){0,3}"
     r"(?:correction|scratch that|wait,? no|no,? wait|i mixed (?:it|them|that|those) up|i got (?:it|that) wrong|"
-    r"my mistake|my bad|i meant(?! to\b)|i mean,|"
+    r"my mistake|my bad|i meant(?! to\b)|"
     r"actually,? (?:it's|it is|it was|its|that's|that is|they're|he's|she's|the \w+ (?:is|was|starts|started)))"
     r"(?![\w'])", re.IGNORECASE)
 #: "not X" names the value taken back: X is the clause's next few words.

@@ -60,6 +60,7 @@ from kwtree.memory.statements import (
 )
 from kwtree.memory.statements import phrase as _phrase
 from kwtree.memory.when import resolve_when
+from kwtree.normalize import normalize_name
 from kwtree.retrieval.smalltalk import small_talk
 
 __all__ = ["CONFIDENCE", "MAX_CANDIDATES_PER_CALL", "MAX_CANDIDATES_PER_MESSAGE", "MAX_SCANNED_CHARS",
@@ -140,6 +141,9 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Ext
             passed.extend(_passed(said, f"small talk ({chatter})"))
             said = []
         from_message = [*skills.get(index, ()), *said]
+        nameless = [candidate for candidate in from_message if not normalize_name(candidate.key)]
+        passed.extend(_passed(nameless, "its key names nothing (punctuation only)"))
+        from_message = [candidate for candidate in from_message if normalize_name(candidate.key)]
         found.extend(from_message[:MAX_CANDIDATES_PER_MESSAGE])
         passed.extend(_passed(from_message[MAX_CANDIDATES_PER_MESSAGE:],
                               f"over MAX_CANDIDATES_PER_MESSAGE ({MAX_CANDIDATES_PER_MESSAGE}) for one message"))
@@ -340,7 +344,7 @@ def _about_clause(clause: str, speaker: str, index: int, anchor: float | None,
     liked = _PREFERENCE.search(sentence)
     if liked:
         topic = _ARTICLES.sub("", _phrase(liked["topic"], VALUE_END))
-        if topic and topic.split()[0].lower() not in _PRONOUNS:
+        if normalize_name(topic) and topic.split()[0].lower() not in _PRONOUNS:  # not "about - I'm loving it"
             verb = " ".join((liked["verb"] or liked["bare"]).split())
             dislike = _DISLIKE.search(verb) is not None
             sense = "dislikes" if dislike else "likes"
