@@ -583,14 +583,22 @@ def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: f
     sources = info.metadata.get("sources")
     turns = {turn for turn in sources if isinstance(turn, str)} if isinstance(sources, list) else set()
     marked = {info.id, *turns}
-    if turns:
-        for kid in state.subtree(scope_id):
-            for iid in state.infos_by_keyword.get(kid, ()):
-                other = state.infos[iid]
-                drawn = other.metadata.get("sources")
-                if info.content in other.content and isinstance(drawn, list) and turns.intersection(drawn):
-                    marked.add(iid)
+    marked.update(other.id for other in _drawn_from(state, scope_id, turns) if info.content in other.content)
     _mark(draft, marked - {by}, by, until)
+
+
+def _drawn_from(state: State, scope_id: str, turns: set[str]) -> list[Info]:
+    """The infos of the scope (keyword ``scope_id``) drawn from any of ``turns`` (their
+    ``sources``), each once."""
+    if not turns:
+        return []
+    found: dict[str, Info] = {}
+    for kid in state.subtree(scope_id):
+        for iid in state.infos_by_keyword.get(kid, ()):
+            sources = state.infos[iid].metadata.get("sources")
+            if isinstance(sources, list) and turns.intersection(sources):
+                found[iid] = state.infos[iid]
+    return list(found.values())
 
 
 def _mark(draft: _Draft, info_ids: Iterable[str], by: str, until: float) -> None:
@@ -616,17 +624,14 @@ def _correct(draft: _Draft, plan: CommitPlan, scope_id: str, memory: str, candid
     state = draft.state
     said = set(terms(sentence))
     drawn, marked = set(), set()
-    for kid in state.subtree(scope_id):
-        for iid in state.infos_by_keyword.get(kid, ()):
-            info = state.infos[iid]
-            sources = info.metadata.get("sources")
-            if iid == memory or not isinstance(sources, list) or turn not in sources:
-                continue
-            drawn.add(iid)
-            own = set(terms(info.content))
-            if info.content.strip() in sentence or sentence in info.content \
-                    or (own and len(own & said) >= CORRECTED_SHARE * len(own)):
-                marked.add(iid)
+    for info in _drawn_from(state, scope_id, {turn}):
+        if info.id == memory:
+            continue
+        drawn.add(info.id)
+        own = set(terms(info.content))
+        if info.content.strip() in sentence or sentence in info.content \
+                or (own and len(own & said) >= CORRECTED_SHARE * len(own)):
+            marked.add(info.id)
     whole = state.infos[turn].content
     if len(sentence) >= CORRECTED_SHARE * len(whole) or (drawn and drawn == marked):
         marked.add(turn)

@@ -133,17 +133,16 @@ def extract_offline(messages: Sequence[Message], context: ExtractContext) -> Ext
             if speaker is not None:
                 said.extend(_filed_by_name(list(_about_speaker(sentence, speaker, index, anchor))))
             said.extend(_cases(parts, position, index, anchor))
-        corrects = correction(messages, index) if speaker is not None else None
-        if corrects is not None and speaker is not None:
+        if speaker is not None and (corrects := correction(messages, index)) is not None:
             said.insert(0, _correction(corrects, text, speaker, anchor))
         chatter = small_talk(text)
         if chatter is not None:
             passed.extend(_passed(said, f"small talk ({chatter})"))
             said = []
         from_message = [*skills.get(index, ()), *said]
-        nameless = [candidate for candidate in from_message if not normalize_name(candidate.key)]
-        passed.extend(_passed(nameless, "its key names nothing (punctuation only)"))
-        from_message = [candidate for candidate in from_message if normalize_name(candidate.key)]
+        named = [candidate for candidate in from_message if normalize_name(candidate.key)]
+        passed.extend(_passed([c for c in from_message if c not in named], "its key names nothing (punctuation only)"))
+        from_message = named
         found.extend(from_message[:MAX_CANDIDATES_PER_MESSAGE])
         passed.extend(_passed(from_message[MAX_CANDIDATES_PER_MESSAGE:],
                               f"over MAX_CANDIDATES_PER_MESSAGE ({MAX_CANDIDATES_PER_MESSAGE}) for one message"))

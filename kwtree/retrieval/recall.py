@@ -100,7 +100,7 @@ SUMMARY_STANDING = 0.5
 #: A memory about someone else (metadata ``SUBJECT``: "sister", "Tom") for a question that does
 #: not name them: "where does she work?" asks about the user, not her sister who works at Google.
 OTHER_STANDING = 0.5
-_STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other", "recency")
+_STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other")
 #: A question about now (``kwtree.retrieval.dated.asked_time``: "where does she work these
 #: days?") multiplies each candidate's score by ``1 - RECENCY * age``, ``age`` its place between
 #: the newest (0) and the oldest (1) candidate by when it happened; one about the past the other
@@ -147,12 +147,12 @@ class RecallWeights:
     recency: float = RECENCY
 
     def __post_init__(self) -> None:
-        for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", *_STANDINGS):
+        for name in ("a", "bm25", "vector", "thread", "reply", "feedback", "signpost_alpha", "recency", *_STANDINGS):
             value = getattr(self, name)
             number = finite_number(value)
             if number is None or number < 0:
                 raise InvalidInputError(f"RecallWeights.{name} must be a finite number >= 0, got {shown(value)}")
-        for name in ("a", "signpost_alpha", *_STANDINGS):
+        for name in ("a", "signpost_alpha", "recency", *_STANDINGS):
             if getattr(self, name) > 1:
                 raise InvalidInputError(f"RecallWeights.{name} must be in [0, 1], got {shown(getattr(self, name))}")
 
