@@ -60,6 +60,7 @@ from kwtree.models import (
 from kwtree.normalize import normalize_name
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from kwtree import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.agent.anthropic_client import AnthropicLLMClient
     from kwtree.agent.clients import LLMClient, StubLLMClient
     from kwtree.agent.llm_env import llm_from_env
@@ -73,7 +74,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.commit import CommitDecision, CommitFallback, CommitOptions, CommitResult
     from kwtree.memory.dedup import DedupThresholds
     from kwtree.memory.policies import Policy
-    from kwtree.ops import git as git  # a module, so not in __all__; "as git" exports it
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
@@ -118,7 +118,7 @@ _LAZY_NAMES = {
     "verify_directory": "kwtree.ops.verify",
 }
 #: Public modules imported on first use: ``kwtree.git.setup(dir)`` after ``import kwtree``.
-_LAZY_MODULES = {"git": "kwtree.ops.git"}
+_LAZY_MODULES = {"git": "kwtree.git"}
 
 __all__ = [
     "PROVENANCES",

@@ -360,8 +360,12 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
         _route(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
     if summary_info is not None:
         summary = summarise(plan.messages, plan.first_new, plan.candidates, summary_info.metadata)
+        when = _session_when(plan, session_time)
+        if when is None:
+            when = summary_info.metadata.get(HAPPENED_AT)
+        dated = {HAPPENED_AT: when} if when is not None else {}
         draft.update_info(summary_info, summary_text(plan.session_id, summary),
-                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary},
+                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary, **dated},
                           least_trusted((summary_info.provenance, said)))
     metadata: dict[str, Any] = {**session_kw.metadata, "session_id": plan.session_id,
                                 "seen": len(plan.messages), "digest": digest(plan.messages)}
@@ -372,6 +376,16 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
     check_consistent(state, changes, "commit_session")
     plan.audit["decisions"] = [_decision_audit(d) for d in plan.decisions]
     return in_apply_order(state, changes)
+
+
+def _session_when(plan: CommitPlan, session_time: float | None) -> float | None:
+    """When the session happened, for its summary: ``session_time``, else the time of its
+    earliest timed message, else None (then the summary is dated by when it was recorded), so
+    that a time filter reads a summary as the session it sums up."""
+    if session_time is not None:
+        return session_time
+    times = [when for message in plan.messages if (when := parse_time(message.get("ts"), "ts")) is not None]
+    return min(times, default=None)
 
 
 def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: float | None) -> dict[int, str]:
