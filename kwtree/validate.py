@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kwtree.errors import InvalidInputError
+from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.models import EMPTY_METADATA, PROVENANCES, RelationType
 from kwtree.normalize import normalize_name
 
@@ -286,6 +286,19 @@ def clean_path(value: object, field: str) -> Path:
         raise InvalidInputError(f"{field} {shown(path)} has a part longer than {_NAME_MAX} bytes, "
                                 f"which file systems refuse; use a shorter name")
     return Path(path)
+
+
+def check_parent(target: Path, what: str) -> None:
+    """Raise unless the directory that is to hold ``target`` exists: InvalidInputError when a
+    part of its path is a file (``notes.txt/snap.tar``), NotFoundError when it is missing;
+    ``what`` leads the message ("cannot write the snapshot out/x.tar")."""
+    parent = target.parent
+    if parent.is_dir():
+        return
+    blocking = next((part for part in (parent, *parent.parents) if os.path.lexists(part)), None)
+    if blocking is not None and not blocking.is_dir():
+        raise InvalidInputError(f"{what}: {blocking} is a file, not a directory; pass a path inside a directory")
+    raise NotFoundError(f"{what}: the directory {parent} does not exist; create it first")
 
 
 def clean_seconds(value: object, field: str) -> float:

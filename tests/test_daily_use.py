@@ -1,15 +1,18 @@
 """Daily use (issue 27), the smaller items: a session's summary is dated by its session, so a
-time filter reads it as the session; ``import kwtree.git`` works."""
+time filter reads it as the session; ``import kwtree.git`` works; control characters are stored
+as given and shown escaped by the CLI; a snapshot or export under a file names the file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from memory_helpers import scope_part
 
-from kwtree import CommitOptions, KeywordTree
+from kwtree import CommitOptions, InvalidInputError, KeywordTree, NotFoundError
 from kwtree.memory.commit import SUMMARY_KIND
 from kwtree.models import HAPPENED_AT
 
@@ -47,3 +50,33 @@ def test_kwtree_git_imports_as_a_module() -> None:
                          capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "setup"
+
+
+TERMINAL_OUTPUT = "build log \x1b[31mRED\x1b[0m bell\x07 nul\x00 csi\x9b and \x01 here"
+
+
+def test_control_characters_are_stored_as_given_and_shown_escaped(tmp_path: Path) -> None:
+    with _open(tmp_path / "m") as tree:
+        keyword = tree.create_keyword("Terminal")
+        info = tree.create_info(TERMINAL_OUTPUT, keyword_ids=[keyword.id])
+    with _open(tmp_path / "m") as tree:
+        assert tree.get_info(info.id).content == TERMINAL_OUTPUT
+    for command in (["info", info.id], ["infos", keyword.id], ["recall", "build log"]):
+        run = subprocess.run([sys.executable, "-m", "kwtree", command[0], str(tmp_path / "m"), *command[1:]],
+                             capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        assert "\\x1b[31mRED\\x1b[0m bell\\x07 nul\\x00 csi\\x9b and \\x01 here" in run.stdout, command
+        assert not any((ord(ch) < 32 and ch not in "\n\t") or 0x7F <= ord(ch) <= 0x9F for ch in run.stdout), command
+
+
+def test_a_snapshot_or_export_under_a_file_says_the_file_is_in_the_way(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a directory")
+    with _open(tmp_path / "m") as tree:
+        tree.create_keyword("Python")
+        for write in (tree.snapshot, tree.export):
+            for target in (tmp_path / "notes.txt" / "out", tmp_path / "notes.txt" / "deeper" / "out"):
+                with pytest.raises(InvalidInputError, match=r"notes\.txt is a file, not a directory"):
+                    write(target)
+            with pytest.raises(NotFoundError, match="does not exist; create it first"):
+                write(tmp_path / "missing" / "out")
+        assert [name for name in os.listdir(tmp_path) if name != "m"] == ["notes.txt"]

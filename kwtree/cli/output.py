@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -80,8 +81,18 @@ def _time(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
 
 
+#: Control characters other than newline and tab (C0, DEL, C1): stored as given, shown escaped,
+#: so a memory holding terminal output cannot move the cursor, clear the screen or ring the bell.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character other than newline and tab written as ``\\xNN``."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return printable(" ".join(text.split()))
 
 
 def line(value: Any) -> str:
@@ -111,7 +122,7 @@ def show_text(value: Any) -> None:
     elif isinstance(value, Mapping):
         width = max((len(str(key)) for key in value), default=0)
         for key, item in value.items():
-            text = f"{item:.2f}" if isinstance(item, float) else item
+            text = f"{item:.2f}" if isinstance(item, float) else printable(item) if isinstance(item, str) else item
             print(f"{str(key) + ':':<{width + 1}} {text}")
     else:
         print(line(value))

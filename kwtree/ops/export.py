@@ -53,6 +53,7 @@ from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomic
 from kwtree.stores.lock import LOCK_NAME
 from kwtree.stores.manifest import MANIFEST_NAME
 from kwtree.validate import (
+    check_parent,
     clean_label,
     clean_metadata,
     clean_name_key,
@@ -140,8 +141,7 @@ def _export_target(path: object) -> Path:
     target = clean_path(path, "path")
     if target.is_dir():
         raise InvalidInputError(f"path {target} is a directory; give the path of the file to write")
-    if not target.parent.is_dir():
-        raise NotFoundError(f"path {target}: the directory {target.parent} does not exist; create it first")
+    check_parent(target, f"path {target}")
     return target
 
 

@@ -41,7 +41,6 @@ import orjson
 from kwtree.errors import (
     FormatError,
     InvalidInputError,
-    NotFoundError,
     StorageError,
     storage_error,
 )
@@ -70,7 +69,7 @@ from kwtree.stores.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
 )
-from kwtree.validate import clean_path
+from kwtree.validate import check_parent, clean_path
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
@@ -101,7 +100,7 @@ def clean_target(directory: Path, path: object) -> Path | None:
 
     Raises InvalidInputError if it is not a path, already exists, or lies inside the tree's
     directory (a restore replaces that directory, and a backup must not live in what it backs
-    up), and NotFoundError if its directory does not exist.
+    up) or a part of its path is a file, and NotFoundError if its directory does not exist.
     """
     if path is None:
         return None
@@ -115,9 +114,7 @@ def clean_target(directory: Path, path: object) -> Path | None:
     if os.path.lexists(target):
         raise InvalidInputError(f"{target} already exists: a snapshot never overwrites a file; "
                                 "delete it or pass another path")
-    if not target.parent.is_dir():
-        raise NotFoundError(f"cannot write the snapshot {target}: directory {target.parent} does not exist; "
-                            "create it first")
+    check_parent(target, f"cannot write the snapshot {target}")
     return target
 
 
