@@ -3,6 +3,8 @@ separate cache directories share one log on a real server (tests/postgres_server
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -327,3 +329,20 @@ def test_a_search_keeps_its_own_caches_while_another_machine_holds_the_trees_loc
     elsewhere.close()
     writer.close()
     reader.close()
+
+
+def test_kwtree_init_log_url_makes_a_directory_whose_log_is_in_postgresql(tmp_path: Path, log_url: str) -> None:
+    def kwtree_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kwtree", *argv], capture_output=True, text=True, check=False)
+
+    made = kwtree_cli("init", str(tmp_path / "a"), "--log", log_url)
+    assert made.returncode == 0, made.stderr
+    assert "its log in PostgreSQL" in made.stdout
+    added = kwtree_cli("add", str(tmp_path / "a"), "Python")
+    assert added.returncode == 0, added.stderr
+    assert (tmp_path / "a" / "log.json").is_file()  # the directory records where its log is ...
+    assert not list((tmp_path / "a" / "log").glob("*.jsonl"))  # ... and holds no segment of it
+    with KeywordTree(tmp_path / "b", log=log_url) as other:  # another machine's caches
+        assert [k.name for k in other.find_keywords("Python")] == ["Python"]
+    refused = kwtree_cli("init", str(tmp_path / "c"), "--log", "mysql://nowhere")
+    assert refused.returncode == 1 and "postgresql://" in refused.stderr

@@ -135,8 +135,10 @@ def _plan(file: str) -> Any:
 
 
 def _init(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
+    from kwtree.stores.postgres import redacted
     operations = tree.tree_metrics()["operations"]
-    return {"data_dir": str(tree.data_dir), "operations": operations, "last_op_id": tree.last_op_id}
+    return {"data_dir": str(tree.data_dir), "operations": operations, "last_op_id": tree.last_op_id,
+            "log": redacted(args.log) if args.log else None}
 
 
 def _keywords_of(tree: KeywordTree, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -300,7 +302,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "init", "KeywordTree(DIR)", "create a tree in a new or empty directory (a tree already there is kept)",
         example="./memory", opens="create", call=_init,
-        show=lambda r, t, a: print(f"{a.dir}: a kwtree directory with {r['operations']} operation(s)"),
+        show=lambda r, t, a: print(f"{a.dir}: a kwtree directory with {r['operations']} operation(s)"
+                                   + (f", its log in PostgreSQL ({r['log']})" if r["log"] else "")),
+        args=(arg("--log", metavar="URL", help="keep the log in PostgreSQL at this postgresql:// URL; DIR "
+                                               "holds this machine's caches (docs/scaling.md)"),),
     ),
     Command(
         "load", "kwtree.cli.outline.load_outline", "add the keywords, infos and relations of an outline file",
@@ -743,7 +748,8 @@ def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
     if command.opens == "write" and not (args.dir / MANIFEST_NAME).is_file():
         # A mistyped DIR must not silently become a new, empty tree.
         raise NotFoundError(f"{args.dir} is not a kwtree directory; create it with `kwtree init {args.dir}`")
-    return kwtree.KeywordTree(args.dir, durability=args.durability, actor=args.actor, **agent)
+    log = {"log": args.log} if getattr(args, "log", None) else {}  # init --log URL
+    return kwtree.KeywordTree(args.dir, durability=args.durability, actor=args.actor, **log, **agent)
 
 
 def run(command: Command, args: argparse.Namespace) -> None:
