@@ -73,6 +73,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, PassedOver
     from kwtree.memory.commit import CommitDecision, CommitFallback, CommitOptions, CommitResult
     from kwtree.memory.dedup import DedupThresholds
+    from kwtree.memory.listing import ListedMemory, MemoryPage
     from kwtree.memory.policies import Policy
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
@@ -92,6 +93,8 @@ _LAZY_NAMES = {
     "CommitFallback": "kwtree.memory.commit",
     "CommitOptions": "kwtree.memory.commit",
     "CommitResult": "kwtree.memory.commit",
+    "ListedMemory": "kwtree.memory.listing",
+    "MemoryPage": "kwtree.memory.listing",
     "CompactionReport": "kwtree.ops.compaction",
     "DedupThresholds": "kwtree.memory.dedup",
     "ExtractContext": "kwtree.memory.candidates",
@@ -166,8 +169,10 @@ __all__ = [
     "Limits",
     "Link",
     "LinkedKeyword",
+    "ListedMemory",
     "LockTimeoutError",
     "Memory",
+    "MemoryPage",
     "MergeConflictError",
     "NotFoundError",
     "OpenAILLMClient",

@@ -1,5 +1,6 @@
 """The agent-memory commands of ``kwtree``: ``commit`` (``KeywordTree.commit_session``),
-``assemble`` and ``bootstrap`` (the lifecycle hooks of the same names).
+``assemble`` and ``bootstrap`` (the lifecycle hooks of the same names), and ``memories``
+(``KeywordTree.list_memories``).
 
 Rows of the command table (``kwtree.cli.table.Command``) that ``kwtree.cli.main.COMMANDS``
 takes in; each opens the tree, makes its one call and prints the result.
@@ -15,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from kwtree.cli.table import Command, arg
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.models import SUPERSEDED_BY
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
     from kwtree.memory.commit import CommitResult
+    from kwtree.memory.listing import MemoryPage
 
 __all__ = ["COMMANDS", "read_session"]
 
@@ -65,6 +68,34 @@ def _show_commit(result: CommitResult, tree: KeywordTree, args: argparse.Namespa
         print(f"{decision.info_id or '-'}\t{decision.action}\t{decision.category}/{decision.key}\t{decision.reason}")
 
 
+def _memories(tree: KeywordTree, args: argparse.Namespace) -> MemoryPage:
+    from kwtree.cli.table import parse_metadata
+
+    return tree.list_memories(
+        args.scope, category=args.category, under=args.under, since=args.since, until=args.until,
+        recorded_since=args.recorded_since, recorded_until=args.recorded_until,
+        where=parse_metadata(args.where, "--where"), text=args.text, include_superseded=not args.current,
+        newest_first=args.newest, offset=args.page * args.size, limit=args.size)
+
+
+def _show_memories(page: MemoryPage, tree: KeywordTree, args: argparse.Namespace) -> None:
+    from kwtree.cli.output import printable
+    from kwtree.retrieval.timeline import happened_day
+
+    if args.count:
+        print(page.total)
+        return
+    for listed in page.memories:
+        info = listed.info
+        what = "/".join(str(info.metadata[key]) for key in ("category", "key") if key in info.metadata)
+        mark = "superseded\t" if info.metadata.get(SUPERSEDED_BY) else ""
+        text = printable(" ".join(info.content.split()))
+        print(f"{info.id}\t{happened_day(info) or '-'}\t{listed.scope}\t{what or '-'}\t{mark}{text}")
+    if page.remaining:  # on stderr, so that `| cut -f1` still gives ids
+        print(f"memories {page.offset + 1}-{page.offset + len(page.memories)} of {page.total}; "
+              f"{page.remaining} more: --page {args.page + 1}", file=sys.stderr)
+
+
 _SCOPE = arg("--scope", action="append", required=True, metavar="SCOPE",
               help="whose memories, e.g. user:alice (repeatable: any of them)")
 
@@ -98,5 +129,26 @@ COMMANDS: tuple[Command, ...] = (
         call=lambda t, a: t.bootstrap(a.scope, a.max_tokens),
         args=(_SCOPE, arg("--max-tokens", type=int, default=800, metavar="N", help="the budget (default: 800)")),
         show=lambda r, t, a: print(r),
+    ),
+    Command(
+        "memories", "KeywordTree.list_memories",
+        "list, filter and count the memories of a scope (or of every scope), a page at a time",
+        example="./memory --scope user:alice --category preferences --since 2020-01-01", opens="read",
+        call=_memories, show=_show_memories,
+        args=(arg("--scope", action="append", metavar="SCOPE",
+                  help="whose memories, e.g. user:alice (repeatable; default: every scope)"),
+              arg("--category", metavar="NAME", help="only this category: profile, preferences, events ..."),
+              arg("--under", metavar="KEYWORD_ID", help="only memories linked under this keyword"),
+              arg("--since", metavar="TIME", help="happened at or after TIME (epoch seconds or ISO 8601)"),
+              arg("--until", metavar="TIME", help="happened at or before TIME"),
+              arg("--recorded-since", metavar="TIME", help="recorded at or after TIME"),
+              arg("--recorded-until", metavar="TIME", help="recorded at or before TIME"),
+              arg("--where", metavar="JSON", help="metadata filters, mem0's: '{\"key\": \"diet\"}'"),
+              arg("--text", metavar="TEXT", help="only memories whose content holds TEXT (any case)"),
+              arg("--current", action="store_true", help="leave out superseded values"),
+              arg("--newest", action="store_true", help="newest first (default: oldest first)"),
+              arg("--count", action="store_true", help="print only how many match"),
+              arg("--page", type=int, default=0, metavar="N", help="page number, from 0"),
+              arg("--size", type=int, default=50, metavar="N", help="memories per page (default: 50)")),
     ),
 )

@@ -51,17 +51,18 @@ def parse_depth(text: str) -> int:
     return int(text)
 
 
-def parse_metadata(text: str | None) -> dict[str, Any] | None:
-    """Parse ``--metadata``; a bad value is a library-style error (exit 1), like bad input."""
+def parse_metadata(text: str | None, flag: str = "--metadata") -> dict[str, Any] | None:
+    """Parse ``--metadata`` (or ``flag``, another JSON-object option); a bad value is a
+    library-style error (exit 1), like bad input."""
     if text is None:
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
-            f"--metadata is not valid JSON ({exc}); pass an object like '{{\"k\": 1}}'") from None
+            f"{flag} is not valid JSON ({exc}); pass an object like '{{\"k\": 1}}'") from None
     if not isinstance(value, dict):
-        raise InvalidInputError(f"--metadata must be a JSON object like '{{\"k\": 1}}', got {text!r}")
+        raise InvalidInputError(f"{flag} must be a JSON object like '{{\"k\": 1}}', got {text!r}")
     return value
 
 

@@ -22,15 +22,20 @@ heading, a turn or the fence (``kwtree.retrieval.fence``). Their size is measure
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
 
 from kwtree.engine.state import State
-from kwtree.errors import InvalidInputError
+from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.memory import MemoryMethods
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.memory.candidates import Message
 from kwtree.memory.commit import SUMMARY_KIND, CommitResult
+from kwtree.memory.filters import check_filters
+from kwtree.memory.listing import MemoryPage, MemoryQuery, list_memories
 from kwtree.memory.shelf import branch_infos, latest_summary, scope_memories, scope_of
 from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
@@ -39,7 +44,8 @@ from kwtree.retrieval.context import Block
 from kwtree.retrieval.fence import memory_line
 from kwtree.retrieval.scopes import clean_scope, clean_scopes
 from kwtree.retrieval.scopes import scope_keyword as find_scope_keyword
-from kwtree.validate import clean_id, clean_int, clean_provenances
+from kwtree.retrieval.timeline import clean_window
+from kwtree.validate import clean_flag, clean_id, clean_int, clean_label, clean_provenances, clean_text
 
 __all__ = ["HEADINGS", "HookMethods"]
 
@@ -69,6 +75,10 @@ class _Shelf:
                 continue
             if self.block.add(heading, line):
                 self.shown.add(norm)
+
+
+#: A moment as the time filters take it: epoch seconds, a datetime, a date or ISO 8601 text.
+When = float | datetime | date | str | None
 
 
 def _scopes(scope: object) -> tuple[str, ...]:
@@ -112,6 +122,46 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         self._check_open()
         scopes = _scopes(scope)
         return self._read(lambda state: scope_memories(state, scopes))
+
+    def list_memories(self, scope: str | Sequence[str] | None = None, *, category: str | None = None,
+                      under: str | None = None, since: When = None, until: When = None,
+                      recorded_since: When = None, recorded_until: When = None,
+                      where: Mapping[str, Any] | None = None, text: str | None = None,
+                      include_superseded: bool = True, newest_first: bool = False,
+                      offset: int = 0, limit: int = 50) -> MemoryPage:
+        """A page of the memories of ``scope`` (None: of every scope) that are of ``category``,
+        linked under keyword id ``under``, happened ``since``..``until`` and were recorded
+        ``recorded_since``..``recorded_until`` (epoch seconds, a datetime or ISO 8601), whose
+        metadata matches ``where`` (mem0's filters: ``kwtree.memory.filters``) and whose content
+        holds ``text`` (case-insensitive); superseded values too unless ``include_superseded``
+        is False. Oldest recorded first (``newest_first``: the other way), ``offset`` matches
+        skipped, at most ``limit`` (1-10000) kept; ``MemoryPage.total`` and ``remaining`` say
+        how many matched in all and how many lie after the page. InvalidInputError naming the
+        malformed argument, NotFoundError when ``under`` is no live keyword."""
+        self._check_open()
+        scopes = clean_scopes(scope)
+        if category is not None:
+            category = clean_label(category, "category")
+        under_id = clean_id(under, "under") if under is not None else None
+        query = MemoryQuery(
+            scopes=scopes, category=category,
+            happened=clean_window(since, until),
+            recorded=clean_window(recorded_since, recorded_until, ("recorded_since", "recorded_until")),
+            where=check_filters(where, "where") if where is not None else None,
+            text=clean_text(text, "text", allow_empty=False) if text is not None else None,
+            include_superseded=clean_flag(include_superseded, "include_superseded"),
+            newest_first=clean_flag(newest_first, "newest_first"))
+        start, size = clean_int(offset, "offset", 0), clean_int(limit, "limit", 1, 10_000)
+
+        def read(state: State) -> MemoryPage:
+            if under_id is None:
+                return list_memories(state, query, start, size)
+            if state.live_keyword(under_id) is None:
+                raise NotFoundError(f"under: no live keyword has id {under_id!r}")
+            return list_memories(state, dataclasses.replace(query, under=frozenset(state.subtree(under_id))),
+                                 start, size)
+
+        return self._read(read)
 
     def memory_scope(self, info_id: str) -> str | None:
         """The scope path the memory ``info_id`` belongs to, or None when it is not a live

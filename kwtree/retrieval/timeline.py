@@ -82,13 +82,14 @@ def _moment(value: object, field: str, end_of_day: bool) -> float:
         raise InvalidInputError(f"{field} {shown(value)} is out of range") from None
 
 
-def clean_window(since: object, until: object) -> Window | None:
+def clean_window(since: object, until: object, fields: tuple[str, str] = ("since", "until")) -> Window | None:
     """The window ``since``..``until`` (either may be None), checked; None when both are.
-    InvalidInputError naming the field that is malformed, or both when since is after until."""
-    start = None if since is None else _moment(since, "since", end_of_day=False)
-    end = None if until is None else _moment(until, "until", end_of_day=True)
+    InvalidInputError naming the field (``fields``: the caller's names of the two) that is
+    malformed, or both when since is after until."""
+    start = None if since is None else _moment(since, fields[0], end_of_day=False)
+    end = None if until is None else _moment(until, fields[1], end_of_day=True)
     if start is not None and end is not None and start > end:
-        raise InvalidInputError(f"since ({shown(since)}) is after until ({shown(until)}); swap them")
+        raise InvalidInputError(f"{fields[0]} ({shown(since)}) is after {fields[1]} ({shown(until)}); swap them")
     return None if start is None and end is None else (start, end)
 
 
