@@ -134,6 +134,8 @@ def test_public_api_is_pinned():
         "ReadOnlyError", "Relation", "RelationType", "Report", "SearchResult", "SearchStatus", "StorageError",
         "UndoConflictError", "VersionConflictError", "normalize_name", "repair_directory", "restore",
         "verify_directory",
+        # issue 27: what list_memories returns
+        "ListedMemory", "MemoryPage",
         # issue 14: what the constructor and recall take or return
         "Embedder", "HashEmbedder", "Hit", "LinkedKeyword", "LLMClient", "RecallWeights", "StubLLMClient",
         # issue 15: what commit_session takes or returns, and what an extractor is made of

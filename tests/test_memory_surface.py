@@ -65,16 +65,17 @@ def test_alice_never_sees_bob(mem: Memory) -> None:
     assert {item["user_id"] for item in alice} == {"alice"}
 
 
-def test_the_ids_name_one_scope_path_and_a_read_sees_it_and_what_is_nested(mem: Memory) -> None:
+def test_add_s_ids_name_one_scope_path_and_a_read_filters_by_the_ids_it_is_given(mem: Memory) -> None:
     mem.add("I love green tea.", user_id="alice", agent_id="coder", run_id="42")
     mem.add("I love black coffee.", run_id="42")
     (item,) = mem.get_all(user_id="alice")["results"]
     assert mem.tree.memory_scope(item["id"]) == "user:alice/agent:coder/run:42"
     assert (item["user_id"], item["agent_id"], item["run_id"]) == ("alice", "coder", "42")
     assert mem.get_all(user_id="alice", agent_id="coder")["results"] == [item]
-    assert mem.get_all(agent_id="coder")["results"] == []  # agent:coder alone is another scope
-    (run_only,) = mem.get_all(run_id="42")["results"]  # only what was added with run_id alone
-    assert run_only["memory"] == "I love black coffee." and "user_id" not in run_only
+    assert mem.get_all(agent_id="coder")["results"] == [item]  # as mem0: every memory of agent coder
+    run_42 = mem.get_all(run_id="42")["results"]  # every memory of run 42, whoever's
+    assert [found["memory"] for found in run_42] == ["I love green tea.", "I love black coffee."]
+    assert "user_id" not in run_42[1]
 
 
 def test_archived_turns_and_summaries_are_not_memories(mem: Memory) -> None:

@@ -36,7 +36,7 @@ from kwtree.memory.candidates import Message
 from kwtree.memory.commit import SUMMARY_KIND, CommitResult
 from kwtree.memory.filters import check_filters
 from kwtree.memory.listing import MemoryPage, MemoryQuery, list_memories
-from kwtree.memory.shelf import branch_infos, latest_summary, scope_memories, scope_of
+from kwtree.memory.shelf import all_scopes, branch_infos, latest_summary, scope_memories, scope_of
 from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import relevance
@@ -162,6 +162,12 @@ class HookMethods(MemoryMethods, RetrievalMethods):
                                  start, size)
 
         return self._read(read)
+
+    def scopes(self) -> list[str]:
+        """The path of every scope the tree holds ("user:alice", "user:alice/run:42" ...), each
+        before the scopes nested in it."""
+        self._check_open()
+        return self._read(all_scopes)
 
     def memory_scope(self, info_id: str) -> str | None:
         """The scope path the memory ``info_id`` belongs to, or None when it is not a live

@@ -7,12 +7,18 @@ and keeps calling ``add``, ``search``, ``get``, ``get_all``, ``update``, ``delet
 ``updated_at``, ``user_id`` / ``agent_id`` / ``run_id``). What mem0 lacks is added: ``undo``,
 ``as_of`` (a read-only view of the past) and ``forget`` (erasure, not a soft delete).
 
-Whose memories: the ids name a scope path, ``user:<user_id>/agent:<agent_id>/run:<run_id>``
-with only the ids given, in that fixed order. A read sees that scope and the scopes nested in
-it: ``user_id="alice"`` sees alice's memories of every agent and run; ``run_id="42"`` alone
-sees the scope ``run:42`` (memories added with only that run id), not alice's run 42 (mem0
-would show every memory tagged run 42, whoever's it is). At least one id is required, as in
-mem0.
+Whose memories: ``add``'s ids name a scope path, ``user:<user_id>/agent:<agent_id>/run:<run_id>``
+with only the ids given, in that fixed order. A read (``get_all``, ``search``, ``delete_all``)
+takes any combination of ids as mem0 does, as a filter: it sees every memory whose scope holds
+all the ids given. ``user_id="alice"`` sees alice's memories of every agent and run;
+``run_id="42"`` sees every memory added with run id 42, whoever's it is; ``user_id="alice",
+run_id="42"`` those of alice's run 42, with or without an agent id. At least one id is
+required, as in mem0.
+
+Where: ``Memory()`` without a path opens the default directory, ``$KWTREE_HOME`` if set, else
+``$XDG_DATA_HOME/kwtree/memory`` (``~/.local/share/kwtree/memory``); ``Memory.from_config``
+takes mem0's config dict (``CONFIG_KEYS``). ``add`` returns once what it stored is embedded
+(``embed_async=False`` unless given), so ``search`` finds it by meaning at once, as mem0's does.
 
 What is a memory here: what ``commit_session`` extracted and what ``add(infer=False)`` stored,
 never the archived turns and session summaries (``KeywordTree.memories``). The rest of the
@@ -27,10 +33,12 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kwtree.agent.llm_env import llm_from_env
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.facade.mem0_config import read_config
 from kwtree.facade.tree import KeywordTree, check_options
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
 from kwtree.memory.commit import USER_METADATA, CommitOptions, CommitResult
@@ -40,6 +48,7 @@ from kwtree.memory.policies import POLICIES, Policy
 from kwtree.memory.when import parse_time
 from kwtree.models import Hit, Info, Operation
 from kwtree.retrieval import relevance
+from kwtree.retrieval.scopes import MAX_SCOPES
 from kwtree.validate import check_unicode, clean_flag, clean_id, clean_int, clean_metadata, clean_text, shown
 
 if TYPE_CHECKING:
@@ -47,7 +56,7 @@ if TYPE_CHECKING:
     from kwtree.caches.embed import Embedder
     from kwtree.ops.forget import ForgetReport
 
-__all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory", "verbatim_options"]
+__all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory", "default_directory", "verbatim_options"]
 
 #: The scope kind of each id, in the order a scope path holds them.
 ID_KINDS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
@@ -119,8 +128,25 @@ def verbatim_options(metadata: Mapping[str, Any] | None = None, provenance: str 
                          metadata=metadata, provenance=provenance)
 
 
+def default_directory() -> Path:
+    """Where ``Memory()`` keeps its tree when given no path: ``$KWTREE_HOME`` if set, else
+    ``$XDG_DATA_HOME/kwtree/memory``, ``XDG_DATA_HOME`` defaulting to ``~/.local/share`` (the
+    XDG base directory rule for a program's data)."""
+    home = os.environ.get("KWTREE_HOME")
+    if home:
+        return Path(home)
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "kwtree" / "memory"
+
+
+def _covers(scope: str, wanted: Mapping[str, str]) -> bool:
+    held = ids_of(scope)
+    return all(held.get(field) == value for field, value in wanted.items())
+
+
 class Memory:
-    """mem0's ``Memory`` calls over a KeywordTree in ``path`` (created when new), which it owns:
+    """mem0's ``Memory`` calls over a KeywordTree in ``path`` (created when new; None: the
+    default directory, ``default_directory()``), which it owns:
     ``close()`` (or a ``with`` block) releases it. ``llm`` (a kwtree LLMClient) makes extraction,
     dedup and placement use the model; without it, the model ``KWTREE_LLM`` names does
     (``kwtree.agent.llm_env.llm_from_env``, the setting the ``kwtree`` command, ``kwtree mcp``
@@ -129,13 +155,15 @@ class Memory:
     ``llm_client`` raises InvalidInputError). Every call checks its arguments first:
     InvalidInputError names the field and nothing is written."""
 
-    def __init__(self, path: str | os.PathLike[str], llm: LLMClient | None = None, embedder: Embedder | None = None,
-                 **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, llm: LLMClient | None = None,
+                 embedder: Embedder | None = None, **options: Any) -> None:
         check_options(options, "Memory", {"data_dir": "path", "llm_client": "llm"})
+        path = default_directory() if path is None else path
+        options = {"embed_async": False, **options}  # add returns with its memories searchable by meaning
         self._path, self._llm, self._embedder, self._options = path, llm, embedder, options
+        self._client = llm if llm is not None else llm_from_env()
         #: The KeywordTree underneath, for every call mem0 does not have.
-        self.tree = KeywordTree(path, llm_client=llm if llm is not None else llm_from_env(), embedder=embedder,
-                                **options)
+        self.tree = KeywordTree(path, llm_client=self._client, embedder=embedder, **options)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -151,6 +179,29 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"Memory({self.tree!r})"
+
+    @property
+    def llm(self) -> LLMClient | None:
+        """The LLM client extraction, dedup and placement ask (None: the offline rules)."""
+        return self._client
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Memory:
+        """A Memory from mem0's config dict, with the keys that map to kwtree (``CONFIG_KEYS``,
+        ``kwtree.facade.mem0_config``): the directory (``vector_store.config.path`` or
+        ``path``), the LLM (``llm``: OpenAI-compatible providers and Anthropic) and the
+        embedder (``embedder``: kwtree's own). Any other key, provider or setting raises
+        InvalidInputError naming it (``graph_store``, ``vector_store.provider`` ...)."""
+        path, llm, embedder = read_config(config)
+        return cls(path, llm, embedder)
+
+    def reset(self) -> None:
+        """Erase every memory, as mem0's ``reset`` empties its store: each scope is forgotten
+        (``KeywordTree.forget(scope=...)``: its memories and archived sessions leave the log,
+        the indexes and later snapshots). The Memory stays open and usable."""
+        for scope in self.tree.scopes():
+            if "/" not in scope:  # a top-level scope takes the ones nested in it along
+                self.tree.forget(scope=scope)
 
     # --- mem0's calls -----------------------------------------------------------------------
 
@@ -203,7 +254,7 @@ class Memory:
         ``metadata`` and ids match. Archived turns are never results. A fact the user has since
         changed ranks below current ones unless ``include_superseded`` (the history on
         purpose: mem0's ``latest_only=False``)."""
-        scope = scope_path(user_id, agent_id, run_id)
+        scopes = self._scopes(user_id, agent_id, run_id)
         limit = clean_int(limit, "limit", 1, 1000)
         checked = check_filters(filters) if filters is not None else None
         floor = relevance.MIN_SCORE
@@ -211,8 +262,7 @@ class Memory:
             if type(threshold) not in (int, float) or not 0 <= threshold <= 1:
                 raise InvalidInputError(f"threshold must be a number from 0 to 1, got {shown(threshold)}")
             floor = float(threshold)
-        hits = self.tree.recall(query, k=min(1000, max(50, limit * 5)), scope=scope, min_score=floor,
-                                include_superseded=include_superseded)
+        hits = self._recall(query, min(1000, max(50, limit * 5)), scopes, floor, include_superseded)
         found = []
         for hit in hits:
             item = self._item_of(hit.info, hit)
@@ -239,11 +289,11 @@ class Memory:
                 filters: Mapping[str, Any] | None = None, limit: int = 100) -> dict[str, Any]:
         """The scope's memories, oldest first, at most ``limit``: ``{"results": [item, ...]}``;
         ``filters`` as for ``search``."""
-        scope = scope_path(user_id, agent_id, run_id)
+        scopes = self._scopes(user_id, agent_id, run_id)
         limit = clean_int(limit, "limit", 1, 1_000_000)
         checked = check_filters(filters) if filters is not None else None
-        found = []
-        for info in self.tree.memories(scope):
+        found: list[dict[str, Any]] = []
+        for info in self._memories(scopes):
             item = self._item_of(info)
             if item is None:
                 continue
@@ -272,13 +322,13 @@ class Memory:
 
     def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
                    run_id: str | None = None) -> dict[str, str]:
-        """Erase the whole scope the ids name (its memories, archived sessions and nested
-        scopes) with ``KeywordTree.forget(scope=...)``: the text is gone from the log, the
-        indexes and later snapshots, not only hidden (a scope never written to: nothing to
-        do). ``{"message": "Memories deleted successfully!"}``."""
-        scope = scope_path(user_id, agent_id, run_id)
-        with contextlib.suppress(NotFoundError):  # a scope never written to: nothing to erase
-            self.tree.forget(scope=scope)
+        """Erase every scope whose memories the ids select (see the module's docstring), its
+        memories, archived sessions and nested scopes, with ``KeywordTree.forget(scope=...)``:
+        the text is gone from the log, the indexes and later snapshots, not only hidden (no
+        such scope: nothing to do). ``{"message": "Memories deleted successfully!"}``."""
+        for scope in self._scopes(user_id, agent_id, run_id):
+            with contextlib.suppress(NotFoundError):  # a scope never written to: nothing to erase
+                self.tree.forget(scope=scope)
         return {"message": "Memories deleted successfully!"}
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
@@ -328,6 +378,38 @@ class Memory:
         indexes and later snapshots; ``delete`` only hides it)."""
         self._require(memory_id)
         return self.tree.forget(memory_id)
+
+    # --- whose memories -----------------------------------------------------------------------
+
+    def _scopes(self, user_id: object, agent_id: object, run_id: object) -> list[str]:
+        """The scopes a read with these ids sees (the outermost of those holding every id given;
+        the ones nested in them come along), checked as ``scope_path`` checks them."""
+        path = scope_path(user_id, agent_id, run_id)
+        wanted = ids_of(path)
+        fields = [field for field, _ in ID_KINDS]
+        if list(wanted) == fields[:len(wanted)]:  # user, user+agent, user+agent+run: one scope holds them all
+            return [path]
+        found: list[str] = []
+        for scope in self.tree.scopes():  # each before the scopes nested in it
+            if _covers(scope, wanted) and not any(scope.startswith(f"{kept}/") for kept in found):
+                found.append(scope)
+        return found
+
+    def _memories(self, scopes: list[str]) -> list[Info]:
+        found: dict[str, Info] = {}
+        for start in range(0, len(scopes), MAX_SCOPES):
+            found.update((info.id, info) for info in self.tree.memories(scopes[start:start + MAX_SCOPES]))
+        return sorted(found.values(), key=lambda info: (info.created_at, info.id))
+
+    def _recall(self, query: str, k: int, scopes: list[str], floor: float, include_superseded: bool) -> list[Hit]:
+        if not scopes:
+            clean_text(query, "query", allow_empty=False)
+            return []
+        hits: list[Hit] = []
+        for start in range(0, len(scopes), MAX_SCOPES):
+            hits += self.tree.recall(query, k=k, scope=scopes[start:start + MAX_SCOPES], min_score=floor,
+                                     include_superseded=include_superseded)
+        return sorted(hits, key=lambda hit: -hit.score)[:k] if len(scopes) > MAX_SCOPES else hits
 
     # --- the shapes ---------------------------------------------------------------------------
 

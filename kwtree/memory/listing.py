@@ -27,9 +27,8 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.memory.filters import matches
-from kwtree.memory.shelf import scope_memories, scope_of
-from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info
-from kwtree.retrieval.scopes import SCOPE_KEY, scope_keyword
+from kwtree.memory.shelf import all_scopes, scope_memories, scope_of
+from kwtree.models import SUPERSEDED_BY, Info
 from kwtree.retrieval.timeline import Window, in_window
 
 __all__ = ["ListedMemory", "MemoryPage", "MemoryQuery", "list_memories"]
@@ -69,18 +68,6 @@ class MemoryQuery:
     newest_first: bool = False
 
 
-def _every_scope(state: State) -> list[str]:
-    """The paths of the scopes directly under the root (nested ones are inside them)."""
-    found = []
-    for kid in state.children.get(ROOT_ID, []):
-        path = state.keywords[kid].metadata.get(SCOPE_KEY)
-        if isinstance(path, str):
-            held = scope_keyword(state, path) if "/" not in path else None
-            if held is not None and held.id == kid:
-                found.append(path)
-    return found
-
-
 def _keeps(state: State, info: Info, query: MemoryQuery) -> bool:
     metadata = info.metadata
     if query.category is not None and metadata.get("category") != query.category:
@@ -103,7 +90,7 @@ def _keeps(state: State, info: Info, query: MemoryQuery) -> bool:
 def list_memories(state: State, query: MemoryQuery, offset: int, limit: int) -> MemoryPage:
     """The page of the memories ``query`` keeps that starts at match ``offset`` and holds at
     most ``limit`` of them (``query`` and the numbers already checked)."""
-    scopes = query.scopes if query.scopes is not None else tuple(_every_scope(state))
+    scopes = query.scopes if query.scopes is not None else tuple(p for p in all_scopes(state) if "/" not in p)
     kept = [info for info in scope_memories(state, scopes) if _keeps(state, info, query)]
     if query.newest_first:
         kept.reverse()

@@ -16,10 +16,10 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
 from kwtree.memory.commit import BRANCH_KEY, SUMMARY_KIND
 from kwtree.memory.policies import SESSIONS_BRANCH
-from kwtree.models import SUPERSEDED_BY, Info
+from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info
 from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, scope_keyword, scope_subtree
 
-__all__ = ["branch_infos", "latest_summary", "memory_keywords", "overview", "scope_memories", "scope_of",
+__all__ = ["all_scopes", "branch_infos", "latest_summary", "memory_keywords", "overview", "scope_memories", "scope_of",
            "stated_names"]
 
 
@@ -94,6 +94,23 @@ def _is_path(scope: str) -> bool:
     except InvalidInputError:
         return False
     return True
+
+
+def all_scopes(state: State) -> list[str]:
+    """The path of every live scope, each before the scopes nested in it, in tree order."""
+    found: list[str] = []
+
+    def visit(parent: str) -> None:
+        for kid in state.children.get(parent, []):
+            path = state.keywords[kid].metadata.get(SCOPE_KEY)
+            if isinstance(path, str) and _is_path(path):
+                held = scope_keyword(state, path)
+                if held is not None and held.id == kid:
+                    found.append(path)
+                    visit(kid)
+
+    visit(ROOT_ID)
+    return found
 
 
 def scope_of(state: State, info_id: str) -> str | None:
