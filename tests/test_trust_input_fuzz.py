@@ -391,7 +391,10 @@ FUZZED: dict[str, Any] = {
                        "options": _commit_options},
     # issue 15: the lifecycle hooks and the reads under kwtree.Memory
     **{name: {} for name in ("assemble", "bootstrap", "memories", "memory_scope", "scope_keyword", "scopes")},
-    # issue 27: listing memories by what they are
+    # issue 27: a keyword by its name or path; listing memories by what they are
+    "resolve": {"ref": lambda world: st.one_of(st.sampled_from([*world.keywords, "root", "Alpha", "Alpha/Beta",
+                                                                 "root › Alpha", "", "  ", "/"]), TEXT),
+                "field": lambda world: st.sampled_from(["keyword_id", "parent_id"])},
     "list_memories": {
         "category": lambda world: st.one_of(st.none(), st.sampled_from(["profile", "preferences", ""]), TEXT),
         "recorded_since": lambda world: plausible(world)["since"],

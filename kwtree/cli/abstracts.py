@@ -43,6 +43,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--scope", action="append", metavar="SCOPE",
                   help="only keywords inside this scope, e.g. user:alice (repeatable: any of them)"),
               arg("--rebuild", action="store_true", help="rebuild every abstract, fresh ones too")),
+        refs=("keyword_id",),
         show=_show,
     ),
 )

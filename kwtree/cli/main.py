@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
-from kwtree.cli import abstracts, agents, forget, memory
+from kwtree.cli import abstracts, agents, exchange, forget, memory
 from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import (
     agent_warning,
@@ -241,13 +241,6 @@ def _migrate(_: None, args: argparse.Namespace) -> None:
               "a tree opened it there (docs/scaling.md)")
 
 
-def _import(_: None, args: argparse.Namespace) -> None:
-    with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
-        counts, op_id = tree.tree_metrics(), tree.last_op_id
-    print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
-          f"{counts['relations']} relations into {args.dir} (operation {op_id})")
-
-
 # The options of update and update-info have the dests of the patch fields they set.
 KEYWORD_PATCH = ("name", "aliases", "description", "metadata")
 INFO_PATCH = ("content", "source", "metadata")
@@ -321,20 +314,24 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("--root", default=ROOT_ID, metavar="ID", help="start at this keyword (default: the root)"),
               arg("--depth", type=parse_depth, metavar="N", help="show N levels below the start (default: all)")),
         show=lambda r, t, a: show_tree(t, a),
+        refs=("root",),
     ),
     Command(
         "get", "KeywordTree.get_keyword", "show one keyword with all its fields",
         example='./memory "$PY"', opens="read", call=lambda t, a: t.get_keyword(a.id),
         args=(ID,), show=lambda r, t, a: show_detail(r),
+        refs=("id",),
     ),
     Command(
         "children", "KeywordTree.get_children", "list a keyword's children, in the order they arrived",
         example="./memory root", opens="read", call=lambda t, a: t.get_children(a.id), args=(ID,),
+        refs=("id",),
     ),
     Command(
         "path", "KeywordTree.get_path", "the keywords from the root down to this one",
         example='./memory "$ASYNCIO"', opens="read", call=lambda t, a: t.get_path(a.id),
         args=(ID,), show=lambda r, t, a: print(" › ".join(k.name for k in r)),
+        refs=("id",),
     ),
     Command(
         "find", "KeywordTree.find_keywords",
@@ -354,6 +351,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(ID, RELATION,
               arg("--page", type=int, default=0, metavar="N", help="page number, from 0"),
               arg("--size", type=int, default=50, metavar="N", help="infos per page (default: 50)")),
+        refs=("id",),
     ),
     Command(
         "keywords-of", "KeywordTree.get_keywords_of_info",
@@ -367,6 +365,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(ID, arg("--type", help="only relations of this type"),
               arg("--direction", choices=DIRECTIONS, default="out", help="default: out")),
         show=_show_relations,
+        refs=("id",),
     ),
     Command(
         "recall", "KeywordTree.recall",
@@ -382,6 +381,7 @@ COMMANDS: tuple[Command, ...] = (
                   help="rank facts the user has since changed as if current (history on purpose)"),
               SCOPE, MIN_SCORE, PROVENANCE, *TIME_WINDOW),
         show=lambda r, t, a: show_hits(r),
+        refs=("under",),
     ),
     Command(
         "context", "KeywordTree.context",
@@ -417,6 +417,7 @@ COMMANDS: tuple[Command, ...] = (
               ALIASES, DESCRIPTION, METADATA,
               arg("--no-auto-place", action="store_true", help="without --parent, put it under the root")),
         show=lambda r, t, a: print(f"{line(r)}\tunder {' › '.join(k.name for k in t.get_path(r.parent_id))}"),
+        refs=("parent",),
     ),
     Command(
         "update", "KeywordTree.update_keyword",
@@ -429,27 +430,32 @@ COMMANDS: tuple[Command, ...] = (
                   help="the new aliases (repeatable; replaces all of them)"),
               arg("--clear-aliases", action="store_true", help="remove every alias"),
               DESCRIPTION, METADATA),
+        refs=("id",),
     ),
     Command(
         "add-alias", "KeywordTree.add_alias", "add an alias to a keyword",
         example='./memory "$PY" python3', opens="write", call=lambda t, a: t.add_alias(a.id, a.alias),
         args=(ID, arg("alias", metavar="ALIAS")),
+        refs=("id",),
     ),
     Command(
         "remove-alias", "KeywordTree.remove_alias", "remove an alias (compared after normalisation)",
         example='./memory "$PY" py', opens="write", call=lambda t, a: t.remove_alias(a.id, a.alias),
         args=(ID, arg("alias", metavar="ALIAS")),
+        refs=("id",),
     ),
     Command(
         "move", "KeywordTree.move_keyword", "move a keyword, with its subtree, under NEW_PARENT",
         example='./memory "$GO" root', opens="write", call=lambda t, a: t.move_keyword(a.id, a.new_parent),
         args=(ID, arg("new_parent", metavar="NEW_PARENT")),
+        refs=("id", "new_parent"),
     ),
     Command(
         "merge", "KeywordTree.merge_keywords",
         "fold SRC into DST (DST gains its name as alias, its children, links and relations) and delete SRC",
         example='./memory "$ASYNCIO" "$PY"', opens="write", call=lambda t, a: t.merge_keywords(a.src, a.dst),
         args=(arg("src", metavar="SRC"), arg("dst", metavar="DST")),
+        refs=("src", "dst"),
     ),
     Command(
         "delete", "KeywordTree.delete_keyword",
@@ -459,6 +465,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(ID, arg("--cascade", action="store_true", help="also delete the keyword's whole subtree"),
               arg("--info-policy", choices=INFO_POLICIES, default="reattach",
                   help="link such infos to the parent (reattach, the default), delete them, or keep them")),
+        refs=("id",),
     ),
     # --- info, link and relation writes ----------------------------------------------------
     Command(
@@ -471,6 +478,7 @@ COMMANDS: tuple[Command, ...] = (
               METADATA,
               arg("--auto-link", action="store_true",
                   help="also link it to the keywords the agent finds for its text (created by agent)")),
+        refs=("keyword",),
     ),
     Command(
         "update-info", "KeywordTree.update_info", "change an info's content, source or metadata",
@@ -486,11 +494,13 @@ COMMANDS: tuple[Command, ...] = (
         args=(INFO_ID, KEYWORD_ID,
               arg("--relation", choices=RELATIONS, default="primary", help="default: primary"),
               arg("--created-by", default="user", metavar="LABEL", help="who made the link (default: user)")),
+        refs=("keyword_id",),
     ),
     Command(
         "unlink", "KeywordTree.unlink_info", "remove the link between an info and a keyword",
         example='./memory "$INFO" "$TOOLS"', opens="write", call=lambda t, a: t.unlink_info(a.info_id, a.keyword_id),
         args=(INFO_ID, KEYWORD_ID),
+        refs=("keyword_id",),
     ),
     Command(
         "relate", "KeywordTree.relate", "add (or re-weight) the directed relation FROM -[type]-> TO",
@@ -498,11 +508,13 @@ COMMANDS: tuple[Command, ...] = (
         call=lambda t, a: t.relate(a.from_id, a.to_id, a.type, a.weight, a.reason),
         args=(FROM, TO, arg("--type", default="related_to", help="default: related_to"),
               arg("--weight", type=float, default=1.0, help="default: 1.0"), arg("--reason", default="")),
+        refs=("from_id", "to_id"),
     ),
     Command(
         "unrelate", "KeywordTree.unrelate", "remove the relation of --type (default: of every type) from FROM to TO",
         example='./memory "$PY" "$GO" --type see_also', opens="write",
         call=lambda t, a: t.unrelate(a.from_id, a.to_id, a.type), args=(FROM, TO, arg("--type")),
+        refs=("from_id", "to_id"),
     ),
     Command(
         "delete-info", "KeywordTree.delete_info", "delete an info and its links",
@@ -532,6 +544,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("--scope", metavar="ID", help="only the subtree under this keyword"),
               arg("--out", type=Path, metavar="FILE", help="also write the plan as JSON to FILE")),
         show=lambda r, t, a: show_plan(r, t),
+        refs=("scope",),
     ),
     Command(
         "apply-plan", "KeywordTree.apply_reorganize_plan",
@@ -637,45 +650,7 @@ COMMANDS: tuple[Command, ...] = (
               arg("--json", action="store_true", help="print what was done as one JSON document"),
               LOCK_TIMEOUT),
     ),
-    Command(
-        "export", "KeywordTree.export",
-        "write the live tree to FILE: json keeps everything (kwtree import reads it), markdown is a readable outline",
-        example="./memory memory.json", opens="read", call=lambda t, a: t.export(a.file, a.format),
-        args=(arg("file", type=Path, metavar="FILE", help="the file to write (replaced whole once it is complete)"),
-              arg("--format", choices=("json", "markdown"), default="json", help="default: json")),
-        show=lambda r, t, a: print(f"exported {r['keywords']} keywords, {r['infos']} infos, {r['links']} links and "
-                                   f"{r['relations']} relations to {r['path']}"),
-    ),
-    # The import makes its own tree (DIR must be new or empty), so it opens nothing beforehand.
-    Command(
-        "import", "KeywordTree.import_json",
-        "create a tree in DIR (new or empty) from a JSON export FILE, as one operation",
-        example="memory.json ./memory-copy", opens="none",
-        call=_import,
-        args=(arg("file", type=Path, metavar="FILE", help="a file written by kwtree export (json)"),
-              arg("dir", type=Path, metavar="DIR", help="a new or empty directory for the tree"),
-              arg("--durability", choices=DURABILITY_MODES, default="full",
-                  help="full (default): synced to disk before the command returns; none: skip the sync")),
-    ),
-    Command(
-        "git", "kwtree.git.setup",
-        "init: make DIR ready for git (.gitignore, .gitattributes, the kwtree merge driver; "
-        "git init when DIR is in no repository)",
-        example="init ./memory", opens="none",
-        call=lambda _, a: print(kwtree.git.setup(a.dir)),
-        args=(arg("action", choices=("init",), help="init: set DIR up (idempotent; run it in every clone)"),
-              arg("dir", type=Path, metavar="DIR", help="the tree's directory")),
-    ),
-    Command(
-        "merge-driver", "kwtree.git.merge_files",
-        "merge two versions of a log segment into OURS (git runs this for log/*.jsonl; exit 1 = conflict)",
-        example='/dev/null "$(ls ./memory/log/*.jsonl | head -n 1)" /dev/null', opens="none",
-        call=lambda _, a: print(kwtree.git.merge_files(a.base, a.ours, a.theirs, path=a.path)),
-        args=(arg("base", metavar="BASE", help="the common ancestor's version (git's %%O)"),
-              arg("ours", metavar="OURS", help="our version, replaced by the merge (git's %%A)"),
-              arg("theirs", metavar="THEIRS", help="their version (git's %%B)"),
-              arg("--path", metavar="PATH", help="the segment's path in the repository, for messages (git's %%P)")),
-    ),
+    *exchange.COMMANDS,
     *forget.COMMANDS,
     # --- attaching to agents (kwtree/cli/agents.py) -------------------------------------------
     *agents.COMMANDS,
@@ -758,6 +733,12 @@ def run(command: Command, args: argparse.Namespace) -> None:
         command.call(None, args)
         return
     with _open(command, args) as tree:
+        for dest in command.refs:  # a name, an alias or a path where an id is taken
+            given = getattr(args, dest)
+            if isinstance(given, list):
+                setattr(args, dest, [tree.resolve(ref, field=dest) for ref in given])
+            elif given is not None:
+                setattr(args, dest, tree.resolve(given, field=dest))
         result = command.call(tree, args)
         if args.json:
             print(json.dumps(to_json(result), ensure_ascii=False, indent=2))

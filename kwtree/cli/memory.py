@@ -138,7 +138,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("--scope", action="append", metavar="SCOPE",
                   help="whose memories, e.g. user:alice (repeatable; default: every scope)"),
               arg("--category", metavar="NAME", help="only this category: profile, preferences, events ..."),
-              arg("--under", metavar="KEYWORD_ID", help="only memories linked under this keyword"),
+              arg("--under", metavar="KEYWORD", help="only memories linked under this keyword (id, name or path)"),
               arg("--since", metavar="TIME", help="happened at or after TIME (epoch seconds or ISO 8601)"),
               arg("--until", metavar="TIME", help="happened at or before TIME"),
               arg("--recorded-since", metavar="TIME", help="recorded at or after TIME"),
@@ -150,5 +150,6 @@ COMMANDS: tuple[Command, ...] = (
               arg("--count", action="store_true", help="print only how many match"),
               arg("--page", type=int, default=0, metavar="N", help="page number, from 0"),
               arg("--size", type=int, default=50, metavar="N", help="memories per page (default: 50)")),
+        refs=("under",),
     ),
 )

@@ -101,3 +101,6 @@ class Command:
     call: Callable[[Any, argparse.Namespace], Any]
     args: tuple[Arg, ...] = ()
     show: Show | None = None  # the text printer, when show_text does not fit
+    #: The dests of the arguments that take a keyword: each also takes a name, an alias or a
+    #: path, resolved to an id (``KeywordTree.resolve``) before the call.
+    refs: tuple[str, ...] = ()

@@ -60,6 +60,9 @@ _PROVENANCE = {
                    "(the application), 'import' or 'unknown' (one, or a list). Omit for all.",
 }
 _ID = "An id as returned by another tool (32 hex digits for keywords, infos and operations; 'root' for the root)."
+#: A keyword argument also takes its name, an alias or its path (kwtree.retrieval.resolve).
+_KEYWORD = ("A keyword: its id (as another tool returned it; 'root' for the root), its name or an alias, or its "
+            "path ('Work/Tools/Python'); a name several keywords share is refused with their paths.")
 _TIME = "An ISO 8601 date or time (e.g. '2024-05-01'), or epoch seconds as a string."
 
 
@@ -130,7 +133,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "tree",
         "An indented outline of the keyword tree under one keyword (the top of the allowed tree by default), with "
         "ids and how many memories each keyword holds. Use it to see how memory is organised before filing.",
-        _object((), keyword_id=_string(f"The keyword to start from. {_ID}"),
+        _object((), keyword_id=_string(f"The keyword to start from. {_KEYWORD}"),
                 depth=_integer("How many levels below the start.", 1, 10, 3),
                 scope=_SCOPE_READ),
         writes=False),
@@ -169,7 +172,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Create a keyword (a topic, a person, a project) under a parent keyword. Without parent_id it goes under "
         "the scope's top, or the root when no scope is given.",
         _object(("name",), name=_string("The keyword's name."),
-                parent_id=_string(f"The parent keyword. {_ID}"),
+                parent_id=_string(f"The parent keyword. {_KEYWORD}"),
                 aliases={"type": "array", "items": {"type": "string"}, "description": "Other names it answers to."},
                 description=_string("What the keyword is about."),
                 scope=_SCOPE_WRITE),
@@ -180,7 +183,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "in a scope.",
         _object(("content",), content=_string("The memory's text."),
                 keyword_ids={"type": "array", "items": {"type": "string"}, "minItems": 1,
-                             "description": f"The keywords to file it under. {_ID}"},
+                             "description": f"The keywords to file it under. {_KEYWORD}"},
                 source=_string("Where it came from (a URL, a file, 'chat')."),
                 auto_link={"type": "boolean", "default": False,
                            "description": "Also file it under the keywords the text names."},
@@ -190,7 +193,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "link_info",
         "File an existing memory under one more keyword (or change how it relates to one).",
         _object(("info_id", "keyword_id"), info_id=_string(f"The memory. {_ID}"),
-                keyword_id=_string(f"The keyword. {_ID}"),
+                keyword_id=_string(f"The keyword. {_KEYWORD}"),
                 relation=_string("How it relates to the keyword.", enum=["primary", "related", "example", "source"],
                                  default="primary"),
                 scope=_SCOPE_WRITE),

@@ -279,9 +279,17 @@ class ToolBox:
             "relations": relations[:MAX_LISTED],
         }
 
+    def _resolve(self, ref: object, scopes: Sequence[str] | None, field: str) -> str:
+        """The keyword id ``ref`` names (an id, a name, an alias or a path), looked for only
+        inside ``scopes`` when given: a name never reaches a keyword outside them."""
+        if not isinstance(ref, str):
+            raise InvalidInputError(f"{field} must be a keyword id, name or path, got {type(ref).__name__}")
+        return self.tree.resolve(ref, scope=list(scopes) if scopes else None, field=field)
+
     def _tree(self, keyword_id: str | None = None, depth: int = 3, scope: object = None) -> dict[str, Any]:
         scopes = self.guard.read_scopes(scope)
         if keyword_id is not None:
+            keyword_id = self._resolve(keyword_id, scopes, "keyword_id")
             self.guard.require(keyword_id, scopes, "keyword_id")
             starts = [keyword_id]
         elif scopes is not None:
@@ -389,6 +397,8 @@ class ToolBox:
             keyword = (self.guard.create_in_scope(chosen, name, aliases, description) if top is None
                        else self.tree.create_keyword(name, top.id, aliases, description))
         else:
+            if parent_id is not None:
+                parent_id = self._resolve(parent_id, (chosen,) if chosen else None, "parent_id")
             if chosen is not None and parent_id is not None:
                 self.guard.require(parent_id, (chosen,), "parent_id")
             keyword = self.tree.create_keyword(name, parent_id, aliases, description)
@@ -397,6 +407,9 @@ class ToolBox:
     def _create_info(self, content: str, keyword_ids: list[str] | None = None, source: str = "",
                      auto_link: bool = False, scope: str | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
+        keyword_ids = None if keyword_ids is None else [
+            self._resolve(ref, (chosen,) if chosen else None, f"keyword_ids[{index}]")
+            for index, ref in enumerate(keyword_ids)]
         if chosen is not None:
             if auto_link:
                 raise InvalidInputError("create_info: auto_link may file a memory outside the scope "
@@ -412,6 +425,7 @@ class ToolBox:
     def _link_info(self, info_id: str, keyword_id: str, relation: str = "primary",
                    scope: str | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
+        keyword_id = self._resolve(keyword_id, (chosen,) if chosen else None, "keyword_id")
         if chosen is not None:
             self.guard.require(info_id, (chosen,), "info_id", "memory")
             self.guard.require(keyword_id, (chosen,), "keyword_id")
