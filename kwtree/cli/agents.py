@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import agent_warning
 from kwtree.cli.table import Command, arg
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
+from kwtree.stores.manifest import MANIFEST_NAME
+from kwtree.validate import clean_int
 
 __all__ = ["COMMANDS"]
 
@@ -33,16 +36,22 @@ def _hook(_: None, args: argparse.Namespace) -> None:
     from kwtree.integrations import claude_code
 
     payload = claude_code.read_hook_input(sys.stdin.read())
-    with KeywordTree(args.dir, actor=args.actor, llm_client=llm_client(),
-                     on_agent_failure=on_agent_failure()) as tree:
-        if args.event == "stop":
+    if args.event == "stop":
+        with KeywordTree(args.dir, actor=args.actor, llm_client=llm_client(),
+                         on_agent_failure=on_agent_failure()) as tree:
             warning = agent_warning(claude_code.stop(tree, payload, args.scope))
-            if warning is not None:  # committed all the same (exit 0); say what the failing LLM did not do
-                print(warning, file=sys.stderr)
-            return
-        starting = args.event == "session-start"
-        budget = args.max_tokens if args.max_tokens is not None else 800 if starting else 1500
-        answer = claude_code.session_start if starting else claude_code.submitted_prompt
+        if warning is not None:  # committed all the same (exit 0); say what the failing LLM did not do
+            print(warning, file=sys.stderr)
+        return
+    starting = args.event == "session-start"
+    budget = clean_int(args.max_tokens if args.max_tokens is not None else 800 if starting else 1500,
+                       "max_tokens", 1, 1_000_000)
+    if not starting:
+        claude_code.prompt_of(payload)  # a bad input is an error whether or not anything is stored
+    if not (Path(args.dir) / MANIFEST_NAME).is_file():
+        return  # nothing stored yet: nothing to add to the context, and a read creates nothing
+    answer = claude_code.session_start if starting else claude_code.submitted_prompt
+    with KeywordTree(args.dir, read_only=True) as tree:  # beside a writer, or in a read-only directory
         output = answer(tree, payload, args.scope, budget)
     if output is not None:
         print(json.dumps(output, ensure_ascii=False))

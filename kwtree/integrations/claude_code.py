@@ -9,7 +9,10 @@ command, which reads the hook's JSON on stdin.
   ``session_id``: each Stop commits only the messages the last one did not, as one operation.
 
 A hook never blocks Claude Code: each prints JSON (or nothing) and exits 0, or prints an error
-on stderr and exits 1, which Claude Code shows and goes on from.
+on stderr and exits 1, which Claude Code shows and goes on from. A message over the content
+limit (a pasted log) is stored cut, with a note, so it never stops later turns; ``session-start``
+and ``prompt`` only read: they open the tree read-only (another process may hold the writer
+lock, the directory may be read-only) and print nothing before anything was stored.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.limits import DEFAULT_LIMITS
+from kwtree.retrieval.smalltalk import small_talk
 from kwtree.validate import shown
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
     from kwtree.memory.commit import CommitResult
 
-__all__ = ["EVENTS", "read_hook_input", "session_start", "stop", "submitted_prompt", "transcript_messages"]
+__all__ = ["EVENTS", "prompt_of", "read_hook_input", "session_start", "stop", "submitted_prompt",
+           "transcript_messages"]
 
 #: The hook events this module answers: the command's name for each, and Claude Code's.
 EVENTS = {"session-start": "SessionStart", "prompt": "UserPromptSubmit", "stop": "Stop"}
@@ -62,22 +68,40 @@ def _text(content: object) -> str:
     return ""
 
 
-def transcript_messages(path: str | Path) -> list[dict[str, Any]]:
+def _cut(text: str, max_bytes: int) -> str:
+    """``text`` whole when it fits in ``max_bytes`` (UTF-8), else its start and a note saying
+    how much was kept: a pasted log must not stop every later turn from being stored."""
+    if len(text.encode("utf-8")) <= max_bytes:
+        return text
+    kept = text.encode("utf-8")[:max_bytes - 200].decode("utf-8", errors="ignore")
+    return f"{kept}\n[cut by kwtree: {len(text):,} characters, the first {len(kept)} kept]"
+
+
+def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.content_bytes) -> list[dict[str, Any]]:
     """The conversation in a Claude Code transcript (JSONL), oldest first: the user's and the
-    assistant's words with their times, without sub-agents' lines, meta lines and turns that
-    hold only tool traffic. A line that is not JSON (one being written) is passed over."""
+    assistant's words with their times, without sub-agents' lines, meta lines, client command
+    lines (``/clear`` and Claude Code's wrappers of it) and turns that hold only tool traffic;
+    a message longer than ``max_bytes`` cut with a note. A last line that is not JSON is one
+    being written and is passed over; any other makes the file no transcript
+    (InvalidInputError naming the line)."""
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         raise NotFoundError(f"no transcript at {path}") from None
     except OSError as exc:
         raise InvalidInputError(f"cannot read the transcript {path}: {exc.strerror}") from None
+    last = max((number for number, line in enumerate(lines) if line.strip()), default=-1)
     messages: list[dict[str, Any]] = []
-    for line in lines:
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
             entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+        except json.JSONDecodeError as exc:
+            if number == last:  # Claude Code is still writing it
+                continue
+            raise InvalidInputError(f"the transcript {path} is not Claude Code's JSONL: line {number + 1} is not "
+                                    f"JSON ({exc.msg})") from None
         if (not isinstance(entry, dict) or entry.get("type") not in ("user", "assistant")
                 or entry.get("isSidechain") or entry.get("isMeta")):
             continue
@@ -85,9 +109,9 @@ def transcript_messages(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             continue
         text = _text(message.get("content")).strip()
-        if not text:
+        if not text or small_talk(text) == "client command":
             continue
-        found: dict[str, Any] = {"role": message["role"], "content": text}
+        found: dict[str, Any] = {"role": message["role"], "content": _cut(text, max_bytes)}
         if isinstance(entry.get("timestamp"), str):
             found["ts"] = entry["timestamp"]
         messages.append(found)
@@ -109,10 +133,16 @@ def submitted_prompt(tree: KeywordTree, payload: dict[str, Any], scope: str,
                      max_tokens: int = 1500) -> dict[str, Any] | None:
     """The ``UserPromptSubmit`` hook's output: the scope's ``assemble`` block for the prompt;
     None when nothing is relevant (or the prompt is empty)."""
+    prompt = prompt_of(payload)
+    return _context("UserPromptSubmit", tree.assemble(prompt, scope, max_tokens)) if prompt.strip() else None
+
+
+def prompt_of(payload: dict[str, Any]) -> str:
+    """The prompt a ``UserPromptSubmit`` hook's input holds (InvalidInputError without one)."""
     prompt = payload.get("prompt")
     if not isinstance(prompt, str):
         raise InvalidInputError(f"the hook's input has no prompt (a string), got {shown(prompt)}")
-    return _context("UserPromptSubmit", tree.assemble(prompt, scope, max_tokens)) if prompt.strip() else None
+    return prompt
 
 
 def stop(tree: KeywordTree, payload: dict[str, Any], scope: str) -> CommitResult:
