@@ -1,6 +1,7 @@
 """Daily use (issue 27), the smaller items: a session's summary is dated by its session, so a
 time filter reads it as the session; ``import kwtree.git`` works; control characters are stored
-as given and shown escaped by the CLI; a snapshot or export under a file names the file."""
+as given and shown escaped by the CLI; a snapshot or export under a file names the file; ``infos``
+says when more remain."""
 
 from __future__ import annotations
 
@@ -80,3 +81,20 @@ def test_a_snapshot_or_export_under_a_file_says_the_file_is_in_the_way(tmp_path:
             with pytest.raises(NotFoundError, match="does not exist; create it first"):
                 write(tmp_path / "missing" / "out")
         assert [name for name in os.listdir(tmp_path) if name != "m"] == ["notes.txt"]
+
+
+def test_infos_says_on_stderr_when_more_remain(tmp_path: Path) -> None:
+    with _open(tmp_path / "m") as tree:
+        keyword = tree.create_keyword("Notes")
+        for number in range(3):
+            tree.create_info(f"note {number}", keyword_ids=[keyword.id])
+
+    def infos(*more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kwtree", "infos", str(tmp_path / "m"), "Notes", *more],
+                              capture_output=True, text=True, check=False)
+
+    first = infos("--size", "2")
+    assert len(first.stdout.splitlines()) == 2 and first.stderr == "2 infos shown; more: --page 1\n"
+    last = infos("--size", "2", "--page", "1")
+    assert len(last.stdout.splitlines()) == 1 and last.stderr == ""
+    assert infos("--size", "3").stderr == ""

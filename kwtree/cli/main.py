@@ -150,6 +150,12 @@ def _show_keywords_of(result: list[dict[str, Any]], tree: KeywordTree, args: arg
         print(f"{item['keyword'].id}\t{item['relation'].value}\t{item['keyword'].name}")
 
 
+def _show_infos(result: list[Any], tree: KeywordTree, args: argparse.Namespace) -> None:
+    show_text(result)
+    if len(result) == args.size and tree.get_infos_of_keyword(args.id, args.relation, args.page + 1, args.size):
+        print(f"{len(result)} infos shown; more: --page {args.page + 1}", file=sys.stderr)  # ids stay on stdout
+
+
 def _show_relations(result: list[Relation], tree: KeywordTree, args: argparse.Namespace) -> None:
     for rel in result:
         print(f"{line(rel)}\t({tree.get_keyword(rel.from_id).name} → {tree.get_keyword(rel.to_id).name})")
@@ -351,7 +357,7 @@ COMMANDS: tuple[Command, ...] = (
         args=(ID, RELATION,
               arg("--page", type=int, default=0, metavar="N", help="page number, from 0"),
               arg("--size", type=int, default=50, metavar="N", help="infos per page (default: 50)")),
-        refs=("id",),
+        show=_show_infos, refs=("id",),
     ),
     Command(
         "keywords-of", "KeywordTree.get_keywords_of_info",
