@@ -134,3 +134,12 @@ def test_reading_hooks_before_anything_was_stored_print_nothing_and_create_nothi
     for ran in _context_hooks(tmp_path / "new"):
         assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_line_separator_inside_a_message_keeps_its_line_whole(tmp_path: Path) -> None:
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps(_line("user", "I use uv\u2028for Python environments.", 1), ensure_ascii=False)
+                          + "\n" + json.dumps(_line("user", "I live in Lyon.", 2)) + "\n", encoding="utf-8")
+    ran = _stop(tmp_path / "m", transcript)
+    assert ran.returncode == 0, ran.stderr
+    assert _turns(tmp_path / "m") == ["I use uv\u2028for Python environments.", "I live in Lyon."]

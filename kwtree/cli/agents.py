@@ -18,8 +18,6 @@ from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import agent_warning
 from kwtree.cli.table import Command, arg
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
-from kwtree.stores.manifest import MANIFEST_NAME
-from kwtree.validate import clean_int
 
 __all__ = ["COMMANDS"]
 
@@ -34,6 +32,8 @@ def _mcp(_: None, args: argparse.Namespace) -> None:
 def _hook(_: None, args: argparse.Namespace) -> None:
     from kwtree.facade.tree import KeywordTree
     from kwtree.integrations import claude_code
+    from kwtree.stores.manifest import MANIFEST_NAME
+    from kwtree.validate import clean_int
 
     payload = claude_code.read_hook_input(sys.stdin.read())
     if args.event == "stop":

@@ -85,7 +85,8 @@ def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.conten
     being written and is passed over; any other makes the file no transcript
     (InvalidInputError naming the line)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        # "\n" only: str.splitlines would also break a line at a U+2028 inside a message.
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
     except FileNotFoundError:
         raise NotFoundError(f"no transcript at {path}") from None
     except OSError as exc:
