@@ -1,32 +1,28 @@
-"""The caches the event log feeds: the full-text index, the vector store, and the outbox of
-embedding work that fills the vector store. All live under ``<data_dir>/cache/`` (the outbox
-is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are rebuilt from the log.
+"""The caches the event log feeds: the full-text index, the vector store, and the outbox of embedding work that
+fills the vector store. All live under ``<data_dir>/cache/`` (the outbox is ``<data_dir>/outbox.jsonl``) and
+all can be deleted: they are rebuilt from the log.
 
-- **Full text** is kept in step lazily: writes note what they changed; a search first applies
-  the changes (or, after operations this process did not see being written, every entity
-  written after the index's watermark op id) and commits, so a search sees every write
-  before it. Only the process holding the directory's writer lock writes the shared index,
-  having first applied what other processes appended (``write_locks`` catches up).
-  A tree that may not write it (``read_only``, ``as_of``) searches it only while its watermark
-  is the tree's last op id; otherwise it keeps a private index in memory (never on disk: a
-  killed process leaves no copy of texts a later ``forget`` erases), fed the same way from its
-  own state; operations that forgot entities make it start over (see ``_apply_fulltext``).
-- **Vectors** are eventually consistent: every committed text enqueues its embedding in the
-  outbox; a worker thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues
-  every live entity whose current text has no vector, so a lost outbox row costs nothing.
-  Recall uses what is embedded; a vector of an older text is never returned. A tree that
-  may not write (``read_only``, ``as_of``) embeds nothing and queues nothing: it opens the
-  vector store and the outbox read-only, searches what writers embedded (a graph it has to
-  build stays in memory) and, in ``wait_indexed``, waits for other processes' workers.
+- **Full text** is kept in step lazily: writes note what they changed; a search first applies the changes
+  (or, after operations this process did not see being written, every entity written after the index's
+  watermark op id) and commits, so a search sees every write before it. Only the process holding the
+  directory's writer lock writes the shared index, having first applied what other processes appended
+  (``write_locks`` catches up). A tree that may not write it (``read_only``, ``as_of``) searches it only
+  while its watermark is the tree's last op id; otherwise it keeps a private index in memory (never on disk:
+  a killed process leaves no copy of texts a later ``forget`` erases), fed the same way from its own state;
+  operations that forgot entities make it start over (see ``_apply_fulltext``).
+- **Vectors** are eventually consistent: every committed text enqueues its embedding in the outbox; a worker
+  thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues every live entity whose current
+  text has no vector, so a lost outbox row costs nothing. Recall uses what is embedded; a vector of an older
+  text is never returned. A tree that may not write (``read_only``, ``as_of``) embeds nothing and queues
+  nothing: it opens the vector store and the outbox read-only, searches what writers embedded (a graph it
+  has to build stays in memory) and, in ``wait_indexed``, waits for other processes' workers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -50,36 +46,24 @@ from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation, is_forgotten
+from kwtree.progress import ProgressCallback, Ticker
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
-from kwtree.stores.fulltext import FullTextIndex, is_panic
+from kwtree.stores.fulltext import FullTextIndex, is_index_failure
 from kwtree.stores.vector_erase import erase_vectors, vector_directories
-from kwtree.stores.vector_files import META_FILE
+from kwtree.stores.vector_files import META_FILE, model_directory
 from kwtree.stores.vectors import VectorStore
 
 __all__ = ["Indexes"]
 Hits = list[tuple[str, float]]  # (entity id, score), best first
 
 log = logging.getLogger("kwtree.cache")
-#: What a deleted or damaged tantivy index raises (besides a Rust panic, see _index_failure).
-_INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OSError)
-
-
-def _index_failure(exc: BaseException) -> bool:
-    """True for an error a damaged index causes: one of _INDEX_FAILURES, or a Rust panic
-    inside tantivy (pyo3's PanicException, a BaseException that no module exports)."""
-    return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
 
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
 #: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
 _DIGEST_CACHE_LIMIT = 200_000
 _REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair scan
-
-
-def _slug(model: str) -> str:
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
-    return f"{readable}-{hashlib.blake2b(model.encode(), digest_size=4).hexdigest()}"
 
 
 class Indexes:
@@ -96,11 +80,15 @@ class Indexes:
         embed_async: bool,
         write_vectors: bool | None = None,
         file_mode: int = PRIVATE_FILE_MODE,
+        progress: ProgressCallback | None = None,
     ) -> None:
         """``write_vectors``: whether this tree embeds, writes the vector store and queues
         work in the outbox; by default, when it writes (``write_locks`` given). ``kwtree
-        worker`` reads the tree read-only but writes vectors."""
+        worker`` reads the tree read-only but writes vectors. ``progress`` is told how the
+        work a caller waits for goes (indexing full text, embedding in ``wait_indexed``;
+        never the worker thread's background rounds)."""
         self._read = read
+        self._progress = progress
         self._embedder = embedder
         self._model = embedder.model
         self._write_locks = write_locks  # None: this tree never writes the full-text index
@@ -165,7 +153,7 @@ class Indexes:
         with self._vectors_open_lock:
             if self._vector_store is None:
                 self._vector_store = VectorStore(
-                    self._cache / "vectors" / _slug(self._model), self._model, self._embedder.dim,
+                    self._cache / "vectors" / model_directory(self._model), self._model, self._embedder.dim,
                     writable=self._write_vectors, file_mode=self._file_mode,
                 )
             return self._vector_store
@@ -183,8 +171,8 @@ class Indexes:
             store.discard()
             self._vector_store = None
             if not self._write_vectors:
-                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer "
-                         "embeds again", store.directory)
+                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer embeds again",
+                         store.directory)
                 return
             log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
         self.repair()
@@ -342,7 +330,7 @@ class Indexes:
         """The worker's first step: the repair scan (retried by run_worker while the disk
         refuses its rows), then loading or building a large store's graph."""
         try:
-            meta = self._cache / "vectors" / _slug(self._model) / META_FILE
+            meta = self._cache / "vectors" / model_directory(self._model) / META_FILE
             if self._write_locks is not None and not meta.exists():
                 with self._write_locks():  # creating the store races other new writers
                     _ = self._vectors
@@ -357,18 +345,21 @@ class Indexes:
         except Exception:  # the first search tries again
             log.exception("could not load the vector graph ahead of the first search")
 
-    def reload_vectors(self) -> int:
+    def reload_vectors(self, *, rebuild: bool = False) -> int:
         """Read the vector store again from its files (damage done under this tree is seen:
         a store whose meta.json is damaged is emptied, rows after a damaged key line or past
-        the end of vectors.f32 are dropped), then queue every live text that has no vector;
-        returns how many were queued (``KeywordTree.repair``). Raises ReadOnlyError in a tree
+        the end of vectors.f32 are dropped), or with ``rebuild`` delete this model's vectors;
+        then queue every live text that has no vector; returns how many were queued
+        (``KeywordTree.repair``, ``KeywordTree.reindex``). Raises ReadOnlyError in a tree
         that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
-        with self._vectors_open_lock:
+        with self._embedding, self._vectors_open_lock:  # (no embedding appends to the files meanwhile)
             store, self._vector_store = self._vector_store, None
-        if store is not None:
-            store.discard()  # its rows in memory may be gone from disk: never save them
+            if store is not None:
+                store.discard()  # its rows in memory may be gone from disk: never save them
+            if rebuild:
+                remove_cache_dir(self._cache / "vectors" / model_directory(self._model))
         return self.repair()
 
     def erase(self, entity_ids: set[str]) -> tuple[int, int]:
@@ -450,6 +441,20 @@ class Indexes:
         writes vectors returns with the vector graph saved (see persist_vectors)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._flush()
+        with Ticker(self._progress, "embedding", None, "texts") as tick:
+            if not self._wait_drained(deadline, tick):
+                tick.leave_unfinished()
+                return False
+        self._vectors.refresh()
+        if self._write_vectors:  # the backlog is done: save the graph now (if it lags), not in each reader
+            try:
+                self.persist_vectors()
+            except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
+                log.warning("could not save the vector graph: %s", exc)
+        return True
+
+    def _wait_drained(self, deadline: float | None, tick: Ticker) -> bool:
+        """wait_indexed's loop: False if ``deadline`` passed before the outbox emptied."""
         while True:
             thread = self._thread
             # Nobody else in this process drains it. (A tree that does not write vectors has
@@ -460,21 +465,15 @@ class Indexes:
                 self._repaired.set()
             elif thread is not None and not drain_here:
                 self._raise_worker_error(deadline)
-            if (self._repaired.is_set() or thread is None) and not self._outbox.backlog():
-                break
+            left = self._outbox.backlog()
+            tick.remaining(left)  # (by this process's worker, another one, or here)
+            if (self._repaired.is_set() or thread is None) and not left:
+                return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             if drain_here and self._as_worker(self._drain_round):
                 continue
             time.sleep(0.02)
-        self._vectors.refresh()
-        if self._write_vectors:
-            # The backlog is done: save the graph now (if it lags), not in each reader.
-            try:
-                self.persist_vectors()
-            except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
-                log.warning("could not save the vector graph: %s", exc)
-        return True
 
     def _drain_round(self) -> bool:
         """One round of the work a worker does, here; True if there were items. Items of a
@@ -570,7 +569,7 @@ class Indexes:
         try:
             self._apply_fulltext()
         except BaseException as exc:
-            if not _index_failure(exc):
+            if not is_index_failure(exc):
                 raise
             if isinstance(exc, DiskFullError):
                 # Not damage: keep the files (a rebuild cannot work either); the index is
@@ -677,12 +676,14 @@ class Indexes:
             return
         if watermark == index.watermark:
             return
-        for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
-            if text is None:
-                index.delete(kind, entity_id)
-            else:
-                index.upsert(kind, entity_id, text)
-        index.commit(watermark)
+        with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
+            for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
+                if text is None:
+                    index.delete(kind, entity_id)
+                else:
+                    index.upsert(kind, entity_id, text)
+                tick.add()
+            index.commit(watermark)
 
     def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
         """Full-text hits of ``kind`` (among ``within``, if given), every write included, scored by their
@@ -715,7 +716,7 @@ class Indexes:
         try:
             hits = self._fulltext.search(query, kind, k, within)
         except BaseException as exc:
-            if not _index_failure(exc):
+            if not is_index_failure(exc):
                 raise
             if self._write_locks is None:
                 log.warning("the full-text index in %s cannot be searched (%s: %s); rebuilding a private one",
@@ -749,7 +750,7 @@ class Indexes:
     def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
         """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
         self._recover_vanished_vectors()
-        if self._vector_store is None and not (self._cache / "vectors" / _slug(self._model)).exists():
+        if self._vector_store is None and not (self._cache / "vectors" / model_directory(self._model)).exists():
             return []  # nothing was ever embedded with this model here
         self._vectors.refresh()
         if not len(self._vectors):
@@ -784,8 +785,7 @@ class Indexes:
             self._flush()  # for a `kwtree worker`, or the next open
         except Exception:  # the repair scan of the next open finds them
             log.exception("could not queue the last writes' embeddings on close")
-        try:
-            # For the next open, and for read-only trees: they search it while it matches their state.
+        try:  # for the next open, and for read-only trees: they search it while it matches their state
             self._sync_fulltext(only_if_written=True)
         except Exception:  # a cache that cannot be flushed is rebuilt next time
             log.exception("could not bring the full-text index up to date on close")

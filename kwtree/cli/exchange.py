@@ -19,7 +19,8 @@ __all__ = ["COMMANDS"]
 
 
 def _import(_: None, args: argparse.Namespace) -> None:
-    with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False) as tree:
+    with kwtree.KeywordTree.import_json(args.file, args.dir, durability=args.durability, worker=False,
+                                        progress=args.progress) as tree:
         counts, op_id = tree.tree_metrics(), tree.last_op_id
     print(f"imported {counts['keywords']} keywords, {counts['infos']} infos, {counts['links']} links and "
           f"{counts['relations']} relations into {args.dir} (operation {op_id})")
@@ -29,7 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "export", "KeywordTree.export",
         "write the live tree to FILE: json keeps everything (kwtree import reads it), markdown is a readable outline",
-        example="./memory memory.json", opens="read", call=lambda t, a: t.export(a.file, a.format),
+        example="./memory memory.json", opens="read", call=lambda t, a: t.export(a.file, a.format), long=True,
         args=(arg("file", type=Path, metavar="FILE", help="the file to write (replaced whole once it is complete)"),
               arg("--format", choices=("json", "markdown"), default="json", help="default: json")),
         show=lambda r, t, a: print(f"exported {r['keywords']} keywords, {r['infos']} infos, {r['links']} links and "
@@ -40,7 +41,7 @@ COMMANDS: tuple[Command, ...] = (
         "import", "KeywordTree.import_json",
         "create a tree in DIR (new or empty) from a JSON export FILE, as one operation",
         example="memory.json ./memory-copy", opens="none",
-        call=_import,
+        call=_import, long=True,
         args=(arg("file", type=Path, metavar="FILE", help="a file written by kwtree export (json)"),
               arg("dir", type=Path, metavar="DIR", help="a new or empty directory for the tree"),
               arg("--durability", choices=DURABILITY_MODES, default="full",

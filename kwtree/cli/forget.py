@@ -57,7 +57,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "forget", "KeywordTree.forget",
         "erase an info, a keyword with its subtree, or a scope from the tree, its log and its caches",
-        example='./memory-copy "$INFO"', opens="write", call=_forget,
+        example='./memory-copy "$INFO"', opens="write", call=_forget, long=True,
         args=(arg("id", nargs="?", metavar="ID", help="the info or keyword to forget (a keyword with its subtree)"),
               arg("--scope", metavar="SCOPE", help="forget this scope's whole subtree instead, e.g. user:alice")),
         show=show_report,

@@ -104,3 +104,5 @@ class Command:
     #: The dests of the arguments that take a keyword: each also takes a name, an alias or a
     #: path, resolved to an id (``KeywordTree.resolve``) before the call.
     refs: tuple[str, ...] = ()
+    #: Long work: it reports progress on stderr (``kwtree.cli.progress``) and takes ``--quiet``.
+    long: bool = False

@@ -10,6 +10,7 @@ from kwtree.caches.embed import Embedder, tree_embedder
 from kwtree.caches.outbox import Item, Outbox, run_worker
 from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.engine import Engine
+from kwtree.progress import ProgressCallback, Ticker, check_progress
 from kwtree.stores.directory import OUTBOX_NAME, open_error
 
 __all__ = ["serve_outbox"]
@@ -22,14 +23,17 @@ def serve_outbox(
     once: bool = False,
     stop: threading.Event | None = None,
     lease_seconds: float = 60.0,
+    progress: ProgressCallback | None = None,
 ) -> int:
     """Run an embedding worker for the tree in ``data_dir`` in this process (``kwtree
     worker``): claim outbox items, embed their current text, store the vectors. Runs until
     ``stop`` is set, or with ``once`` until the outbox is empty. Returns the items processed.
     Several workers may run at once; leases (``lease_seconds`` long) keep them from embedding
     the same item twice, and an item whose worker died is taken over when its lease ends.
-    ``embedder`` defaults to the tree's own (the one its manifest records: ``KeywordTree``)."""
+    ``embedder`` defaults to the tree's own (the one its manifest records: ``KeywordTree``).
+    ``progress`` is told how many texts this worker embedded out of the outbox's backlog."""
     stop = stop or threading.Event()
+    tick = Ticker(check_progress(progress), "embedding", None, "texts")
     processed = 0
     try:
         engine = Engine(Path(data_dir), writable=False)
@@ -50,17 +54,24 @@ def serve_outbox(
             engine.catch_up()  # the texts may have been written after this process last looked
             result = indexes.embed([(item.kind, item.id, item.hash) for item in items])
             processed += len(items)
+            tick.remaining(outbox.backlog() - len(items))  # (these are still open until recorded)
             return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
+
+        def start() -> None:
+            indexes.repair()
+            tick.remaining(outbox.backlog())
+            tick.start()
 
         def idle() -> None:
             engine.catch_up()
             if once and not outbox.backlog():
                 stop.set()
+                tick.finish()
 
         try:
             # The repair scan first: a lost outbox row costs nothing, what has no vector is
             # queued again. (A full disk makes the worker wait and retry, not exit.)
-            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=indexes.repair)
+            run_worker(outbox, worker, process, stop=stop, on_idle=idle, on_start=start)
         finally:
             retire_worker(worker)
             outbox.close()

@@ -21,6 +21,7 @@ from kwtree.engine.engine import Decide, Engine
 from kwtree.engine.state import State
 from kwtree.limits import Limits
 from kwtree.models import Keyword, Operation
+from kwtree.progress import ProgressCallback
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 
 __all__ = ["TreeCore"]
@@ -40,6 +41,8 @@ class TreeCore:
     _agent: DescendLoop
     _limits: Limits
     _actor: str
+    #: Told how the long work of this tree's calls goes (``KeywordTree(progress=...)``).
+    _progress: ProgressCallback | None
 
     @property
     def file_mode(self) -> int:
@@ -73,7 +76,8 @@ class TreeCore:
         engine = self._engine
         return Indexes(engine.directory, embedder, engine.read,
                        write_locks=self._caches_locked if engine.writable else None,
-                       worker=worker, embed_async=embed_async, file_mode=engine.file_mode)
+                       worker=worker, embed_async=embed_async, file_mode=engine.file_mode,
+                       progress=self._progress)
 
     def _caches_locked(self) -> AbstractContextManager[State]:
         """The locks under which this process writes its directory's caches. With the log in

@@ -140,7 +140,7 @@ class ForgetMethods(TreeCore):
         log_erased = False
         try:
             with engine.writing() as state:
-                erasure = forgetting.erase_log(engine, state)
+                erasure = forgetting.erase_log(engine, state, self._progress)
             if erasure.quoting:  # a live keyword holds an older erased text (its abstract, an alias): drop it first
                 erased_names = {normalize_name(text) for text in erasure.needles}
                 names = dict.fromkeys(erasure.carriers, erased_names)
@@ -150,7 +150,7 @@ class ForgetMethods(TreeCore):
                     only=erasure.quoting), audit)
             with engine.writing() as state:
                 if erasure.quoting:
-                    erasure = forgetting.erase_log(engine, state)
+                    erasure = forgetting.erase_log(engine, state, self._progress)
                 log_erased = True
                 removed = forgetting.purge_quarantine(engine.directory, erasure)
                 vectors, outbox = self._indexes.erase(erasure.entity_ids)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.replay import operations_in_view
 from kwtree.facade.forget import ForgetMethods
+from kwtree.models import ROOT_ID
+from kwtree.progress import Ticker, counted
 from kwtree.validate import clean_choice, clean_flag
 
 if TYPE_CHECKING:
@@ -55,14 +57,41 @@ class MaintenanceMethods(ForgetMethods):
             self._indexes.sync_fulltext_locked()  # deletions reach it before their tombstones go
             raws, size, rows = compaction.read_log(engine.read_segments(), parse=keep_history)
             count = len(raws) if keep_history else state.op_count
-            operations = compaction.history_operations(raws) if keep_history else compaction.compacted_operations(state)
             # The new log is chained anew: it says which log it replaced (docs/log-format.md).
             note = {"reason": "compact", "keep_history": keep_history, "replaced_head": engine.head,
                     "replaced_operations": count}
-            after = engine.replace_log(operations, compaction.same_state(state, f"compaction of {engine.directory}"),
-                                       note)
+            with Ticker(self._progress, "rewriting the log", count if keep_history else None,
+                        "operations" if keep_history else "entities") as tick:
+                operations = (counted(compaction.history_operations(raws), tick) if keep_history
+                              else compaction.compacted_operations(state, tick))
+                after = engine.replace_log(operations, compaction.same_state(
+                    state, f"compaction of {engine.directory}"), note)
         return compaction.CompactionReport(keep_history, size, after.size, rows, after.rows, count, after.operations,
                                            time.perf_counter() - started)
+
+    def reindex(self, vectors: bool = False) -> dict[str, Any]:
+        """Rebuild the caches from the log now: the full-text index is deleted and every live
+        text indexed again, and with ``vectors`` this tree's embeddings are deleted too and
+        every text embedded again, waiting until that is done (by this tree's worker thread,
+        or here without one). For a cache suspected wrong, or after a change of the text
+        analysis; the log is not touched. Other processes go on searching meanwhile (they
+        fall back as they do when a cache is lost). Returns the texts ``indexed``, the texts
+        ``embedded`` (0 without ``vectors``) and the ``seconds`` it took. Raises ReadOnlyError
+        (read-only or ``as_of``), LockTimeoutError, StorageError (DiskFullError)."""
+        clean_flag(vectors, "vectors")
+        self._check_writable()
+        started = time.perf_counter()
+        indexes = self._indexes
+        with self._caches_locked() as state:
+            indexed = sum(not i.deleted for i in state.infos.values()) + sum(
+                not k.deleted and k.id != ROOT_ID for k in state.keywords.values())
+            indexes.reset_fulltext()
+            indexes.sync_fulltext_locked()
+        embedded = 0
+        if vectors:
+            embedded = indexes.reload_vectors(rebuild=True)
+            indexes.wait_indexed()
+        return {"indexed": indexed, "embedded": embedded, "seconds": time.perf_counter() - started}
 
     def snapshot(self, path: str | os.PathLike[str] | None = None) -> str:
         """Write the tree as this instance reads it to ONE archive file; returns its path.
@@ -118,7 +147,7 @@ class MaintenanceMethods(ForgetMethods):
         self._check_writable()
         engine = self._engine
         done = restore_archive(snapshot, engine.directory, lock_timeout=engine.lock_timeout,
-                               occupant=Occupant(self._vacate, engine.reopen))
+                               occupant=Occupant(self._vacate, engine.reopen), progress=self._progress)
         self._agent.forget(self._agent.mru.snapshot())
         return done
 
@@ -202,4 +231,5 @@ class MaintenanceMethods(ForgetMethods):
         clean_choice(format, "format", exporting.EXPORT_FORMATS)
         # O(entities) to list them; they are written after the state lock is released.
         data = self._read(exporting.collect)
-        return exporting.write_export(data, path, format, str(self._engine.directory), self.file_mode)
+        return exporting.write_export(data, path, format, str(self._engine.directory), self.file_mode,
+                                      self._progress)

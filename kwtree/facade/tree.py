@@ -22,7 +22,7 @@ from kwtree.agent.offline import OfflineNavigator
 from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, tree_embedder
 from kwtree.engine.engine import Engine
-from kwtree.engine.events import COMPACT_KIND, Bound, is_op_id
+from kwtree.engine.events import COMPACT_KIND, is_op_id
 from kwtree.engine.follower import BackgroundFollower
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
@@ -33,6 +33,7 @@ from kwtree.facade.forget import ForgetMethods
 from kwtree.facade.hooks import HookMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.memory import MemoryMethods
+from kwtree.facade.opening import clean_as_of, log_store
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.models import (
@@ -48,6 +49,7 @@ from kwtree.models import (
     Relation,
     RelationType,
 )
+from kwtree.progress import ProgressCallback, check_progress
 from kwtree.retrieval.recall import RecallWeights
 from kwtree.retrieval.scopes import clean_scopes, operations_inside, writes_outside
 from kwtree.stores.directory import open_error
@@ -63,7 +65,6 @@ from kwtree.validate import (
     clean_path,
     clean_relation_type,
     clean_seconds,
-    finite_number,
     shown,
 )
 from kwtree.writes import Stamp, require_info, require_keyword
@@ -90,43 +91,6 @@ def check_options(options: Mapping[str, object], who: str, given: Mapping[str, s
                           if name in options)
         raise InvalidInputError(f"{who} got unknown option(s) {', '.join(unknown)}{instead}; the options are "
                                 f"KeywordTree's: {', '.join(name for name in known if name not in given)}")
-
-
-def _clean_as_of(as_of: object) -> Bound | None:
-    if as_of is None:
-        return None
-    if isinstance(as_of, str):
-        if not is_op_id(as_of):
-            raise InvalidInputError(f"as_of must be an op id (32 lowercase hex digits) or a timestamp, "
-                                    f"got {shown(as_of)}")
-        return Bound(op_id=as_of)
-    timestamp = finite_number(as_of) if type(as_of) in (int, float) else None
-    if timestamp is None:
-        raise InvalidInputError(f"as_of must be an op id string or a finite epoch timestamp, got {shown(as_of)}")
-    return Bound(timestamp=timestamp)
-
-
-def _log_store(log: object, data_path: Path) -> dict[str, Any]:
-    """The Engine's arguments for ``log``: a PostgreSQL log, or the one ``data_path``
-    recorded when ``log`` is None (else nothing: the JSONL log in the directory)."""
-    from kwtree.stores import postgres  # the module is small; psycopg is imported when a store opens
-
-    known = postgres.recorded(data_path) if data_path.is_dir() else None
-    if log is None:
-        if known is None:
-            return {}
-        log = known
-    if not isinstance(log, str) or not postgres.is_postgres_url(log):
-        raise InvalidInputError(f"log must be None (the JSONL log in data_dir) or a postgresql:// URL, "
-                                f"got {shown(log)}")
-    _, tree, schema = postgres.split_url(log)  # InvalidInputError naming log
-    if known is not None and postgres.split_url(known)[1:] != (tree, schema):
-        raise InvalidInputError(f"log names the tree {tree!r} (schema {schema!r}), but data_dir {data_path} holds the "
-                                f"caches of {postgres.redacted(known)}: open another directory for another log")
-    if known is None and any((data_path / "log").glob("*.jsonl")):
-        raise InvalidInputError(f"data_dir {data_path} keeps its own log (in log/), so log cannot name another: "
-                                "open a new directory for the PostgreSQL log")
-    return {"log_store": postgres.opener(log), "caches_only": True}
 
 
 class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, RetrievalMethods, MaintenanceMethods,
@@ -177,6 +141,13 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
     leaves that to ``refresh()`` and to writes (a tree with its log in ``data_dir`` follows
     only then, whatever ``follow`` says).
 
+    ``progress`` (a callable taking a :class:`kwtree.progress.Progress`) is told how this
+    tree's long work goes, as it goes: indexing the full text of many new texts (after a
+    bulk load or a rebuild), embedding in ``wait_indexed``, and ``compact``, ``forget``,
+    ``export``, ``restore``, ``reindex``, ``import_json``. It is called in the thread that
+    does the work, must be quick and must not raise (one that raises is warned about once
+    per task and not called again for it; the work goes on).
+
     ``limits`` (a :class:`kwtree.Limits`) bounds the size of every stored field and of
     queries; a write over a limit raises LimitExceededError and writes nothing. Every
     argument is checked: a bad one raises InvalidInputError, a directory the system refuses
@@ -206,16 +177,18 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         limits: Limits | None = None,
         log: str | None = None,
         follow: bool = True,
+        progress: ProgressCallback | None = None,
     ) -> None:
         data_path = clean_path(data_dir, "data_dir")
-        log_store = _log_store(log, data_path)
+        self._progress = check_progress(progress)
+        store = log_store(log, data_path)
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidInputError(f"limits must be a kwtree.Limits, got {type(limits).__name__}")
         self._limits = limits or DEFAULT_LIMITS
         clean_choice(durability, "durability", DURABILITY_MODES)
         self._actor = clean_label(actor, "actor")
         self._limits.check_text("actor", self._actor, "label_bytes")
-        bound = _clean_as_of(as_of)
+        bound = clean_as_of(as_of)
         clean_flag(read_only, "read_only")
         clean_flag(follow, "follow")
         self._follower: BackgroundFollower | None = None
@@ -257,7 +230,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             self._engine = engine = Engine(
                 data_path, writable=writable, durable=durability == "full", bound=bound,
                 lock_timeout=float(lock_timeout), segment_bytes=segment_bytes, file_mode=file_mode,
-                actor=self._actor, limits=self._limits, **log_store,
+                actor=self._actor, limits=self._limits, **store,
             )
             if log is not None:  # the directory remembers where its log lives
                 from kwtree.stores.postgres import record
@@ -348,7 +321,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
 
         check_options(options, "import_json", {"data_dir": "data_dir"})
         clean_path(data_dir, "data_dir")
-        plan = exporting.read_export(path)
+        plan = exporting.read_export(path, check_progress(options.get("progress")))
         was_new = exporting.prepare_import_target(data_dir)
         tree = cls(data_dir, **options)
         if tree._engine.state.op_count > 1:  # a tree that was there before, not one an import left

@@ -27,6 +27,7 @@ from kwtree.engine.replay import RawOperation, parse_operations
 from kwtree.engine.state import State
 from kwtree.errors import StorageError
 from kwtree.models import Entity, Relation
+from kwtree.progress import Ticker
 
 __all__ = [
     "CHUNK_ROWS", "CompactionReport", "compacted_operations", "differences", "history_operations", "live_entities",
@@ -125,14 +126,19 @@ def _chunk_ids(last_op_id: str, count: int) -> list[str]:
     return [f"{last - count + 1 + index:032x}" for index in range(count)]
 
 
-def compacted_operations(state: State) -> Iterator[tuple[str, bytes]]:
+def compacted_operations(state: State, tick: Ticker | None = None) -> Iterator[tuple[str, bytes]]:
     """(op id, rows) of each ``compact`` operation of the log that rebuilds ``state``; the
-    last one has the state's last op id, so the tree's ``last_op_id`` does not change."""
+    last one has the state's last op id, so the tree's ``last_op_id`` does not change.
+    ``tick`` is given the number of entities to write and counts those handed out."""
     assert state.last_op_id is not None
     entities = live_entities(state)
+    if tick is not None:
+        tick.total = len(entities)
     chunks = [entities[start : start + CHUNK_ROWS] for start in range(0, len(entities), CHUNK_ROWS)]
     for op_id, chunk in zip(_chunk_ids(state.last_op_id, len(chunks)), chunks, strict=True):
         yield op_id, encode_compacted(op_id, state.last_timestamp, chunk, None)
+        if tick is not None:
+            tick.add(len(chunk))
 
 
 def history_operations(operations: Iterable[RawOperation]) -> Iterator[tuple[str, bytes]]:

@@ -47,6 +47,7 @@ from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, StorageError, storage_error
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.ops.compaction import live_entities
+from kwtree.progress import ProgressCallback, Ticker
 from kwtree.stores.directory import KWTREE_ENTRIES
 from kwtree.stores.eventlog import LOG_DIR
 from kwtree.stores.files import PRIVATE_FILE_MODE, fsync_directory, write_atomically
@@ -111,9 +112,10 @@ def collect(state: State) -> ExportData:
 
 
 def write_export(data: ExportData, path: str | os.PathLike[str], format: str, source: str,
-                 file_mode: int = PRIVATE_FILE_MODE) -> dict[str, Any]:
+                 file_mode: int = PRIVATE_FILE_MODE, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Write ``data`` to ``path`` as ``format``, atomically, as a file of mode ``file_mode``
-    (the tree's: an export holds every memory); returns what was written.
+    (the tree's: an export holds every memory); returns what was written. ``progress`` is
+    told how many entities (JSON) or keywords (Markdown) are written.
 
     ``path`` is replaced only when the export is complete and synced (StorageError if the disk
     refuses it, DiskFullError when it is full; ``path`` is then unchanged and no temporary
@@ -121,11 +123,14 @@ def write_export(data: ExportData, path: str | os.PathLike[str], format: str, so
     target = _export_target(path)
     exported_at = time.time()
     write = _write_json if format == "json" else _write_markdown
+    total = (len(data.keywords) + len(data.infos) + len(data.links) + len(data.relations) if format == "json"
+             else len(data.keywords) - 1)
 
     def body(out: IO[bytes]) -> None:
-        write(data, out, exported_at, source)
+        write(data, out, exported_at, source, tick)
 
-    _write_atomically(target, body, file_mode)
+    with Ticker(progress, "exporting", total, "entities" if format == "json" else "keywords") as tick:
+        _write_atomically(target, body, file_mode)
     return {
         "path": str(target),
         "format": format,
@@ -179,7 +184,7 @@ def _relation_json(r: Relation) -> dict[str, Any]:
             "created_at": r.created_at}
 
 
-def _write_json(data: ExportData, out: IO[bytes], exported_at: float, source: str) -> None:
+def _write_json(data: ExportData, out: IO[bytes], exported_at: float, source: str, tick: Ticker) -> None:
     # One entity per line, written as it is encoded: no giant string, and diffs stay readable.
     header = {"kwtree_export": EXPORT_VERSION, "exported_at": exported_at, "last_op_id": data.last_op_id}
     out.write(orjson.dumps(header)[:-1])
@@ -193,6 +198,7 @@ def _write_json(data: ExportData, out: IO[bytes], exported_at: float, source: st
         for item in items:
             out.write(separator + dumps(encode(item)))
             separator = b",\n"
+            tick.add()
         out.write(b"\n]" if items else b"]")
     out.write(b"\n}\n")
 
@@ -223,7 +229,7 @@ def _item(indent: int, text: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _write_markdown(data: ExportData, out: IO[bytes], exported_at: float, source: str) -> None:
+def _write_markdown(data: ExportData, out: IO[bytes], exported_at: float, source: str, tick: Ticker) -> None:
     """An outline: keywords are bold bullets nested as in the tree (aliases in parentheses,
     description after a dash); under each, its infos as plain bullets in link order, then its
     child keywords. An info linked to several keywords is listed in full under each, with
@@ -291,6 +297,7 @@ def _write_markdown(data: ExportData, out: IO[bytes], exported_at: float, source
             text += f" — {escape_markdown(keyword.description)}"
         out.write(_item(indent, text))
         out.writelines(info_items(keyword.id, indent + 2))
+        tick.add()
         stack.extend((child, indent + 2) for child in reversed(children.get(keyword.id, ())))
     if data.relations:
         out.write(b"\n## Relations\n\n")
@@ -342,7 +349,7 @@ class _Bad(Exception):
     them into InvalidInputError."""
 
 
-def _each(items: list[Any], section: str, check: Callable[[Any], Any]) -> list[Any]:
+def _each(items: list[Any], section: str, check: Callable[[Any], Any], tick: Ticker) -> list[Any]:
     """``check`` applied to every entry of ``$.section`` (paths are built only for an error)."""
     out = []
     for index, item in enumerate(items):
@@ -350,6 +357,7 @@ def _each(items: list[Any], section: str, check: Callable[[Any], Any]) -> list[A
             out.append(check(item))
         except _Bad as exc:
             raise _Bad(f"$.{section}[{index}]{exc}") from None
+        tick.add()
     return out
 
 
@@ -411,9 +419,10 @@ def _list(doc: dict[str, Any], name: str, required: bool = False) -> list[Any]:
     return found
 
 
-def read_export(path: str | os.PathLike[str]) -> ImportPlan:
+def read_export(path: str | os.PathLike[str], progress: ProgressCallback | None = None) -> ImportPlan:
     """Read and check a JSON export; InvalidInputError names the JSON path of the first
-    problem (a file that is missing or unreadable raises NotFoundError)."""
+    problem (a file that is missing or unreadable raises NotFoundError). ``progress`` is told
+    how many entries are checked."""
     clean_path(path, "path")
     try:
         raw = Path(path).read_bytes()
@@ -424,12 +433,15 @@ def read_export(path: str | os.PathLike[str]) -> ImportPlan:
     except orjson.JSONDecodeError as exc:
         raise InvalidInputError(f"{path} is not JSON ({exc}); give a file written by export(format='json')") from None
     try:
-        return _plan(doc, str(Path(path).resolve()))
+        sections = [doc.get(name) for name in ("keywords", "infos", "links", "relations")] if type(doc) is dict else []
+        with Ticker(progress, "checking the import", sum(len(entries) for entries in sections if type(entries) is list),
+                    "entries") as tick:
+            return _plan(doc, str(Path(path).resolve()), tick)
     except _Bad as exc:
         raise InvalidInputError(f"{path}: {exc}; fix it and import again (nothing was written)") from None
 
 
-def _plan(doc: object, source: str) -> ImportPlan:
+def _plan(doc: object, source: str, tick: Ticker) -> ImportPlan:
     if type(doc) is not dict or "kwtree_export" not in doc:
         raise _Bad("$ is not a kwtree export: it must be an object with \"kwtree_export\": 1")
     if doc["kwtree_export"] != EXPORT_VERSION or type(doc["kwtree_export"]) is not int:
@@ -443,16 +455,16 @@ def _plan(doc: object, source: str) -> ImportPlan:
             audit["source_last_op_id"] = _label(doc["last_op_id"], "last_op_id")
     except _Bad as exc:
         raise _Bad(f"${exc}") from None
-    root, keywords = _keywords(_list(doc, "keywords", required=True))
+    root, keywords = _keywords(_list(doc, "keywords", required=True), tick)
     keyword_ids = {ROOT_ID, *(k["id"] for k in keywords)}
-    infos = _each(_list(doc, "infos"), "infos", _Infos(keyword_ids))
-    links = _each(_list(doc, "links"), "links", _Links({i["id"] for i in infos}, keyword_ids))
-    relations = _each(_list(doc, "relations"), "relations", _Relations(keyword_ids))
+    infos = _each(_list(doc, "infos"), "infos", _Infos(keyword_ids), tick)
+    links = _each(_list(doc, "links"), "links", _Links({i["id"] for i in infos}, keyword_ids), tick)
+    relations = _each(_list(doc, "relations"), "relations", _Relations(keyword_ids), tick)
     return ImportPlan(root, keywords, infos, links, relations, {"import": audit})
 
 
-def _keywords(items: list[Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    specs = _each(items, "keywords", _keyword)
+def _keywords(items: list[Any], tick: Ticker) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    specs = _each(items, "keywords", _keyword, tick)
     root: dict[str, Any] | None = None
     found: dict[str, dict[str, Any]] = {}
     for index, spec in enumerate(specs):

@@ -40,6 +40,7 @@ from kwtree.errors import DiskFullError, LockTimeoutError, StorageError
 from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.ops import compaction
+from kwtree.progress import ProgressCallback, Ticker, counted
 from kwtree.stores.eventlog import QUARANTINE_DIR
 from kwtree.stores.snapshot import SNAPSHOT_SUFFIX
 from kwtree.writes.abstracts import ABSTRACT_KEY, quotes
@@ -344,25 +345,27 @@ def scrub(raws: list[RawOperation], erased: dict[str, str], erasure: LogErasure,
     return scrubbed
 
 
-def erase_log(engine: Engine, state: State) -> LogErasure:
+def erase_log(engine: Engine, state: State, progress: ProgressCallback | None = None) -> LogErasure:
     """Inside ``engine.writing()`` (``state`` is what it yielded): rewrite the log so that no
     row holds the text of an entity a ``forget`` operation erased, as a new generation that
     ``Engine.replace_log`` checks (it must replay to the same live state) and swaps in
     atomically, as compaction does: a crash leaves the old log or the new one. Nothing is
     written when no row or audit needs it, nor when a live keyword's current abstract quotes an
     erased text (``erasure.quoting``: the caller drops those abstracts in an operation, then
-    calls again). Returns what it found and did."""
+    calls again). Returns what it found and did; ``progress`` is told how the rewrite goes."""
     raws, size, _ = compaction.read_log(engine.read_segments(), parse=True)
     erasure, scrubbed = _scrubbed(raws, state)
     erasure.bytes_before = erasure.bytes_after = size
     if erasure.quoting:  # the caller drops those live abstracts first, then calls again
         return erasure
     if erasure.rows or erasure.audits or erasure.revised:
-        operations = compaction.history_operations(_without_old_heads(scrubbed))
         # The log is chained anew from the first row it erased: a note says so, and names no digest of
         # what it erased (a digest of the old bytes would let a guess of the erased text be checked).
         note = {"reason": "forget", "by": last_forget(state)}
-        after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"), note)
+        with Ticker(progress, "rewriting the log", len(scrubbed), "operations") as tick:
+            operations = counted(compaction.history_operations(_without_old_heads(scrubbed)), tick)
+            after = engine.replace_log(operations, compaction.same_state(state, f"forget in {engine.directory}"),
+                                       note)
         erasure.bytes_after, erasure.operations, erasure.rewritten = after.size, after.operations, True
     return erasure
 

@@ -27,6 +27,7 @@ from kwtree.engine.follower import replay_store
 from kwtree.engine.replay import group_operations, whole_lines
 from kwtree.errors import InvalidInputError, StorageError
 from kwtree.ops.compaction import differences
+from kwtree.progress import ProgressCallback, Ticker, check_progress, counted
 from kwtree.stores import postgres
 from kwtree.stores.logstore import LogStore
 from kwtree.stores.segments import SegmentStore
@@ -78,10 +79,12 @@ def _target(to: object, lock_timeout: float) -> tuple[LogStore, str]:
     return SegmentStore.create(directory, lock_timeout=lock_timeout), str(directory)
 
 
-def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> MigrateReport:
+def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_timeout: float = 10.0,
+            progress: ProgressCallback | None = None) -> MigrateReport:
     """Copy the log of the data directory ``source`` to ``to`` (a ``postgresql://`` URL whose
     tree holds nothing yet, or a new or empty directory), operation ids and order kept, and
     check that the copy replays to the source's state. The source is not changed.
+    ``progress`` is told how many operations are copied (``kwtree.progress``).
 
     Raises InvalidInputError (``source`` is no directory, ``to`` neither a URL nor a new or
     empty directory, or the log the source already uses), NotFoundError (``source`` is not a
@@ -89,6 +92,7 @@ def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_
     could not be written, or it would not replay to the source's state), LockTimeoutError."""
     started = time.perf_counter()
     timeout = clean_seconds(lock_timeout, "lock_timeout")
+    check_progress(progress)
     directory = clean_path(source, "source")
     if not directory.is_dir():
         raise InvalidInputError(f"source must be the data directory of a tree; {directory} is not a directory")
@@ -112,7 +116,8 @@ def migrate(source: str | os.PathLike[str], to: str | os.PathLike[str], *, lock_
                         end = batch.end
                         if batch.data:
                             raise StorageError(f"{name} holds operations already: migrate into an empty log")
-                    store.replace(operations, after=end)
+                    with Ticker(progress, "copying the log", len(operations), "operations") as tick:
+                        store.replace(counted(operations, tick), after=end)
                 found = differences(state, replay_store(store, None, threading.Lock())[0])
         finally:
             engine.close()

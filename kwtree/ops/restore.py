@@ -29,6 +29,7 @@ from kwtree.engine.follower import replay_store
 from kwtree.engine.state import State
 from kwtree.errors import CorruptLogError, FormatError, StorageError
 from kwtree.models import ROOT_ID
+from kwtree.progress import ProgressCallback, check_progress
 from kwtree.stores import leftovers
 from kwtree.stores.archive import COUNT_KEYS, archive_path
 from kwtree.stores.files import fsync_directory
@@ -62,7 +63,7 @@ class Occupant(NamedTuple):
 
 
 def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], *,
-            lock_timeout: float = 10.0) -> dict[str, Any]:
+            lock_timeout: float = 10.0, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Restore a snapshot archive into ``data_dir``: a new or empty directory, or an existing
     tree, which is replaced. Returns a summary (``data_dir``, ``snapshot``, ``last_op_id``,
     the counts, ``bytes``, ``replaced``).
@@ -74,7 +75,8 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
     directory, and so does the lock file) and deleted afterwards. KeywordTree instances that
     keep it open replay the restored log at their next refresh or write, but keep their caches
     of the old tree until they reopen: close them first. The restored tree has no caches yet:
-    its first open rebuilds them. Durable on return.
+    its first open rebuilds them. Durable on return. ``progress`` is told how the check of
+    the archive goes (``kwtree.progress``).
 
     Raises InvalidInputError (bad arguments, ``data_dir`` is a file or holds the working
     directory), NotFoundError (no such snapshot), FormatError (not a snapshot or damaged,
@@ -83,13 +85,14 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
     """
     target = clean_path(data_dir, "data_dir")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
+    check_progress(progress)
     archive_path(snapshot)
     target_replaces(target)  # refuse a file or a foreign directory before creating parents
     created = _missing_parents(target)
     try:
         for parent in reversed(created):
             parent.mkdir(exist_ok=True)
-        return restore_archive(snapshot, target, lock_timeout=timeout)
+        return restore_archive(snapshot, target, lock_timeout=timeout, progress=progress)
     except BaseException:
         for parent in created:
             try:
@@ -100,12 +103,12 @@ def restore(snapshot: str | os.PathLike[str], data_dir: str | os.PathLike[str], 
 
 
 def restore_archive(snapshot: str | os.PathLike[str], target: Path, *, lock_timeout: float,
-                    occupant: Occupant | None = None) -> dict[str, Any]:
+                    occupant: Occupant | None = None, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Restore ``snapshot`` into ``target`` as the module docstring says; ``occupant`` is the
     open tree of this process that ``target`` holds, when it restores itself. Returns the
     summary ``restore`` returns. Raises what ``restore`` raises."""
     replacing = target_replaces(target)
-    staging, header = stage(snapshot, target)
+    staging, header = stage(snapshot, target, progress)
 
     def check(state: State) -> None:
         check_state(state, header, snapshot)

@@ -18,6 +18,7 @@ and take the new format at their next write or refresh.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -37,6 +38,7 @@ from kwtree.engine.events import (
 from kwtree.engine.replay import parse_operations
 from kwtree.errors import DamagedDirectoryError, StorageError, storage_error
 from kwtree.ops.verify import Report, segments_directory, verify_directory
+from kwtree.progress import ProgressCallback, Ticker, check_progress
 from kwtree.stores import logswap
 from kwtree.stores.eventlog import (
     LOG_DIR,
@@ -72,23 +74,26 @@ class Upgrade:
                 f"{self.operations:,} operation(s) chained and checksummed in {self.segments} segment(s)")
 
 
-def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0) -> Upgrade:
+def upgrade_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0,
+                      progress: ProgressCallback | None = None) -> Upgrade:
     """Upgrade the data directory at ``path`` to the current log format (see the module
     docstring) under its writer lock, waiting ``lock_timeout`` seconds at most. Idempotent.
     Raises NotFoundError / InvalidInputError for a path that is not a kwtree directory,
     FormatError for a newer or unreadable manifest, DamagedDirectoryError when verify finds
     an error or a torn tail (run ``kwtree repair`` first; nothing is changed), LockTimeoutError,
     StorageError when the disk fails — DiskFullError when it is full: the new log is removed,
-    the old one stays in place, and the same call works once space is freed."""
+    the old one stays in place, and the same call works once space is freed. ``progress`` is
+    told how many segments are rewritten (``kwtree.progress``)."""
     directory = segments_directory(path, "upgrade")
     timeout = clean_seconds(lock_timeout, "lock_timeout")
+    check_progress(progress)
     try:
-        return run_locked(directory, timeout, _upgrade)
+        return run_locked(directory, timeout, functools.partial(_upgrade, progress=progress))
     except OSError as exc:
         raise storage_error(f"could not upgrade {directory}", exc, directory) from exc
 
 
-def _upgrade(directory: Path) -> Upgrade:
+def _upgrade(directory: Path, progress: ProgressCallback | None) -> Upgrade:
     manifest = Manifest.load(directory)
     if manifest.format == FORMAT_VERSION:
         return Upgrade(str(directory), manifest.format, manifest.format, 0, 0, verify_directory(directory))
@@ -120,11 +125,13 @@ def _upgrade(directory: Path) -> Upgrade:
                            {"rechain": {"reason": "upgrade", "from_format": manifest.format}})
         if bodies:
             bodies[-1].append(with_prev(note, op_digest(chained[max(chained)]) if chained else GENESIS))
-        for index, name in enumerate(names):
-            body = b"".join(with_checksum(text) for text in bodies[index])
-            if index + 1 < len(names):
-                body += encode_seal(body, names[index + 1])
-            logswap.write_segment(target, name, body)
+        with Ticker(progress, "rewriting the log", len(names), "segments") as tick:
+            for index, name in enumerate(names):
+                body = b"".join(with_checksum(text) for text in bodies[index])
+                if index + 1 < len(names):
+                    body += encode_seal(body, names[index + 1])
+                logswap.write_segment(target, name, body)
+                tick.add()
         logswap.seal(target)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)

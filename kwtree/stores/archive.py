@@ -28,6 +28,7 @@ import orjson
 
 from kwtree.engine.events import is_op_id
 from kwtree.errors import FormatError, InvalidInputError, NotFoundError, StorageError
+from kwtree.progress import ProgressCallback, Ticker
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
 from kwtree.stores.files import (
     PRIVATE_FILE_MODE,
@@ -193,8 +194,9 @@ def _check_room(archive: Path, header: Mapping[str, Any], staging: Path) -> None
         )
 
 
-def extract(archive: Path, staging: Path) -> dict[str, Any]:
-    """Check the archive member by member into ``staging``; returns its header."""
+def extract(archive: Path, staging: Path, progress: ProgressCallback | None = None) -> dict[str, Any]:
+    """Check the archive member by member into ``staging``; returns its header. ``progress``
+    is told how many of the members' bytes are checked."""
     try:
         # Opened apart from the `with tar:` below so that only the open's TarError is translated.
         tar = tarfile.open(archive, mode="r:")  # noqa: SIM115
@@ -216,6 +218,8 @@ def extract(archive: Path, staging: Path) -> dict[str, Any]:
             header = _check_header(archive, raw)
             _check_room(archive, header, staging)
             file_mode = PRIVATE_FILE_MODE  # until the archived manifest says which
+            tick = Ticker(progress, "checking the snapshot", sum(entry["size"] for entry in header["members"]),
+                          "bytes").start()
             for entry in header["members"]:
                 member = tar.next()
                 if member is None:
@@ -233,6 +237,7 @@ def extract(archive: Path, staging: Path) -> dict[str, Any]:
                         f"{archive}: member {member.name} does not match its SHA-256 checksum: the archive "
                         f"was damaged or altered; nothing was restored"
                     )
+                tick.add(member.size)
                 if member.name == MANIFEST_NAME:  # the first member: check it before any segment
                     file_mode = _staged_manifest(archive, staging).file_mode
                     os.chmod(staging, dir_mode(file_mode))
@@ -242,6 +247,7 @@ def extract(archive: Path, staging: Path) -> dict[str, Any]:
             if extra is not None:
                 _check_member(archive, extra)
                 raise FormatError(f"{archive}: member {extra.name!r} is not in its manifest")
+            tick.finish()
     except tarfile.TarError as exc:
         raise FormatError(f"{archive} is truncated or damaged ({exc}); nothing was restored") from None
     fsync_directory(staging / LOG_DIR)

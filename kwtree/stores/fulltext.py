@@ -49,7 +49,7 @@ from kwtree.errors import (
 from kwtree.normalize import terms
 from kwtree.stores.files import PRIVATE_FILE_MODE, low_on_space, make_dir, remove_cache_dir, write_atomically
 
-__all__ = ["FORMAT", "KINDS", "FullTextIndex", "checksum_problems", "is_panic"]
+__all__ = ["FORMAT", "KINDS", "FullTextIndex", "checksum_problems", "is_index_failure", "is_panic"]
 
 FORMAT = 2
 #: Document kinds, and the prefix their terms carry in the ``text`` field.
@@ -64,6 +64,16 @@ def is_panic(exc: BaseException) -> bool:
     """True for a Rust panic inside tantivy (pyo3's PanicException, a BaseException that no
     module exports): what some damaged index files cause instead of an error."""
     return type(exc).__name__ == "PanicException"
+
+
+#: What a deleted or damaged tantivy index raises (besides a Rust panic, see is_index_failure).
+_INDEX_FAILURES: tuple[type[BaseException], ...] = (StorageError, ValueError, OSError)
+
+
+def is_index_failure(exc: BaseException) -> bool:
+    """True for an error a damaged or deleted index causes: a StorageError, ValueError or
+    OSError, or a Rust panic inside tantivy (``is_panic``)."""
+    return isinstance(exc, _INDEX_FAILURES) or is_panic(exc)
 
 
 def checksum_problems(index_dir: Path, checked: set[tuple[str, int]] | None = None) -> list[str]:

@@ -44,6 +44,7 @@ from kwtree.errors import (
     StorageError,
     storage_error,
 )
+from kwtree.progress import ProgressCallback
 from kwtree.stores import leftovers
 from kwtree.stores.archive import (
     CHUNK,
@@ -346,7 +347,7 @@ def _unlink(path: Path) -> None:
 # --- restoring: staging and checking the archive's log -------------------------------------------
 
 
-def stage(snapshot: object, data_dir: Path) -> tuple[Path, dict[str, Any]]:
+def stage(snapshot: object, data_dir: Path, progress: ProgressCallback | None = None) -> tuple[Path, dict[str, Any]]:
     """Check ``snapshot`` completely while extracting it into a new hidden directory beside
     ``data_dir``; returns that directory and the archive's header. Raises NotFoundError (no
     such file), FormatError (not a snapshot, a newer format, an unsafe, unlisted, missing or
@@ -355,7 +356,7 @@ def stage(snapshot: object, data_dir: Path) -> tuple[Path, dict[str, Any]]:
     leftovers.remove_leftovers(data_dir)
     staging = _new_sibling(data_dir, STAGING_TAG)
     try:
-        return staging, extract(archive, staging)
+        return staging, extract(archive, staging, progress)
     except OSError as exc:
         discard(staging)
         raise StorageError(f"could not restore {archive} beside {data_dir}: {exc}") from exc

@@ -9,8 +9,10 @@ fixed width so that erasing a row (``erased_key_line``) rewrites its line in pla
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import orjson
 
 __all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "erased_key_line", "file_crc",
-           "file_id_and_size", "file_size", "parse_keys", "read_json", "row_check"]
+           "file_id_and_size", "file_size", "model_directory", "parse_keys", "read_json", "row_check"]
 
 log = logging.getLogger("kwtree.cache")
 
@@ -152,3 +154,10 @@ def _line_keys(lines: list[bytes]) -> tuple[list[tuple[str, str]], list[str | No
         keys.append((p[0], p[1]))
         checks.append(p[2] if len(p) == 3 else None)
     return keys, checks
+
+
+def model_directory(model: str) -> str:
+    """The name of the directory, under ``cache/vectors/``, of the store of ``model``'s vectors:
+    readable, and unique per model name (a hash of it ends the name)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
+    return f"{readable}-{hashlib.blake2b(model.encode(), digest_size=4).hexdigest()}"
