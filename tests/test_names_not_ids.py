@@ -102,3 +102,37 @@ def test_the_cli_takes_names_and_paths_wherever_it_takes_a_keyword(tmp_path: Pat
     assert "Work › Tools › Python" in ambiguous.stderr and "Home › Python" in ambiguous.stderr
     unknown = _kwtree("move", where, "Go", "Tols")
     assert unknown.returncode == 1 and "new_parent" in unknown.stderr and "'Tools'" in unknown.stderr
+
+
+def test_arguments_that_take_a_keyword_or_a_memory_take_a_memory_id_or_a_name(
+        built: tuple[KeywordTree, dict[str, Any]]) -> None:
+    tree, ids = built
+    info = tree.create_info("Prefers sencha.", keyword_ids=[ids["tea"]])
+    assert tree.resolve(info.id, memories=True) == info.id and tree.resolve("Tea", memories=True) == ids["tea"]
+    link = f"{info.id}/{ids['tea']}"
+    assert tree.resolve(link, memories=True) == link  # a link key, not a path of names
+    assert tree.resolve("CI/CD", memories=True) == ids["cicd"]
+    with pytest.raises(NotFoundError, match="id: no keyword"):
+        tree.resolve(info.id, field="id")  # without memories, a memory id is no keyword
+    box = ToolBox(tree, scope="user:alice")
+    shown = box.run("show", {"id": "Tea"})
+    assert shown["keyword"]["id"] == ids["tea"] and shown["memories"][0]["text"] == "Prefers sencha."
+    assert box.run("show", {"id": info.id})["memory"]["text"] == "Prefers sencha."
+    assert box.run("history", {"entity_id": "Tea"})["operations"]
+    assert box.call("history", {"entity_id": "Coffee"}).text.startswith("NotFoundError")  # bob's, outside
+    assert box.call("show", {"id": "Coffee"}).text.startswith("NotFoundError")
+    herbal = box.run("create_keyword", {"name": "Herbal", "parent_id": "Tea"})["keyword"]["id"]
+    related = box.run("relate", {"from_id": "Tea", "to_id": "Tea/Herbal", "type": "includes"})
+    assert (related["from"]["id"], related["to"]["id"]) == (ids["tea"], herbal)
+    assert box.call("relate", {"from_id": "Tea", "to_id": "Coffee"}).is_error
+    assert box.run("forget", {"id": "Tea/Herbal"})["keywords_erased"] == 1
+    assert box.call("forget", {"id": "Coffee"}).text.startswith("NotFoundError")
+
+
+def test_the_cli_history_and_forget_take_a_keyword_by_name(tmp_path: Path) -> None:
+    ids = _build(tmp_path / "m")
+    where = str(tmp_path / "m")
+    history = _kwtree("history", where, "--entity", "Work/Tools/Python")
+    assert history.returncode == 0 and history.stdout.count("\n") == 1, history.stderr
+    forgot = _kwtree("forget", where, "Go")
+    assert forgot.returncode == 0 and f"erased keyword\t{ids['go']}" in forgot.stdout, forgot.stderr

@@ -179,9 +179,9 @@ def _update_patch(args: argparse.Namespace) -> dict[str, Any]:
 # The options of update and update-info have the dests of the patch fields they set.
 KEYWORD_PATCH = ("name", "aliases", "description", "metadata")
 INFO_PATCH = ("content", "source", "metadata")
-ID = arg("id", metavar="ID", help="a keyword id ('root' is the root)")
+ID = arg("id", metavar="ID", help="a keyword: its id, name, alias or path ('root' is the root)")
 INFO_ID = arg("info_id", metavar="INFO_ID", help="an info id")
-KEYWORD_ID = arg("keyword_id", metavar="KEYWORD_ID", help="a keyword id")
+KEYWORD_ID = arg("keyword_id", metavar="KEYWORD_ID", help="a keyword: its id, name, alias or path")
 RELATIONS = [member.value for member in RelationType]
 RELATION = arg("--relation", choices=RELATIONS, help="only links of this relation type")
 SCOPE = arg("--scope", action="append", metavar="SCOPE",
@@ -459,8 +459,9 @@ COMMANDS: tuple[Command, ...] = (
         "list operations, oldest first: all, or those that wrote --entity (or inside --scope)",
         example='./memory --entity "$PY" --limit 5', opens="read",
         call=lambda t, a: t.history(a.entity, a.limit, scope=a.scope),
-        args=(arg("--entity", metavar="ID", help="a keyword or info id, or a link or relation key"),
+        args=(arg("--entity", metavar="ID", help="a keyword (id, name or path), an info id, or a link or relation key"),
               arg("--limit", type=int, metavar="N", help="only the newest N"), SCOPE),
+        entity_refs=("entity",),
     ),
     Command(
         "undo", "KeywordTree.undo", "restore what an operation wrote to its state before, as a new operation",
@@ -610,12 +611,12 @@ def _run(command: Command, args: argparse.Namespace) -> None:
         command.call(None, args)
         return
     with _open(command, args) as tree:
-        for dest in command.refs:  # a name, an alias or a path where an id is taken
-            given = getattr(args, dest)
+        for dest in (*command.refs, *command.entity_refs):  # a name, an alias or a path where an id is taken
+            given, memories = getattr(args, dest), dest in command.entity_refs
             if isinstance(given, list):
-                setattr(args, dest, [tree.resolve(ref, field=dest) for ref in given])
+                setattr(args, dest, [tree.resolve(ref, field=dest, memories=memories) for ref in given])
             elif given is not None:
-                setattr(args, dest, tree.resolve(given, field=dest))
+                setattr(args, dest, tree.resolve(given, field=dest, memories=memories))
         result = command.call(tree, args)
         if args.json:
             print(json.dumps(to_json(result), ensure_ascii=False, indent=2))

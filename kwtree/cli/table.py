@@ -104,5 +104,7 @@ class Command:
     #: The dests of the arguments that take a keyword: each also takes a name, an alias or a
     #: path, resolved to an id (``KeywordTree.resolve``) before the call.
     refs: tuple[str, ...] = ()
+    #: The dests that take a keyword as ``refs`` do, or a memory id or a link or relation key.
+    entity_refs: tuple[str, ...] = ()
     #: Long work: it reports progress on stderr (``kwtree.cli.progress``) and takes ``--quiet``.
     long: bool = False

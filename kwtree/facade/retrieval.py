@@ -20,7 +20,7 @@ from kwtree.normalize import normalize_name
 from kwtree.retrieval import broad, dated, relevance, sources
 from kwtree.retrieval import recall as fusion
 from kwtree.retrieval.context import render_context
-from kwtree.retrieval.resolve import resolve
+from kwtree.retrieval.resolve import resolve, resolve_entity
 from kwtree.retrieval.scopes import clean_scopes, scope_members, scope_subtree
 from kwtree.retrieval.timeline import Window, clean_window
 from kwtree.validate import (
@@ -168,16 +168,20 @@ class RetrievalMethods(TreeCore):
 
         return self._read(rank)
 
-    def resolve(self, ref: str, *, scope: str | Sequence[str] | None = None, field: str = "keyword_id") -> str:
+    def resolve(self, ref: str, *, scope: str | Sequence[str] | None = None, field: str = "keyword_id",
+                memories: bool = False) -> str:
         """The id of the one live keyword ``ref`` names: an id, a name or an alias (normalised),
         or a path of names joined by "/" or "›" ("Work/Tools/Python"; it may start below the
-        root), inside ``scope`` when given (``kwtree.retrieval.resolve``). InvalidInputError
-        listing the candidates with their paths when several fit, NotFoundError suggesting the
-        closest names when none does; ``field`` names the argument in both."""
+        root), inside ``scope`` when given (``kwtree.retrieval.resolve``). With ``memories``,
+        an info id or a link or relation key is also taken, as it is (for ``forget`` and
+        ``history``, which take any of them). InvalidInputError listing the candidates with
+        their paths when several fit, NotFoundError suggesting the closest names when none
+        does; ``field`` names the argument in both."""
         text = clean_text(ref, field, allow_empty=False)
+        clean_flag(memories, "memories")
         scopes = clean_scopes(scope)
-        return self._read(lambda state: resolve(state, text, scope_subtree(state, scopes) if scopes else None,
-                                                field))
+        find = resolve_entity if memories else resolve
+        return self._read(lambda state: find(state, text, scope_subtree(state, scopes) if scopes else None, field))
 
     def _members(self, state: State, scopes: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
         """``scope_members`` of ``scopes``, kept until the next operation: the same sets for

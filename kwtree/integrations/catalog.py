@@ -63,6 +63,9 @@ _ID = "An id as returned by another tool (32 hex digits for keywords, infos and 
 #: A keyword argument also takes its name, an alias or its path (kwtree.retrieval.resolve).
 _KEYWORD = ("A keyword: its id (as another tool returned it; 'root' for the root), its name or an alias, or its "
             "path ('Work/Tools/Python'); a name several keywords share is refused with their paths.")
+#: An argument that takes a keyword as _KEYWORD says, or a memory by its id.
+_ENTITY = ("A memory's id (as another tool returned it), or a keyword: its id, its name or an alias, or its path "
+           "('Work/Tools/Python').")
 _TIME = "An ISO 8601 date or time (e.g. '2024-05-01'), or epoch seconds as a string."
 
 
@@ -126,7 +129,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "show",
         "Everything about one keyword or one memory: a keyword's path, aliases, description, children, memories "
         "and relations; a memory's text, source, metadata and the keywords it is filed under.",
-        _object(("id",), id=_string(f"A keyword id or a memory (info) id. {_ID}"),
+        _object(("id",), id=_string(f"The keyword or memory to show. {_ENTITY}"),
                 scope=_SCOPE_READ),
         writes=False),
     ToolSpec(
@@ -141,7 +144,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "history",
         "The operations that changed memory, newest last: what was written, when, by whom. Each has an op_id "
         "that undo takes.",
-        _object((), entity_id=_string(f"Only the operations that wrote this keyword or memory. {_ID}"),
+        _object((), entity_id=_string(f"Only the operations that wrote this keyword or memory. {_ENTITY}"),
                 limit=_integer("The newest this many operations.", 1, MAX_K, 20),
                 scope=_SCOPE_READ),
         writes=False),
@@ -201,8 +204,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "relate",
         "Relate two keywords with a typed, weighted relation (e.g. 'depends_on', 'see_also').",
-        _object(("from_id", "to_id"), from_id=_string(f"The first keyword. {_ID}"),
-                to_id=_string(f"The second keyword. {_ID}"),
+        _object(("from_id", "to_id"), from_id=_string(f"The first keyword. {_KEYWORD}"),
+                to_id=_string(f"The second keyword. {_KEYWORD}"),
                 type=_string("The relation's type, a short label.", default="related_to"),
                 weight={"type": "number", "default": 1.0, "description": "How strong, usually 0-1."},
                 reason=_string("Why they are related."),
@@ -212,7 +215,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "forget",
         "Erase a memory, a keyword with everything under it, or a whole scope: the text leaves the log and the "
         "indexes for good (this is not undoable). Give exactly one of id and scope.",
-        _object((), id=_string(f"The memory or keyword to erase. {_ID}"),
+        _object((), id=_string(f"The memory or keyword to erase. {_ENTITY}"),
                 scope=_string("The scope to erase, e.g. 'user:alice/run:42'.")),
         writes=True, scoped=False),
     ToolSpec(

@@ -248,6 +248,7 @@ class ToolBox:
 
     def _show(self, id: str, scope: object = None) -> dict[str, Any]:
         scopes = self.guard.read_scopes(scope)
+        id = self._resolve(id, scopes, "id", memories=True)
         tops = None if scopes is None else self.guard.tops(scopes)
         if not self.guard.is_keyword(id):
             self.guard.require(id, scopes, "id", "memory", label="keyword or memory")
@@ -279,12 +280,14 @@ class ToolBox:
             "relations": relations[:MAX_LISTED],
         }
 
-    def _resolve(self, ref: object, scopes: Sequence[str] | None, field: str) -> str:
+    def _resolve(self, ref: object, scopes: Sequence[str] | None, field: str, *, memories: bool = False) -> str:
         """The keyword id ``ref`` names (an id, a name, an alias or a path), looked for only
-        inside ``scopes`` when given: a name never reaches a keyword outside them."""
+        inside ``scopes`` when given: a name never reaches a keyword outside them. With
+        ``memories``, a memory id (or a link or relation key) is taken as it is: the caller's
+        guard checks that it is inside the scopes."""
         if not isinstance(ref, str):
             raise InvalidInputError(f"{field} must be a keyword id, name or path, got {type(ref).__name__}")
-        return self.tree.resolve(ref, scope=list(scopes) if scopes else None, field=field)
+        return self.tree.resolve(ref, scope=list(scopes) if scopes else None, field=field, memories=memories)
 
     def _tree(self, keyword_id: str | None = None, depth: int = 3, scope: object = None) -> dict[str, Any]:
         scopes = self.guard.read_scopes(scope)
@@ -324,7 +327,10 @@ class ToolBox:
         return {"text": "\n".join(lines)}
 
     def _history(self, entity_id: str | None = None, limit: int = 20, scope: object = None) -> dict[str, Any]:
-        operations = self.tree.history(entity_id, limit, scope=self.guard.read_scopes(scope))
+        scopes = self.guard.read_scopes(scope)
+        if entity_id is not None:
+            entity_id = self._resolve(entity_id, scopes, "entity_id", memories=True)
+        operations = self.tree.history(entity_id, limit, scope=scopes)
         return {"operations": [self._operation(op) for op in operations]}
 
     @staticmethod
@@ -436,6 +442,8 @@ class ToolBox:
     def _relate(self, from_id: str, to_id: str, type: str = "related_to", weight: float = 1.0, reason: str = "",
                 scope: str | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
+        from_id = self._resolve(from_id, (chosen,) if chosen else None, "from_id")
+        to_id = self._resolve(to_id, (chosen,) if chosen else None, "to_id")
         if chosen is not None:
             self.guard.require(from_id, (chosen,), "from_id")
             self.guard.require(to_id, (chosen,), "to_id")
@@ -451,6 +459,7 @@ class ToolBox:
             report = self.tree.forget(scope=self.guard.inside_pin(clean_scope(scope), "scope"))
         else:
             assert id is not None
+            id = self._resolve(id, (self.pinned,) if self.pinned is not None else None, "id", memories=True)
             if self.pinned is not None:  # a memory also filed elsewhere is not this scope's alone to erase
                 kind = "keyword" if self.guard.is_keyword(id) else "memory"
                 self.guard.require(id, (self.pinned,), "id", kind, wholly=True, label="keyword or memory")

@@ -16,6 +16,11 @@ outside its scopes):
 
 One keyword: its id. Several: InvalidInputError listing each with its path, so the caller can
 pick one by path. None: NotFoundError naming the closest names the tree holds (``kwtree find``).
+
+``resolve_entity`` is the same for an argument that also takes a memory or a link or relation
+key (``kwtree.models.entity_key``: ids joined by ``/``): anything of the form of an id or of a
+key is taken as it is (memories have no names), and the call it is given to says what is wrong
+with it.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ from __future__ import annotations
 import difflib
 import re
 
+from kwtree.engine.events import is_op_id
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.models import ROOT_ID
 from kwtree.normalize import normalize_name
 from kwtree.validate import shown
 
-__all__ = ["MAX_LISTED", "resolve"]
+__all__ = ["MAX_LISTED", "resolve", "resolve_entity"]
 
 #: At most this many candidates or suggestions are named in an error.
 MAX_LISTED = 8
@@ -85,3 +91,12 @@ def resolve(state: State, ref: str, visible: set[str] | None = None, field: str 
     hint = f"; did you mean {', '.join(repr(names[key]) for key in close)}?" if close else \
         "; `kwtree find` and `kwtree tree` show the names"
     raise NotFoundError(f"{field}: no keyword has the id, name, alias or path {shown(ref)}{hint}")
+
+
+def resolve_entity(state: State, ref: str, visible: set[str] | None = None, field: str = "id") -> str:
+    """``ref`` as it is when it has the form of an id or of a link or relation key, else the
+    keyword ``resolve`` finds for it (see the module's docstring)."""
+    ids = ref.split("/")
+    if ref == ROOT_ID or (len(ids) <= 3 and all(is_op_id(part) or part == ROOT_ID for part in ids[:2])):
+        return ref
+    return resolve(state, ref, visible, field)
