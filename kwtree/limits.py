@@ -62,6 +62,20 @@ class Limits:
         if size is not None:
             raise _exceeded(field, size, getattr(self, limit), limit, "")
 
+    def cut_text(self, text: str, limit: str) -> str:
+        """``text`` when it fits the limit named ``limit`` in UTF-8; else as much of its start
+        as fits together with a note that says so, ``"\n[cut by kwtree: M characters, the
+        first N kept]"`` (whole characters, never half of one). For a caller that must store
+        something rather than refuse: a hook that would otherwise fail on every later turn. A
+        limit too small to hold the note gives a text still over it, which the write refuses."""
+        bound = getattr(self, limit)
+        if _text_size(text, bound) is None:
+            return text
+        # The note is sized for the whole length: the count kept has at most as many digits.
+        room = max(bound - len(_cut_note(len(text), len(text)).encode("utf-8")), 0)
+        kept = text.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+        return kept + _cut_note(len(text), len(kept))
+
     def check_changes(self, changes: Iterable[Change]) -> None:
         """Raise LimitExceededError for the first field a change sets to a value over its
         limit (a field the change leaves as it was is not checked)."""
@@ -79,6 +93,10 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+def _cut_note(total: int, kept: int) -> str:
+    return f"\n[cut by kwtree: {total:,} characters, the first {kept} kept]"
+
+
 # Each measure returns the value's size when it is over ``bound``, else None.
 
 
@@ -86,7 +104,7 @@ def _text_size(text: str, bound: int) -> int | None:
     # Every character is 1 to 4 bytes of UTF-8: encode only when the length cannot decide.
     if len(text) * 4 <= bound:
         return None
-    size = len(text) if len(text) > bound else len(text.encode("utf-8"))
+    size = len(text.encode("utf-8"))  # (the bytes, also when the characters alone are over: the message says bytes)
     return size if size > bound else None
 
 

@@ -7,6 +7,7 @@ read-only directory and before the directory exists."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tmpfs
 
 from kwtree import KeywordTree
 
@@ -70,6 +72,14 @@ def test_a_transcript_that_is_not_jsonl_is_an_error_but_a_torn_last_line_is_not(
     refused = _stop(tmp_path / "m", notes)
     assert refused.returncode == 1 and f"{notes}" in refused.stderr and "line 1 is not JSON" in refused.stderr
     assert not (tmp_path / "m").exists() or _turns(tmp_path / "m") == []
+    other = tmp_path / "events.jsonl"  # JSONL, but another tool's
+    other.write_text('{"event": "deploy", "ok": true}\n{"event": "rollback", "ok": false}\n', encoding="utf-8")
+    refused = _stop(tmp_path / "m", other)
+    assert refused.returncode == 1 and "no line has a 'type'" in refused.stderr
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('{"type": "user"}\n[1, 2]\n{"type": "user"}\n', encoding="utf-8")
+    refused = _stop(tmp_path / "m", listed)
+    assert refused.returncode == 1 and "line 2 is not a JSON object" in refused.stderr
     torn = tmp_path / "t.jsonl"
     _write(torn, [_line("user", "I use uv for Python environments.", 1)], tail='{"type": "assistant", "mess')
     written = _stop(tmp_path / "m", torn)
@@ -117,17 +127,25 @@ def test_reading_hooks_read_while_another_process_holds_the_writer_lock(tmp_path
         holder.communicate("", timeout=60)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a read-only directory all the same")
 def test_reading_hooks_read_a_read_only_directory(tmp_path: Path) -> None:
-    _seed(tmp_path / "m")
-    for path in [tmp_path / "m", *(tmp_path / "m").rglob("*")]:
-        path.chmod(path.stat().st_mode & ~0o222)
-    try:
-        for ran in _context_hooks(tmp_path / "m"):
+    """On a read-only file system (a tmpfs remounted read-only, for root, which writes through
+    any mode bits), else a directory whose modes forbid writing: both hooks answer, quietly."""
+    with contextlib.ExitStack() as stack:
+        root = os.geteuid() == 0
+        home = stack.enter_context(tmpfs(tmp_path / "home", "size=64m")) if root else tmp_path
+        _seed(home / "m")
+        if root:
+            done = subprocess.run(["mount", "-o", "remount,ro", str(home)], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+        else:
+            paths = [home / "m", *(home / "m").rglob("*")]
+            for path in paths:
+                path.chmod(path.stat().st_mode & ~0o222)
+            stack.callback(lambda: [path.chmod(path.stat().st_mode | 0o200) for path in paths])
+        for ran in _context_hooks(home / "m"):
             assert ran.returncode == 0, ran.stderr
-    finally:
-        for path in [tmp_path / "m", *(tmp_path / "m").rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
+            assert "green tea" in json.loads(ran.stdout)["hookSpecificOutput"]["additionalContext"]
+            assert ran.stderr == ""  # no false alarm about the index a reader cannot open
 
 
 def test_reading_hooks_before_anything_was_stored_print_nothing_and_create_nothing(tmp_path: Path) -> None:
@@ -143,3 +161,24 @@ def test_a_line_separator_inside_a_message_keeps_its_line_whole(tmp_path: Path) 
     ran = _stop(tmp_path / "m", transcript)
     assert ran.returncode == 0, ran.stderr
     assert _turns(tmp_path / "m") == ["I use uv\u2028for Python environments.", "I live in Lyon."]
+
+
+def test_after_turn_cuts_an_oversized_message_in_every_runtime_and_commit_session_still_refuses(
+        tmp_path: Path) -> None:
+    from kwtree import LimitExceededError, Limits
+
+    limits = Limits(content_bytes=2000)
+    pasted = "é" * 1500  # 3,000 bytes of UTF-8: over the limit though its 1,500 characters are not
+    conversation = [{"role": "user", "content": "I use uv for Python environments."},
+                    {"role": "user", "content": pasted}]
+    with KeywordTree(tmp_path / "m", durability="none", worker=False, limits=limits) as tree:
+        with pytest.raises(LimitExceededError, match="content of .*: 3,000 bytes is over the limit of 2,000 bytes"):
+            tree.commit_session(conversation, session_id="s1", scope="user:me")
+        tree.after_turn(conversation, "s1", "user:me")
+        later = tree.end_session([*conversation, {"role": "user", "content": "I live in Lyon."}], "s1", "user:me")
+        assert later.op_id is not None and later.first_new == 2  # the turn after the pasted one is committed
+    turns = _turns(tmp_path / "m")
+    [cut] = [turn for turn in turns if turn.startswith("é")]
+    kept = cut.index("\n[cut")
+    assert len(cut.encode()) <= 2000 and cut == "é" * kept + f"\n[cut by kwtree: 1,500 characters, the first {kept} kept]"
+    assert "I live in Lyon." in turns

@@ -229,15 +229,33 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         session_id=session_id, scope=scope)``, which extracts and writes only the messages not
         committed before (resend the whole conversation; the earlier messages are context).
         Offline it returns once the operation is durable, without waiting for embeddings: the
-        outbox worker embeds the new infos afterwards (``wait_indexed()`` waits for them)."""
-        return self.commit_session(messages, session_id=session_id, scope=scope)
+        outbox worker embeds the new infos afterwards (``wait_indexed()`` waits for them).
+
+        A message over the tree's ``Limits.content_bytes`` is stored cut to it, with a note
+        (``Limits.cut_text``), where ``commit_session`` would raise LimitExceededError: the
+        conversation is resent every turn, so one pasted document would otherwise stop the
+        whole session from ever being stored again. Cut the same way each time, it still
+        matches what was committed."""
+        return self.commit_session(self._cut_to_limits(messages), session_id=session_id, scope=scope)
 
     def end_session(self, messages: Sequence[Message], session_id: str, scope: str) -> CommitResult:
         """The last commit of a conversation: the same incremental ``commit_session`` as
-        ``after_turn``, for the messages since the last one. It waits for nothing else (not for
-        the embeddings: call ``wait_indexed()`` before closing a tree whose vectors must be
-        ready) and closes nothing: committing the same ``session_id`` later continues it."""
-        return self.commit_session(messages, session_id=session_id, scope=scope)
+        ``after_turn`` (an oversized message cut the same way), for the messages since the
+        last one. It waits for nothing else (not for the embeddings: call ``wait_indexed()``
+        before closing a tree whose vectors must be ready) and closes nothing: committing the
+        same ``session_id`` later continues it."""
+        return self.commit_session(self._cut_to_limits(messages), session_id=session_id, scope=scope)
+
+    def _cut_to_limits(self, messages: Sequence[Message]) -> Sequence[Message]:
+        """The messages, each string content over ``Limits.content_bytes`` cut to it with a
+        note. Anything malformed is passed on as it is, for ``commit_session`` to refuse
+        naming the field."""
+        if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+            return messages
+        cut = self._limits.cut_text
+        return [{**message, "content": cut(message["content"], "content_bytes")}
+                if isinstance(message, Mapping) and isinstance(message.get("content"), str) else message
+                for message in messages]
 
     # --- the blocks ---------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.limits import DEFAULT_LIMITS
 from kwtree.retrieval.smalltalk import small_talk
 from kwtree.validate import shown
 
@@ -68,22 +67,13 @@ def _text(content: object) -> str:
     return ""
 
 
-def _cut(text: str, max_bytes: int) -> str:
-    """``text`` whole when it fits in ``max_bytes`` (UTF-8), else its start and a note saying
-    how much was kept: a pasted log must not stop every later turn from being stored."""
-    if len(text.encode("utf-8")) <= max_bytes:
-        return text
-    kept = text.encode("utf-8")[:max_bytes - 200].decode("utf-8", errors="ignore")
-    return f"{kept}\n[cut by kwtree: {len(text):,} characters, the first {len(kept)} kept]"
-
-
-def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.content_bytes) -> list[dict[str, Any]]:
+def transcript_messages(path: str | Path) -> list[dict[str, Any]]:
     """The conversation in a Claude Code transcript (JSONL), oldest first: the user's and the
     assistant's words with their times, without sub-agents' lines, meta lines, client command
-    lines (``/clear`` and Claude Code's wrappers of it) and turns that hold only tool traffic;
-    a message longer than ``max_bytes`` cut with a note. A last line that is not JSON is one
-    being written and is passed over; any other makes the file no transcript
-    (InvalidInputError naming the line)."""
+    lines (``/clear`` and Claude Code's wrappers of it) and turns that hold only tool traffic
+    (``after_turn`` cuts a message over the tree's limit). A last line that is not JSON is one
+    being written and is passed over; any other, a line that is not an object, or JSONL of
+    which no line has a ``type`` makes the file no transcript (InvalidInputError naming it)."""
     try:
         # "\n" only: str.splitlines would also break a line at a U+2028 inside a message.
         lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
@@ -93,6 +83,7 @@ def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.conten
         raise InvalidInputError(f"cannot read the transcript {path}: {exc.strerror}") from None
     last = max((number for number, line in enumerate(lines) if line.strip()), default=-1)
     messages: list[dict[str, Any]] = []
+    typed = False  # some line has a "type", as every line of Claude Code's does
     for number, line in enumerate(lines):
         if not line.strip():
             continue
@@ -103,8 +94,11 @@ def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.conten
                 continue
             raise InvalidInputError(f"the transcript {path} is not Claude Code's JSONL: line {number + 1} is not "
                                     f"JSON ({exc.msg})") from None
-        if (not isinstance(entry, dict) or entry.get("type") not in ("user", "assistant")
-                or entry.get("isSidechain") or entry.get("isMeta")):
+        if not isinstance(entry, dict):
+            raise InvalidInputError(f"the transcript {path} is not Claude Code's JSONL: line {number + 1} is not a "
+                                    f"JSON object")
+        typed = typed or isinstance(entry.get("type"), str)
+        if entry.get("type") not in ("user", "assistant") or entry.get("isSidechain") or entry.get("isMeta"):
             continue
         message = entry.get("message")
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
@@ -112,10 +106,13 @@ def transcript_messages(path: str | Path, max_bytes: int = DEFAULT_LIMITS.conten
         text = _text(message.get("content")).strip()
         if not text or small_talk(text) == "client command":
             continue
-        found: dict[str, Any] = {"role": message["role"], "content": _cut(text, max_bytes)}
+        found: dict[str, Any] = {"role": message["role"], "content": text}
         if isinstance(entry.get("timestamp"), str):
             found["ts"] = entry["timestamp"]
         messages.append(found)
+    if last >= 0 and not typed:  # another tool's JSONL: storing nothing would look like a quiet session
+        raise InvalidInputError(f"the transcript {path} is JSONL but not Claude Code's (no line has a 'type'); "
+                                "the Stop hook reads the transcript_path Claude Code passes it")
     return messages
 
 

@@ -223,8 +223,14 @@ class FullTextIndex:
         except BaseException as exc:
             if not (isinstance(exc, (OSError, ValueError, AttributeError)) or is_panic(exc)):
                 raise
-            action = "rebuilding it empty" if self._writable else "searching it as empty"
-            _log.warning("full-text index in %s is unusable (%s); %s", self._dir, exc, action)
+            if self._writable:
+                _log.warning("full-text index in %s is unusable (%s); rebuilding it empty", self._dir, exc)
+            else:
+                # A reader can mend nothing (the next writer rebuilds it, and warns), and one on a
+                # read-only file system always lands here: tantivy must create its lock file to open
+                # an index. The tree then searches an index it builds in memory (``available`` is
+                # False), so "searching it as empty" would be false, and alarm for nothing.
+                _log.debug("full-text index in %s is unusable (%s); not searching it", self._dir, exc)
             self._index = self._searcher = self._watermark = None
             return False
         self._watermark = watermark
