@@ -283,6 +283,13 @@ def test_limits_are_configurable(tmp_path):
         tree.create_info("z" * (2 << 20))
 
 
+def test_the_size_refused_is_in_bytes_also_when_the_characters_alone_are_over(tmp_path):
+    with KeywordTree(tmp_path / "t", durability="none", worker=False, limits=Limits(content_bytes=10)) as tree:
+        with pytest.raises(LimitExceededError, match="33 bytes is over the limit of 10 bytes") as refused:
+            tree.create_info("€" * 11)  # 11 characters of 3 bytes each: not "11 bytes"
+    assert refused.value.size == 33  # (what the error carries too)
+
+
 def test_an_unchanged_field_over_today_s_limit_does_not_block_other_writes(tmp_path):
     """A limit checks what a write changes: values written under larger limits stay usable."""
     directory = tmp_path / "t"
