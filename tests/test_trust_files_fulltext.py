@@ -182,3 +182,21 @@ def test_updates_deletes_and_moves_do_not_look_like_damage(tree_dir: Path) -> No
         tree.recall("kilo")
     assert _mismatch(tree_dir) == []
     assert verify_directory(tree_dir).ok
+
+
+def test_verify_on_a_read_only_file_system_warns_that_it_could_not_open_the_index(tmp_path: Path) -> None:
+    """tantivy creates a lock file to open an index: on a read-only file system verify checks
+    the checksums and says it compared nothing else, rather than calling a sound index damaged."""
+    import subprocess
+
+    from helpers import tmpfs
+
+    with tmpfs(tmp_path / "ro", "size=32m") as home:
+        with KeywordTree(home / "m", durability="none", worker=False) as tree:
+            tree.create_info("green tea every morning")
+            tree.recall("tea")  # the shared index reflects the log
+        done = subprocess.run(["mount", "-o", "remount,ro", str(home)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        report = verify_directory(home / "m")
+        assert report.ok, report.to_text()
+        assert [finding.code for finding in report.findings] == ["fulltext-unchecked"]

@@ -20,13 +20,18 @@ of the log is already an error):
 
 It reads every stored key and tokenises every text once: about as long as replaying the log.
 
-A mismatch is an error (``fulltext-mismatch``): searches may return wrong results.
+A mismatch is an error (``fulltext-mismatch``): searches may return wrong results. On a
+file system verify may not write, tantivy cannot open the index at all (it creates a lock file
+to open one): then only the checksums are compared, and a warning (``fulltext-unchecked``)
+says the rest was not (copying the index elsewhere to open it would leave memories' text in a
+temporary directory that a killed process never removes).
 ``kwtree repair`` deletes the index, as it does every cache with a watermark, and the next
 open rebuilds it from the log. The check reads the index and never writes it.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Protocol
@@ -93,10 +98,16 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
     return problems
 
 
-def _compare(index: FullTextIndex, where: Path, state: State) -> list[str]:
+def _compare(index: FullTextIndex, where: Path, state: State, findings: _Findings) -> list[str]:
     if index.available and index.watermark != state.last_op_id:
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
     problems = checksum_problems(where / "index")
+    if not index.available and not problems and not os.access(where, os.W_OK):
+        findings.add("warning", "fulltext-unchecked", f"{CACHE_DIR}/{_FULLTEXT}", None,
+                     "the full-text index's checksums match, but its contents were not compared with the log: "
+                     "tantivy cannot open an index where it may not create its lock file (a read-only file "
+                     "system or directory); verify it where it can be written")
+        return []
     if not index.available:
         return problems or ["tantivy cannot open it"]
     try:
@@ -118,7 +129,7 @@ def check_fulltext(directory: Path, state: State, findings: _Findings) -> None:
         return
     index = FullTextIndex(where, writable=False)
     try:
-        problems = _compare(index, where, state)
+        problems = _compare(index, where, state, findings)
     finally:
         index.close()
     if problems:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import struct
 import threading
 import zlib
@@ -225,12 +226,13 @@ class FullTextIndex:
                 raise
             if self._writable:
                 _log.warning("full-text index in %s is unusable (%s); rebuilding it empty", self._dir, exc)
+            elif os.access(self._dir, os.W_OK):
+                _log.warning("full-text index in %s is unusable (%s); not searching it", self._dir, exc)
             else:
-                # A reader can mend nothing (the next writer rebuilds it, and warns), and one on a
-                # read-only file system always lands here: tantivy must create its lock file to open
-                # an index. The tree then searches an index it builds in memory (``available`` is
-                # False), so "searching it as empty" would be false, and alarm for nothing.
-                _log.debug("full-text index in %s is unusable (%s); not searching it", self._dir, exc)
+                # On a read-only file system (or directory) every reader lands here: tantivy must
+                # create its lock file to open an index. Not damage, and nothing a reader can
+                # mend: the tree searches an index it builds in memory instead.
+                _log.debug("full-text index in %s cannot be opened here (%s); not searching it", self._dir, exc)
             self._index = self._searcher = self._watermark = None
             return False
         self._watermark = watermark
