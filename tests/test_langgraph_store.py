@@ -166,3 +166,22 @@ def test_a_langgraph_agent_stores_and_recalls_by_meaning_through_it(tmp_path: Pa
         app = _graph(KwtreeStore(tree))
         answer = app.invoke({"user": "alice", "message": "what is my puppy named?", "recalled": []})
         assert answer["recalled"] == ["my dog is called Rex"]
+
+
+def test_a_get_sees_what_another_process_wrote_once_the_tree_has_read_it(tree: KeywordTree, tmp_path: Path) -> None:
+    """A get looks its key up in a map of the namespace kept until the tree applies another
+    operation: a write by another process, once refreshed, is seen."""
+    store = KwtreeStore(tree, scope="agent:planner")
+    for n in range(50):
+        store.put(("users", "alice"), f"fact-{n}", {"text": f"fact number {n}"})
+    assert store.get(("users", "alice"), "fact-7").value == {"text": "fact number 7"}  # type: ignore[union-attr]
+    with KeywordTree(tmp_path / "m", durability="none", embedder=HashEmbedder(), worker=False) as other:
+        elsewhere = KwtreeStore(other, scope="agent:planner")
+        elsewhere.put(("users", "alice"), "fact-7", {"text": "changed elsewhere"})
+        elsewhere.delete(("users", "alice"), "fact-8")
+        elsewhere.put(("users", "alice"), "fact-50", {"text": "new elsewhere"})
+    assert store.get(("users", "alice"), "fact-7").value == {"text": "fact number 7"}  # type: ignore[union-attr]
+    tree.refresh()
+    assert store.get(("users", "alice"), "fact-7").value == {"text": "changed elsewhere"}  # type: ignore[union-attr]
+    assert store.get(("users", "alice"), "fact-8") is None
+    assert store.get(("users", "alice"), "fact-50").value == {"text": "new elsewhere"}  # type: ignore[union-attr]

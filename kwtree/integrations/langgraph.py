@@ -28,6 +28,7 @@ its history, undo, snapshots and hybrid recall (``pip install 'kwtree[langgraph]
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from kwtree.errors import InvalidInputError
+from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.models import ROOT_ID, Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, segments
@@ -131,6 +132,12 @@ class KwtreeStore(BaseStore):
         if not isinstance(fields, list) or not all(isinstance(field, str) and field for field in fields):
             raise InvalidInputError(f"index.fields must be a list of paths such as ['text'], got {fields!r}")
         self.fields: list[str] = fields
+        # Item key -> memory id, per namespace keyword, as of the tree's last operation: a get
+        # looks one entry up instead of reading every item of its namespace; any operation
+        # the tree applies (a write here or elsewhere, a refresh) drops them all.
+        self._keys: dict[str, dict[str, str]] = {}
+        self._keys_at: str | None = None
+        self._keys_lock = threading.Lock()
 
     # --- LangGraph's entry points ------------------------------------------------------------
 
@@ -277,7 +284,22 @@ class KwtreeStore(BaseStore):
         return self.tree.batch_create_keywords(specs)[-1]
 
     def _item_info(self, keyword: Keyword, key: str) -> Info | None:
-        return next((info for info in self._infos_of(keyword.id) if info.metadata.get(ITEM_KEY) == key), None)
+        with self._keys_lock:
+            at = self.tree.last_op_id  # (read first: the items read next are at least as new)
+            if at != self._keys_at:
+                self._keys, self._keys_at = {}, at
+            keys = self._keys.get(keyword.id)
+            if keys is None:
+                keys = self._keys[keyword.id] = {}
+                for info in self._infos_of(keyword.id):
+                    keys.setdefault(info.metadata[ITEM_KEY], info.id)  # the first, in link order
+        info_id = keys.get(key)
+        try:
+            return None if info_id is None else self.tree.get_info(info_id)
+        except NotFoundError:  # deleted by another thread since: read the namespace again
+            with self._keys_lock:
+                self._keys.pop(keyword.id, None)
+            return self._item_info(keyword, key)
 
     def _infos_of(self, keyword_id: str) -> list[Info]:
         found, page = [], 0
