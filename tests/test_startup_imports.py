@@ -49,6 +49,7 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
                               "kwtree.cli.memory", "kwtree.cli.forget",  # the table's rows of the agent-memory commands
                               "kwtree.cli.abstracts",  # and of the keyword-abstracts command
                               "kwtree.cli.exchange",  # and of export, import, git and merge-driver
+                              "kwtree.cli.maintenance",  # and of compact, reindex, snapshot, restore, verify, ...
                               "kwtree.cli.agents", "kwtree.cli.env",  # of mcp and hook, and the LLM they read
                               "kwtree.integrations", "kwtree.integrations.bounded"}  # the result budget's default
     assert _top_level(loaded).isdisjoint(HEAVY)

@@ -301,6 +301,14 @@ def _damaged_export(world: World, where: int, value: str) -> str:
     return str(path)
 
 
+def _broken_progress(report: object) -> None:
+    raise RuntimeError("a display that fails")
+
+
+#: A progress callback: none, one that keeps the reports, one that raises (warned about, ignored).
+PROGRESS = st.sampled_from([None, [].append, _broken_progress])
+
+
 def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
     """Strategies for KeywordTree's constructor arguments, by parameter name."""
     base = world.scratch.parent
@@ -326,6 +334,7 @@ def constructor_strategies(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "embed_async": st.booleans(),
         "recall_weights": st.one_of(st.none(), st.builds(RecallWeights)),
         "limits": st.one_of(st.none(), st.builds(Limits), st.builds(Limits, content_bytes=st.integers(1, 100))),
+        "progress": PROGRESS,
         # Options of other branches of issue 13 (used once KeywordTree takes them).
         "on_agent_failure": st.sampled_from(["fallback", "raise", "ignore"]),
         "file_mode": st.one_of(st.none(), st.sampled_from([0o600, 0o640, 0o660, 0o666, 0o644, 0o700, 0o400])),
@@ -394,7 +403,9 @@ FUZZED: dict[str, Any] = {
     # issue 27: a keyword by its name or path; listing memories by what they are
     "resolve": {"ref": lambda world: st.one_of(st.sampled_from([*world.keywords, "root", "Alpha", "Alpha/Beta",
                                                                  "root › Alpha", "", "  ", "/"]), TEXT),
-                "field": lambda world: st.sampled_from(["keyword_id", "parent_id"])},
+                "field": lambda world: st.sampled_from(["keyword_id", "parent_id"]),
+                "memories": lambda world: st.booleans()},
+    "reindex": {"vectors": lambda world: st.booleans()},
     "list_memories": {
         "category": lambda world: st.one_of(st.none(), st.sampled_from(["profile", "preferences", ""]), TEXT),
         "recorded_since": lambda world: plausible(world)["since"],
@@ -603,7 +614,7 @@ FUNCTIONS: dict[str, Any] = {
                                        "lock_timeout": st.floats(0, 1)},
     "restore": lambda world: {"snapshot": _snapshot_files(world),
                               "data_dir": st.sampled_from([str(world.scratch / "restored"), str(world.directory)]),
-                              "lock_timeout": st.floats(0, 1)},
+                              "lock_timeout": st.floats(0, 1), "progress": PROGRESS},
 }
 PUBLIC_FUNCTIONS = sorted(name for name in kwtree.__all__ if inspect.isfunction(getattr(kwtree, name)))
 
