@@ -31,6 +31,7 @@ from kwtree.memory.commit import (
     CommitOptions,
     CommitPlan,
     CommitResult,
+    Decided,
     StalePlanError,
     commit_changes,
     find_branch,
@@ -43,7 +44,7 @@ from kwtree.memory.messages import clean_messages, digest, turn_text
 from kwtree.memory.outage import STEPS, CommitLLM, described
 from kwtree.memory.policies import SESSIONS_BRANCH, Policy
 from kwtree.memory.when import parse_time
-from kwtree.models import Info, Keyword, Operation, info_text
+from kwtree.models import Change, Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
 from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import (
@@ -147,13 +148,24 @@ class MemoryMethods(AgentMethods):
         current state and return what it would write)."""
         if dry_run:
             stamp = Stamp("0" * 32, self._engine.state.last_timestamp, self._actor)
-            changes = self._read(lambda state: commit_changes(state, stamp, plan))
-            self._limits.check_changes(changes)
-            return _result(plan, None, changes, dry_run=True)
-        op = self._commit("commit_session", lambda state, stamp: commit_changes(state, stamp, plan),
-                          {"commit_session": plan.audit})
+            decided = self._read(lambda state: commit_changes(state, stamp, plan))
+            self._limits.check_changes(decided.changes)
+            return _result(plan, decided, None, dry_run=True)
+        # The engine may decide again on a newer state (a store that refuses a stale append):
+        # the operation records the audit of the decision it wrote, the last one.
+        audit: dict[str, Any] = {}
+        last: list[Decided] = []
+
+        def decide(state: State, stamp: Stamp) -> list[Change]:
+            decided = commit_changes(state, stamp, plan)
+            last[:] = [decided]
+            audit.clear()
+            audit.update(decided.audit)
+            return decided.changes
+
+        op = self._commit("commit_session", decide, {"commit_session": audit})
         assert op is not None  # a commit with new messages always writes the session's metadata
-        return _result(plan, op, list(op.changes))
+        return _result(plan, last[0], op)
 
     # --- preparing the plan outside the write lock ------------------------------------------------
 
@@ -457,18 +469,19 @@ def _clean_candidates(found: object, policies: Mapping[str, Policy], count: int)
 # --- the result -------------------------------------------------------------------------------
 
 
-def _result(plan: CommitPlan, op: Operation | None, changes: list[Any], dry_run: bool = False) -> CommitResult:
+def _result(plan: CommitPlan, decided: Decided, op: Operation | None, dry_run: bool = False) -> CommitResult:
+    changes: Sequence[Any] = decided.changes if op is None else op.changes
     created = tuple(c.after.id for c in changes if c.before is None and type(c.after) in (Keyword, Info))
     changed = tuple(c.after.id for c in changes if c.before is not None and type(c.after) in (Keyword, Info))
-    actions = [d.action for d in plan.decisions]
-    session_kw = plan.session_keyword_id
+    actions = [d.action for d in decided.decisions]
+    session_kw: str | None = decided.session_keyword_id
     if dry_run and session_kw in created:
         session_kw = None
     return CommitResult(
         plan.session_id, plan.scope, op.op_id if op is not None else None, session_kw, plan.first_new,
         len(plan.messages), len(plan.candidates), actions.count("create"), actions.count("append"),
         actions.count("merge"), actions.count("supersede"), actions.count("skip"), created, changed,
-        tuple(plan.decisions), dry_run, tuple(plan.fallbacks), plan.passed_over)
+        decided.decisions, dry_run, tuple(plan.fallbacks), plan.passed_over)
 
 
 def _nothing_new(session_id: str, scope: str, seen: int, session_kw: str | None, dry_run: bool) -> CommitResult:

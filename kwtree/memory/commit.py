@@ -57,7 +57,7 @@ from kwtree.writes.reorganize import coalesce, put_changes
 from kwtree.writes.undo import check_consistent, in_apply_order
 
 __all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitFallback",
-           "CommitOptions", "CommitPlan", "CommitResult", "StalePlanError", "commit_changes", "find_branch",
+           "CommitOptions", "CommitPlan", "CommitResult", "Decided", "StalePlanError", "commit_changes", "find_branch",
            "find_holder", "find_session", "holder_keys"]
 
 #: The metadata key marking a scope's branch keyword; its value is the branch's name.
@@ -208,9 +208,6 @@ class CommitPlan:
     provenance: str | None = None
     #: what the extractor found but did not return, and why (``CommitResult.passed_over``)
     passed_over: tuple[PassedOver, ...] = ()
-    #: filled by commit_changes
-    decisions: list[CommitDecision] = field(default_factory=list)
-    session_keyword_id: str | None = None
 
 
 # --- finding the scope's parts (also used by the facade on a read) ------------------------------
@@ -252,6 +249,8 @@ class _Draft:
         self.state = state.fork()
         self.stamp = stamp
         self.changes: list[Change] = []
+        self.decisions: list[CommitDecision] = []  # one per candidate, in order
+        self.placements: list[dict[str, Any]] = []  # where each new holder keyword went, for the audit
 
     def put(self, changes: list[Change]) -> list[Change]:
         put_changes(self.state, changes)
@@ -328,12 +327,23 @@ def _said_by(plan: CommitPlan, indices: Iterable[int]) -> str:
     return least_trusted(provenance_of(plan.messages[index]) for index in chosen)
 
 
-def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]:
-    """Every change of the commit ``plan`` describes, decided against ``state``, one row per
-    entity, in an order ``apply`` takes; ``plan.decisions`` and ``plan.audit`` are filled in.
-    Raises StalePlanError when the session moved on since the plan was made, InvalidInputError
-    when a keyword of a scope's name that is not that scope is in the way."""
-    plan.decisions.clear()
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What ``commit_changes`` decided: the changes (one row per entity, in an order ``apply``
+    takes), the decision on each candidate, the session's keyword and the operation's audit."""
+
+    changes: list[Change]
+    decisions: tuple[CommitDecision, ...]
+    session_keyword_id: str
+    audit: dict[str, Any]
+
+
+def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> Decided:
+    """Every change of the commit ``plan`` describes, decided against ``state``. A decider: it
+    changes neither ``state`` nor ``plan`` (the engine may ask it again, on a newer state, and
+    gets the same answer for the same state). Raises StalePlanError when the session moved on
+    since the plan was made, InvalidInputError when a keyword of a scope's name that is not
+    that scope is in the way."""
     draft = _Draft(state, stamp)
     scope_kw = _scope(draft, plan.scope)
     sessions = _branch(draft, scope_kw, SESSIONS_BRANCH)
@@ -348,7 +358,6 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
         session_time = session_kw.metadata.get("session_time")
     if session_kw is None:
         session_kw = _new_session(draft, sessions, plan.session_id)
-    plan.session_keyword_id = session_kw.id
     summary_info = next((info for info in draft.infos_of(session_kw.id)
                          if info.metadata.get("kind") == SUMMARY_KIND), None)
     said = _said_by(plan, ())  # what the summary is drawn from: every new message
@@ -374,8 +383,9 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> list[Change]
     draft.update_keyword_metadata(session_kw, metadata)
     changes = coalesce(draft.changes)
     check_consistent(state, changes, "commit_session")
-    plan.audit["decisions"] = [_decision_audit(d) for d in plan.decisions]
-    return in_apply_order(state, changes)
+    audit = {**plan.audit, **({"placements": draft.placements} if draft.placements else {}),
+             "decisions": [_decision_audit(d) for d in draft.decisions]}
+    return Decided(in_apply_order(state, changes), tuple(draft.decisions), session_kw.id, audit)
 
 
 def _session_when(plan: CommitPlan, session_time: float | None) -> float | None:
@@ -435,9 +445,9 @@ def _about_someone_else(text: str) -> str | None:
 _GOES_ON = re.compile(r"\W*(?:he|she|they|his|her|their|he's|she's|they're)\b", re.IGNORECASE)
 
 
-def _decide(plan: CommitPlan, index: int, candidate: Candidate, action: str, reason: str,
+def _decide(draft: _Draft, index: int, candidate: Candidate, action: str, reason: str,
             info_id: str | None, keyword_id: str | None, previous: str | None = None) -> None:
-    plan.decisions.append(CommitDecision(index, candidate.category, candidate.key, action, reason,
+    draft.decisions.append(CommitDecision(index, candidate.category, candidate.key, action, reason,
                                          candidate.content, info_id, keyword_id, previous))
 
 
@@ -478,7 +488,7 @@ def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, category: str, key
             parent = chosen
         else:  # deleted or moved out by another writer meanwhile
             entry["parent_fallback"] = f"{chosen} is no longer inside the branch; placed under the branch"
-    plan.audit.setdefault("placements", []).append(entry)
+    draft.placements.append(entry)
     return draft.keyword(key, parent, {"category": category, "key": key}, f"{category} keyword")
 
 
@@ -512,10 +522,10 @@ def _with_user_metadata(metadata: dict[str, Any], plan: CommitPlan, held: Info |
 
 def _route(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candidate: Candidate,
            turn_ids: dict[int, str], session_time: float | None) -> None:
-    written = len(plan.decisions)
+    written = len(draft.decisions)
     _write(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
-    memory = plan.decisions[-1].info_id if len(plan.decisions) > written else None
-    if memory is not None and plan.decisions[-1].action != "skip" and (candidate.facts or {}).get("corrects"):
+    memory = draft.decisions[-1].info_id if len(draft.decisions) > written else None
+    if memory is not None and draft.decisions[-1].action != "skip" and (candidate.facts or {}).get("corrects"):
         _correct(draft, plan, scope_kw.id, memory, candidate, turn_ids)
     names = _mentions(candidate, plan.policies)
     if memory is None or not names or draft.state.live_info(memory) is None:
@@ -550,21 +560,21 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
             f"{verdict.reason}; that memory is also filed in another scope, which must not see it change: "
             "this one is kept apart"))
     if verdict.action == "skip":
-        _decide(plan, index, candidate, "skip", verdict.reason, verdict.target, holder.id)
+        _decide(draft, index, candidate, "skip", verdict.reason, verdict.target, holder.id)
     elif verdict.action == "merge":
         target = draft.state.infos[verdict.target]  # type: ignore[index]
         sources = list(dict.fromkeys([*target.metadata.get("sources", ()), *metadata["sources"]]))
         content = merged_text(target.content, candidate.content)
         if content == target.content and sources == list(target.metadata.get("sources", ())):
-            _decide(plan, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
+            _decide(draft, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
             return
         draft.update_info(target, content, _with_user_metadata({**target.metadata, "sources": sources}, plan, target),
                           least_trusted((target.provenance, said)))
-        _decide(plan, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
+        _decide(draft, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
     else:
         info = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None), said)
         action = "append" if policy.write == "append" else "create"
-        _decide(plan, index, candidate, action, verdict.reason, info.id, holder.id)
+        _decide(draft, index, candidate, action, verdict.reason, info.id, holder.id)
 
 
 def _value(info_or_candidate: Mapping[str, Any], content: str) -> str:
@@ -579,14 +589,14 @@ def _supersede(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate
     for history and ``as_of`` (recall ranks it below; blocks say it is an earlier value)."""
     attribute = metadata["attribute"]
     if _value(old.metadata, old.content) == _value(metadata, candidate.content):
-        _decide(plan, index, candidate, "skip", f"the same {attribute} is held already", old.id, holder.id)
+        _decide(draft, index, candidate, "skip", f"the same {attribute} is held already", old.id, holder.id)
         return
     new = draft.info(candidate.content, holder.id, _with_user_metadata(metadata, plan, None), said)
     older, newer = (old, new) if happened_at(old) <= happened_at(new) else (new, old)
     _mark_superseded(draft, scope_id, older, newer.id, happened_at(newer))
     reason = (f"a new {attribute}: the earlier one is kept, marked superseded" if older is old else
               f"an earlier {attribute} than the one held (it happened before): kept, marked superseded")
-    _decide(plan, index, candidate, "supersede", reason, new.id, holder.id, previous=old.content)
+    _decide(draft, index, candidate, "supersede", reason, new.id, holder.id, previous=old.content)
 
 
 def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: float) -> None:
@@ -652,8 +662,8 @@ def _correct(draft: _Draft, plan: CommitPlan, scope_id: str, memory: str, candid
     if not marked:
         return
     _mark(draft, marked, memory, happened_at(state.infos[memory]))
-    last = plan.decisions[-1]
-    plan.decisions[-1] = dataclasses.replace(last, action="supersede", previous=sentence, reason=(
+    last = draft.decisions[-1]
+    draft.decisions[-1] = dataclasses.replace(last, action="supersede", previous=sentence, reason=(
         f"a correction of an earlier statement: {len(marked)} record(s) of it kept, marked superseded"))
 
 
@@ -720,16 +730,16 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
     guide = next((info for info in draft.infos_of(holder.id) if info.metadata.get("guide")), None)
     if guide is None:
         info = draft.info(candidate.content, holder.id, {**metadata, "guide": True}, said)
-        _decide(plan, index, candidate, "create", "the first lesson about this tool: a new guide", info.id, holder.id)
+        _decide(draft, index, candidate, "create", "the first lesson about this tool: a new guide", info.id, holder.id)
         return
     content = merged_text(guide.content, candidate.content)
     if content == guide.content:
-        _decide(plan, index, candidate, "skip", "the guide holds this lesson already (statistics counted)",
+        _decide(draft, index, candidate, "skip", "the guide holds this lesson already (statistics counted)",
                 guide.id, holder.id)
         return
     sources = list(dict.fromkeys([*guide.metadata.get("sources", ()), *metadata["sources"]]))
     draft.update_info(guide, content, {**guide.metadata, "sources": sources}, least_trusted((guide.provenance, said)))
-    _decide(plan, index, candidate, "merge", "a new lesson merged into the tool's guide", guide.id, holder.id,
+    _decide(draft, index, candidate, "merge", "a new lesson merged into the tool's guide", guide.id, holder.id,
             previous=guide.content)
 
 
