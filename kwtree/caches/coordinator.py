@@ -9,7 +9,7 @@ all can be deleted: they are rebuilt from the log.
   (``write_locks`` catches up). A tree that may not write it (``read_only``, ``as_of``) searches it only
   while its watermark is the tree's last op id; otherwise it keeps a private index in memory (never on disk:
   a killed process leaves no copy of texts a later ``forget`` erases), fed the same way from its own state;
-  operations that forgot entities make it start over (see ``_apply_fulltext``).
+  operations that forgot entities make it start over (``kwtree.caches.fulltext_projection``).
 - **Vectors** are eventually consistent: every committed text enqueues its embedding in the outbox; a worker
   thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues every live entity whose current
   text has no vector, so a lost outbox row costs nothing. Recall uses what is embedded; a vector of an older
@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from kwtree.caches import lexical
 from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.caches.fulltext_projection import FullTextProjection, Hits
 from kwtree.caches.outbox import (
     ERROR_BACKOFF_MAX,
     WORKER_ERRORS,
@@ -41,21 +41,19 @@ from kwtree.caches.outbox import (
     record_results,
     run_worker,
 )
-from kwtree.caches.texts import EntityKey, entity_text, search_text, written_after
+from kwtree.caches.texts import EntityKey, entity_text
 from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
-from kwtree.models import ROOT_ID, Info, Keyword, Operation, is_forgotten
+from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.progress import ProgressCallback, Ticker
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
-from kwtree.stores.fulltext import FullTextIndex, is_index_failure
 from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vector_files import META_FILE, model_directory
 from kwtree.stores.vectors import VectorStore
 
 __all__ = ["Indexes"]
-Hits = list[tuple[str, float]]  # (entity id, score), best first
 
 log = logging.getLogger("kwtree.cache")
 
@@ -75,44 +73,43 @@ class Indexes:
         embedder: Embedder,
         read: Reader[Any],
         *,
-        write_locks: Callable[[], contextlib.AbstractContextManager[Any]] | None,
+        writes: bool,
         worker: bool,
         embed_async: bool,
+        lock_timeout: float = 10.0,
+        try_catch_up: Callable[[], int | None] | None = None,
         write_vectors: bool | None = None,
         file_mode: int = PRIVATE_FILE_MODE,
         progress: ProgressCallback | None = None,
     ) -> None:
-        """``write_vectors``: whether this tree embeds, writes the vector store and queues
-        work in the outbox; by default, when it writes (``write_locks`` given). ``kwtree
-        worker`` reads the tree read-only but writes vectors. ``progress`` is told how the
-        work a caller waits for goes (indexing full text, embedding in ``wait_indexed``;
-        never the worker thread's background rounds)."""
+        """``writes``: whether this tree writes the shared caches (the full-text index waits
+        at most ``lock_timeout`` for its lock; ``try_catch_up`` is ``Engine.try_catch_up``).
+        ``write_vectors``: whether this tree embeds, writes the vector store and queues work
+        in the outbox; by default, when it ``writes``. ``kwtree worker`` reads the tree
+        read-only but writes vectors. ``progress`` is told how the work a caller waits for
+        goes (indexing full text, embedding in ``wait_indexed``; never the worker thread's
+        background rounds)."""
         self._read = read
         self._progress = progress
         self._embedder = embedder
         self._model = embedder.model
-        self._write_locks = write_locks  # None: this tree never writes the full-text index
-        self._write_vectors = write_locks is not None if write_vectors is None else write_vectors
+        self._writes = writes
+        self._write_vectors = writes if write_vectors is None else write_vectors
         self._embed_async = embed_async
         self._cache = data_dir / CACHE_DIR
         self._file_mode = file_mode  # of the files the caches create (cache/ gets the directory mode)
+        #: The full-text index, a projection of the log with a lock of its own.
+        self.fulltext = FullTextProjection(self._cache, read, writes=writes, lock_timeout=lock_timeout,
+                                           try_catch_up=try_catch_up, file_mode=file_mode, progress=progress)
         # Opened on first use: opening is not free, and several processes opening a new
-        # directory at once would race to create them (a writer creates them under its lock).
-        self._fulltext_index: FullTextIndex | None = None
-        # A tree that may not write the shared full-text index searches a private one, in
-        # memory, once the shared one did not reflect exactly its state.
-        self._private = False
-        self._private_lock = threading.Lock()  # a private index's syncs, instead of the write locks
+        # directory at once would race to create it (a writer creates it under the index's lock).
         self._vector_store: VectorStore | None = None
         self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
         self._embedding = threading.Lock()  # held from reading texts to storing their vectors
-        # One lock per store: opening a large vector store must not hold up a text search.
-        self._fulltext_open_lock = threading.Lock()
+        # Opening a large vector store must not hold up a text search.
         self._vectors_open_lock = threading.Lock()
-        self._pending: set[EntityKey] = set()
         self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
-        self._expected_ops: int | None = None  # op count the pending set fully describes
         # (kind, id) -> (entity version, content hash of its text or None): a version is never
         # changed once stored, so its hash is computed once (by the open's repair scan, a
         # write, or a search). Only touched under the state lock.
@@ -133,20 +130,6 @@ class Indexes:
         if worker:
             self._thread = threading.Thread(target=self._work, name="kwtree-embedder", daemon=True)
             self._thread.start()
-
-    @property
-    def _fulltext(self) -> FullTextIndex:
-        with self._fulltext_open_lock:
-            if self._fulltext_index is None:
-                self._fulltext_index = FullTextIndex(
-                    None if self._private else self._cache / "fulltext", writable=self._write_locks is not None,
-                    file_mode=self._file_mode)
-            return self._fulltext_index
-
-    @property
-    def _fulltext_where(self) -> str:
-        """Where the full-text index this tree searches lives (for messages)."""
-        return "this tree's private index in memory" if self._private else str(self._cache / "fulltext")
 
     @property
     def _vectors(self) -> VectorStore:
@@ -196,12 +179,9 @@ class Indexes:
                 written.append(("keyword", after.id))
                 if state.children.get(after.id):  # its descendants' paths may have changed
                     touched.extend(("keyword", kid) for kid in state.subtree(after.id))
-        with self._lock:
-            if self._expected_ops is not None:
-                self._expected_ops += 1
-            self._pending.update(written)
-            self._pending.update(touched)
-            if self._embed_async:
+        self.fulltext.note([*written, *touched])
+        if self._embed_async:
+            with self._lock:
                 self._unsent.extend(written)
         if self._embed_async:
             return
@@ -331,8 +311,8 @@ class Indexes:
         refuses its rows), then loading or building a large store's graph."""
         try:
             meta = self._cache / "vectors" / model_directory(self._model) / META_FILE
-            if self._write_locks is not None and not meta.exists():
-                with self._write_locks():  # creating the store races other new writers
+            if self._writes and not meta.exists():
+                with self.fulltext.locked():  # creating the store races other new writers
                     _ = self._vectors
             self.repair()
         except WORKER_ERRORS:
@@ -369,9 +349,9 @@ class Indexes:
         are erased in every model's store (``kwtree.stores.vector_erase``) and their outbox
         items dropped. Under the tree's write locks. Returns (vector rows erased, outbox
         items dropped). Raises ReadOnlyError in a tree that does not write."""
-        if self._write_locks is None or not self._write_vectors:
+        if not self._writes or not self._write_vectors:
             raise ReadOnlyError("a tree that may not write cannot erase its caches")
-        self.reset_fulltext()
+        self.fulltext.reset()
         with self._embedding, self._vectors_open_lock:
             store, self._vector_store = self._vector_store, None
             if store is not None:
@@ -541,211 +521,24 @@ class Indexes:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def _sync_fulltext(self, *, only_if_written: bool = False) -> None:
-        """Bring the full-text index up to the current state. Takes the tree's write locks
-        first and the state lock only to read (the order every write uses). An index that
-        fails (deleted or damaged under us) is rebuilt from the state, once. A tree that may
-        not write the shared index syncs its private one instead (never ``only_if_written``:
-        it wrote nothing that others would search)."""
-        if self._write_locks is None:
-            if not only_if_written:
-                self._sync_private()
-            return
-        if only_if_written:
-            with self._lock:
-                if not self._pending:
-                    return
-        with self._write_locks():
-            self.sync_fulltext_locked()
-
-    def sync_fulltext_locked(self) -> None:
-        """Bring the full-text index up to the current state, for a caller that already
-        holds the tree's write locks (the writer; a no-op for read-only trees)."""
-        if self._write_locks is None:
-            return
-        self._apply_or_rebuild()
-
-    def _apply_or_rebuild(self) -> None:
-        try:
-            self._apply_fulltext()
-        except BaseException as exc:
-            if not is_index_failure(exc):
-                raise
-            if isinstance(exc, DiskFullError):
-                # Not damage: keep the files (a rebuild cannot work either); the index is
-                # opened again and fed from its watermark once space returns.
-                self.reset_fulltext(remove_files=False)
-                raise
-            log.warning("the full-text index in %s failed (%s: %s); rebuilding it from the log",
-                        self._fulltext_where, type(exc).__name__, exc)
-            self.reset_fulltext()
-            self._apply_fulltext()
-
-    def _sync_private(self) -> None:
-        """For a tree that may not write the shared index (``read_only``, ``as_of``): search
-        the shared index while its watermark is this tree's last op id (the writer committed
-        exactly this state); else move to a private index in memory and bring that up to the
-        state, from then on at every search (after a ``refresh()`` only the new operations are
-        applied). Searching the shared index at another watermark would miss writes (or see
-        later ones): deleting the caches would then change what a read-only tree finds."""
-        with self._private_lock:
-            if not self._private:
-                last = self._read(lambda state: state.last_op_id)
-                opened = self._fulltext_index is not None
-                shared = self._fulltext
-                if opened and shared.watermark != last:
-                    shared.refresh()  # the writer may have committed this state since
-                if shared.available and shared.watermark == last:
-                    return
-                log.debug("the shared full-text index reflects %s, this tree %s: searching a private index in memory",
-                          shared.watermark if shared.available else "nothing", last)
-                self._go_private()
-            self._apply_or_rebuild()
-
-    def _go_private(self) -> None:
-        """From now on search a private index in memory, built from the whole state at the
-        next sync. Call under the private lock.
-
-        Not on disk, not even as a copy of the shared index that only the tail after its
-        watermark would be applied to (the first search on 10,000 infos: 0.2 s against 1.0-1.3 s,
-        bench/private_fulltext.py): files in a temporary directory outlive a process killed by
-        SIGKILL, and would answer queries for texts a later ``forget`` erased, out of its reach."""
-        with self._fulltext_open_lock:
-            # The shared index is dropped, not closed: another thread may be searching it
-            # (a read-only index holds no writer and has nothing to commit).
-            self._fulltext_index = None
-            self._private = True
-        with self._lock:
-            self._expected_ops = None  # the private index is fed by a scan of the state
-
-    def reset_fulltext(self, *, remove_files: bool = True) -> None:
-        """Drop the full-text index (the shared one's files too, unless ``remove_files`` is
-        False) so the next use rebuilds it (or reopens it and applies what its watermark
-        lacks). A tree that may not write the shared index only ever drops its private one."""
-        with self._fulltext_open_lock:
-            index, self._fulltext_index = self._fulltext_index, None
-        if index is not None:
-            with contextlib.suppress(BaseException):  # a broken index may fail to close, too
-                index.close()
-        if remove_files and self._write_locks is not None:
-            remove_cache_dir(self._cache / "fulltext")
-        with self._lock:
-            self._expected_ops = None  # a full scan feeds the new index
-
-    def _apply_fulltext(self) -> None:
-        """Bring the full-text index up to the state: apply what was written after its
-        watermark, or rebuild it. A private index that the operations to apply include a
-        ``forget`` for is rebuilt rather than patched: tantivy keeps a deleted document's
-        terms in its segment (and in the terms' document frequencies, so in every score) until
-        a merge that cannot be asked for, and a reader that caught up with a forget must hold
-        nothing of the erased text. (The writer's own index is removed by ``erase``.)"""
-        index = self._fulltext
-        last = self._read(lambda state: state.last_op_id)
-        if index.watermark == last:
-            return
-        if index.watermark is not None and (last is None or index.watermark > last):
-            # Ahead of the log (a log cut back by a crash without fsync, or replaced by an
-            # older one): it holds writes the log does not, and its watermark would hide
-            # every later write with a lower id. Rebuild it.
-            log.warning("the full-text index in %s reflects operation %s, past the log's last %s; rebuilding it",
-                        self._fulltext_where, index.watermark, last)
-            self.reset_fulltext()
-            index = self._fulltext
-
-        def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None], bool]:
-            with self._lock:
-                if self._expected_ops == state.op_count and index.watermark is not None:
-                    changed = set(self._pending)
-                else:
-                    changed = written_after(state, index.watermark)
-                self._pending.clear()
-                self._expected_ops = state.op_count
-            texts = {key: search_text(state, *key) for key in changed}
-            forgotten = self._private and index.watermark is not None and any(
-                entity is not None and is_forgotten(entity)
-                for entity in ((state.infos if kind == "info" else state.keywords).get(entity_id)
-                               for (kind, entity_id), text in texts.items() if text is None))
-            return state.last_op_id, texts, forgotten
-
-        watermark, texts, forgotten = self._read(plan)
-        if forgotten:
-            log.debug("the operations after %s forgot entities; rebuilding %s", index.watermark,
-                      self._fulltext_where)
-            self.reset_fulltext()
-            self._apply_fulltext()  # from no watermark: a full scan, which finds nothing forgotten to patch
-            return
-        if watermark == index.watermark:
-            return
-        with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
-            for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
-                if text is None:
-                    index.delete(kind, entity_id)
-                else:
-                    index.upsert(kind, entity_id, text)
-                tick.add()
-            index.commit(watermark)
-
     def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
-        """Full-text hits of ``kind`` (among ``within``, if given), every write included, scored by their
-        texts alone (``kwtree.caches.lexical``); a damaged index is rebuilt (privately, if need be)."""
-        self._sync_fulltext()
-        if not (hits := self._search(query, kind, k, within)):
-            return hits
-        return lexical.bm25(query, lambda words: self.document_frequencies(words, kind, within), self._read(
-            lambda state: [(eid, search_text(state, kind, eid) or "") for eid, _ in hits]))
+        """``FullTextProjection.text_hits``."""
+        return self.fulltext.text_hits(query, kind, k, within)
 
     def indexed_text_hits(self, query: str, kind: str, k: int,
                           most_unindexed: int) -> tuple[list[tuple[str, float]], frozenset[str]]:
-        """``text_hits`` over what the full-text index holds already, without bringing it up to
-        date (which commits the index: tens of milliseconds), and the ids of ``kind`` written
-        since, which the hits may miss or hold at an older text: the caller judges those
-        itself. When more than ``most_unindexed`` entities were written since, or which ones is
-        unknown (after a start, a rebuild, another process's write), the index is brought up
-        to date first and no id is returned."""
-        if self._write_locks is not None:
-            ops = self._read(lambda state: state.op_count)
-            with self._lock:
-                known = (self._expected_ops == ops and self._fulltext.watermark is not None
-                         and len(self._pending) <= most_unindexed)
-                unindexed = frozenset(eid for (what, eid) in self._pending if what == kind) if known else None
-            if unindexed is not None:
-                return self._search(query, kind, k), unindexed
-        return self.text_hits(query, kind, k), frozenset()
+        """``FullTextProjection.indexed_text_hits``."""
+        return self.fulltext.indexed_text_hits(query, kind, k, most_unindexed)
 
-    def _search(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> list[tuple[str, float]]:
-        try:
-            hits = self._fulltext.search(query, kind, k, within)
-        except BaseException as exc:
-            if not is_index_failure(exc):
-                raise
-            if self._write_locks is None:
-                log.warning("the full-text index in %s cannot be searched (%s: %s); rebuilding a private one",
-                            self._fulltext_where, type(exc).__name__, exc)
-                with self._private_lock:
-                    if not self._private:
-                        self._go_private()
-                    self.reset_fulltext()
-                    self._apply_fulltext()
-            else:
-                with self._write_locks():
-                    self.reset_fulltext()
-                    self._apply_fulltext()
-            hits = self._fulltext.search(query, kind, k, within)
-        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+    def document_frequencies(self, words: list[str], kind: str,
+                             within: Collection[str] | None = None) -> tuple[int, list[int]]:
+        """``FullTextProjection.document_frequencies``."""
+        return self.fulltext.document_frequencies(words, kind, within)
 
     @property
     def model(self) -> str:
         """The embedder's model name (the vectors this coordinator searches)."""
         return self._model
-
-    def document_frequencies(self, words: list[str], kind: str,
-                             within: Collection[str] | None = None) -> tuple[int, list[int]]:
-        """How many documents of ``kind`` the full-text index holds (the live ones of ``within``,
-        if given), and how many of them hold each of ``words`` (``normalize.terms``' terms)."""
-        self._sync_fulltext()
-        index = self._fulltext
-        return index.count(kind) if within is None else len(within), [index.matching(kind, [word], within=within)
-                                                                       for word in words]
 
     def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
         """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
@@ -785,16 +578,13 @@ class Indexes:
             self._flush()  # for a `kwtree worker`, or the next open
         except Exception:  # the repair scan of the next open finds them
             log.exception("could not queue the last writes' embeddings on close")
-        try:  # for the next open, and for read-only trees: they search it while it matches their state
-            self._sync_fulltext(only_if_written=True)
-        except Exception:  # a cache that cannot be flushed is rebuilt next time
-            log.exception("could not bring the full-text index up to date on close")
+        self.fulltext.close()
         if self._write_vectors and self._vector_store is not None:
             try:
                 self.persist_vectors()  # readers (every CLI read) load the graph, not build it
             except Exception as exc:  # noqa: BLE001 -- a cache: the next writer saves it
                 log.warning("could not save the vector graph on close: %s", exc)
-        for store in (self._fulltext_index, self._vector_store, self._outbox):
+        for store in (self._vector_store, self._outbox):
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()

@@ -44,7 +44,7 @@ def serve_outbox(
             embedder = tree_embedder(engine.recorded_embedder, None, new=False)[0]
         # The worker never writes the log, but it does write the vector store and the outbox,
         # which a read-only tree's own caches never do.
-        indexes = Indexes(Path(data_dir), embedder, engine.read, write_locks=None, worker=False,
+        indexes = Indexes(Path(data_dir), embedder, engine.read, writes=False, worker=False,
                           embed_async=True, write_vectors=True, file_mode=engine.file_mode)
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=engine.file_mode)
         worker = new_worker_id()

@@ -335,6 +335,20 @@ class Engine:
             before = self.state.op_count
             return self._follow().op_count - before
 
+    def try_catch_up(self) -> int | None:
+        """``catch_up()`` unless another thread of this process is writing or refreshing:
+        then None at once (for a reader that must not wait for a writer)."""
+        self.check_open()
+        if self._bound is not None:
+            return 0
+        if not self._mutex.acquire(blocking=False):
+            return None
+        try:
+            before = self.state.op_count
+            return self._follow().op_count - before
+        finally:
+            self._mutex.release()
+
     def _covers(self, position: Position) -> bool:
         mine = self._position
         return mine is not None and mine.generation == position.generation and mine.key >= position.key

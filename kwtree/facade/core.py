@@ -74,10 +74,9 @@ class TreeCore:
         """The caches of the engine's directory, as this tree's options want them."""
         embedder, worker, embed_async = self._index_options
         engine = self._engine
-        return Indexes(engine.directory, embedder, engine.read,
-                       write_locks=self._caches_locked if engine.writable else None,
-                       worker=worker, embed_async=embed_async, file_mode=engine.file_mode,
-                       progress=self._progress)
+        return Indexes(engine.directory, embedder, engine.read, writes=engine.writable, worker=worker,
+                       embed_async=embed_async, lock_timeout=engine.lock_timeout, try_catch_up=engine.try_catch_up,
+                       file_mode=engine.file_mode, progress=self._progress)
 
     def _caches_locked(self) -> AbstractContextManager[State]:
         """The locks under which this process writes its directory's caches. With the log in

@@ -54,7 +54,7 @@ class MaintenanceMethods(ForgetMethods):
         engine = self._engine
         started = time.perf_counter()
         with engine.writing() as state:
-            self._indexes.sync_fulltext_locked()  # deletions reach it before their tombstones go
+            self._indexes.fulltext.sync(latest=True)  # deletions reach it before their tombstones go
             raws, size, rows = compaction.read_log(engine.read_segments(), parse=keep_history)
             count = len(raws) if keep_history else state.op_count
             # The new log is chained anew: it says which log it replaced (docs/log-format.md).
@@ -82,11 +82,9 @@ class MaintenanceMethods(ForgetMethods):
         self._check_writable()
         started = time.perf_counter()
         indexes = self._indexes
-        with self._caches_locked() as state:
-            indexed = sum(not i.deleted for i in state.infos.values()) + sum(
-                not k.deleted and k.id != ROOT_ID for k in state.keywords.values())
-            indexes.reset_fulltext()
-            indexes.sync_fulltext_locked()
+        indexed = self._read(lambda state: sum(not i.deleted for i in state.infos.values()) + sum(
+            not k.deleted and k.id != ROOT_ID for k in state.keywords.values()))
+        indexes.fulltext.rebuild()  # under the index's own lock: readers elsewhere wait, writers do not
         embedded = 0
         if vectors:
             embedded = indexes.reload_vectors(rebuild=True)
@@ -197,14 +195,16 @@ class MaintenanceMethods(ForgetMethods):
         from kwtree.ops.verify import Finding
 
         engine = self._engine
-        with self._caches_locked():  # the writer locks; only the directory's, with the log in PostgreSQL
+        # The writer locks (only the directory's, with the log in PostgreSQL), then the full-text
+        # index's: the repair deletes the index's files, which another process may be writing.
+        with self._caches_locked(), self._indexes.fulltext.locked():
             try:
                 done = repair_under_lock(engine.directory)
             finally:  # the log may have been replaced even if a later step failed
                 engine.catch_up_locked()
             # The repair deleted the full-text index's files under us: drop the open index
             # too (Indexes' own rebuild step), so the next search rebuilds it in full.
-            self._indexes.reset_fulltext()
+            self._indexes.fulltext.reset()
             # Vectors are content-addressed, so they are kept; but files damaged under
             # this tree are read again, and every text left without a vector is queued.
             self._indexes.reload_vectors()

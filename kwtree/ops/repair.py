@@ -56,6 +56,7 @@ from kwtree.ops.verify import (
 from kwtree.ops.verify_segments import Segment, root_keyword
 from kwtree.ops.verify_vectors import mend_vectors
 from kwtree.stores import logswap
+from kwtree.stores.directory import CACHE_DIR, CACHE_LOCK
 from kwtree.stores.eventlog import (
     LOG_DIR,
     QUARANTINE_DIR,
@@ -71,7 +72,7 @@ from kwtree.stores.files import (
     remove_cache_dir,
     write_new_file,
 )
-from kwtree.stores.lock import run_locked
+from kwtree.stores.lock import WriterLock, run_locked
 from kwtree.stores.manifest import (
     MANIFEST_NAME,
     OLDEST_FORMAT,
@@ -100,9 +101,23 @@ def repair_directory(path: str | os.PathLike[str], *, lock_timeout: float = 10.0
     directory = _clean_directory(path)
     timeout = clean_seconds(lock_timeout, "lock_timeout")
     try:  # (with the log in PostgreSQL, the directory's lock is the one its caches are written under)
-        return run_locked(directory, timeout, lambda locked: repaired_report(locked, repair_under_lock(locked)))
+        return run_locked(directory, timeout, lambda locked: repaired_report(locked, _with_cache_lock(locked, timeout)))
     except OSError as exc:
         raise storage_error(f"could not repair {directory}", exc, directory) from exc
+
+
+def _with_cache_lock(directory: Path, timeout: float) -> list[Finding]:
+    """``repair_under_lock`` holding the full-text index's lock too: the repair deletes the
+    index's files, which a reading process may be bringing up to date (an open tree's repair
+    holds that lock through its caches)."""
+    if not (directory / CACHE_DIR).is_dir():
+        return repair_under_lock(directory)  # no cache, no one writing one
+    lock = WriterLock(directory / CACHE_DIR / CACHE_LOCK, timeout, what="the full-text index's lock")
+    try:
+        with lock:
+            return repair_under_lock(directory)
+    finally:
+        lock.close()
 
 
 def repaired_report(directory: Path, done: Iterable[Finding]) -> Report:

@@ -17,11 +17,14 @@ from kwtree.stores.files import fsync_directory, make_dir
 from kwtree.stores.lock import LOCK_NAME, WriterLock
 from kwtree.stores.manifest import MANIFEST_NAME, Manifest
 
-__all__ = ["CACHE_DIR", "KWTREE_ENTRIES", "OUTBOX_NAME", "create_directory", "open_error"]
+__all__ = ["CACHE_DIR", "CACHE_LOCK", "KWTREE_ENTRIES", "OUTBOX_NAME", "create_directory", "open_error"]
 
 #: The caches' directory and the outbox file, inside a data directory (both rebuildable).
 CACHE_DIR = "cache"
 OUTBOX_NAME = "outbox.jsonl"
+#: The lock inside ``cache/`` that whoever writes the shared full-text index's files holds
+#: (``kwtree.caches.fulltext_projection``): a cache's own lock, never the log's writer lock.
+CACHE_LOCK = "lock"
 #: What a data directory holds of kwtree's own besides ``log*`` (the log, and compaction's
 #: ``log.*`` leftovers). Everything else in it is the user's (``.git``, notes) and moves into
 #: the restored directory when a restore replaces a tree, and so does the lock file: other

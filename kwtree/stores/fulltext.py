@@ -401,10 +401,27 @@ class FullTextIndex:
             self._watermark = watermark
 
     def refresh(self) -> None:
-        """Read-only mode: move to what the writing process committed last (else a no-op)."""
+        """Move to what the process that committed it last left: in read-only mode, and in
+        a writable one with no change buffered (several processes take turns writing one
+        index, each under a lock of its caller's). An index on disk whose watermark has not
+        moved is left as it is; one deleted meanwhile is created again, empty (``rebuilt``)."""
         with self._lock:
-            if not self._writable and not self._closed:
+            if self._closed or self._dir is None:
+                return
+            if not self._writable:
                 self._load()  # meta before index: the watermark may lag, never lead
+                return
+            if self._dirty or self._writer is not None:
+                return
+            try:
+                recorded = orjson.loads((self._dir / "meta.json").read_bytes()).get("watermark", False)
+            except (OSError, ValueError, AttributeError):
+                recorded = False
+            if recorded is not False and recorded == self._watermark and self._index is not None:
+                return
+            if not self._load():
+                self._rebuilt = True
+                self._create()
 
     def _current_searcher(self) -> tantivy.Searcher | None:
         with self._lock:

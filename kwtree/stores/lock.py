@@ -103,10 +103,12 @@ class WriterLock:
     """Exclusive writer lock with a deadline; use as a context manager."""
 
     def __init__(self, path: Path, timeout: float, backend: type | None = None,
-                 file_mode: int = PRIVATE_FILE_MODE) -> None:
-        """``file_mode``: the mode the lock file gets if this creates it."""
+                 file_mode: int = PRIVATE_FILE_MODE, what: str = "the writer lock") -> None:
+        """``file_mode``: the mode the lock file gets if this creates it; ``what`` names the
+        lock in LockTimeoutError."""
         self.path = path
         self.timeout = timeout
+        self.what = what
         self._backend = (backend or default_backend())(path, file_mode)
 
     def acquire(self) -> None:
@@ -118,7 +120,7 @@ class WriterLock:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LockTimeoutError(
-                    f"another process has held the writer lock {self.path} for over "
+                    f"another process has held {self.what} {self.path} for over "
                     f"{self.timeout:g} s; wait for it to finish or pass a larger lock_timeout"
                 )
             time.sleep(min(delay, remaining))
