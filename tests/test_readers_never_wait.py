@@ -106,3 +106,34 @@ def test_a_writable_tree_closes_while_another_process_holds_the_writer_lock(
     assert not [record for record in caplog.records if record.name == "kwtree.cache"], caplog.text
     meta = json.loads((directory / "cache" / "fulltext" / "meta.json").read_text())
     assert meta["watermark"] == written.op_id  # the shared index holds the write
+
+
+def test_reads_answer_while_another_machine_holds_the_postgresql_log_s_lock(tmp_path: Path) -> None:
+    """The same with the log in PostgreSQL: another machine's writer (here a process with a
+    directory of its own) holds the log's lock, as its compaction would."""
+    import uuid
+
+    from postgres_server import server_url, why_not
+
+    url = server_url()
+    if url is None:
+        pytest.skip(why_not or "no PostgreSQL")
+    log = f"{url}{'&' if '?' in url else '?'}tree=t{uuid.uuid4().hex}"
+    with KeywordTree(tmp_path / "a", log=log, durability="none") as tree:
+        tree.commit_session(CONVERSATION, session_id="s1", scope=SCOPE)
+        drinks = tree.create_keyword("Drinks", llm_auto_place=False)
+        tea = tree.create_keyword("Tea", drinks.id)
+        info = tree.create_info("Sencha is a green tea.", keyword_ids=[tea.id])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom kwtree import KeywordTree\n"
+         f"tree = KeywordTree({str(tmp_path / 'b')!r}, log={log!r}, worker=False)\n"
+         "with tree._engine.locked():\n    print('held', flush=True)\n    sys.stdin.read()\ntree.close()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        for read_only in (False, True):
+            with KeywordTree(tmp_path / "a", read_only=read_only, lock_timeout=0.2, worker=False) as tree:
+                for read in _reads(tree, tea.id, info.id).values():
+                    read()
+    finally:
+        holder.communicate("", timeout=60)
