@@ -177,27 +177,8 @@ class KeywordTextIndex:
         optional ``description``, except ``exclude`` and its subtree (a keyword being
         re-placed), and only those in ``within`` when given (a scoped search). Call after
         ``sync(state)``, under the same lock."""
-        query_name = terms(query)
-        query_desc = terms(description)
-        query_all = set(query_name) | set(query_desc)
-        postings = self._postings
-        total = len(self._profiles) + 1
-        idf: dict[str, float] = {}  # every term seen so far, memoised
-
-        def term_idf(term: str) -> float:
-            value = idf.get(term)
-            if value is None:
-                holders = postings.get(term)
-                value = idf[term] = math.log(total / ((len(holders) if holders else 0) + 0.5)) + 0.1
-            return value
-
-        touched: set[str] = set()
-        evidence: set[str] = set()  # query terms rare enough to count
-        for term in query_all:
-            holders = postings.get(term)
-            if holders and len(holders) <= MAX_POSTINGS:
-                evidence.add(term)
-                touched.update(holders)
+        asked = _Query(terms(query), terms(description), self._postings, len(self._profiles) + 1)
+        touched = asked.touched()
         if exclude is not None:
             touched.difference_update(state.subtree(exclude))
         if within is not None:
@@ -205,82 +186,115 @@ class KeywordTextIndex:
         relevance = Relevance()
         if not touched:
             return relevance
-
-        def weight(words: Iterable[str]) -> float:
-            return sum(term_idf(word) for word in words if word in evidence)
-
-        name_set = frozenset(query_name)
-        name_weight = sum(map(term_idf, name_set))
-        desc_set = frozenset(query_desc)
-        first_position: dict[str, int] = {}
-        for position, term in enumerate(query_desc):
-            first_position.setdefault(term, position)
-        # "like sushi", "near Tokyo": a word right after a comparison is not the genus.
-        compared = {query_desc[i + 1] for i, term in enumerate(query_desc[:-1]) if term in COMPARISONS}
-        genus_terms = desc_set - compared
-        query_weight = sum(map(term_idf, query_all))
-        query_norm = math.sqrt(sum(term_idf(t) ** 2 for t in query_all)) or 1.0
-        long_query = len(query_name) > 4
-
         similar: dict[str, float] = {}
         for kid in touched:
-            profile = self._profiles[kid]
-            best_name = containment = genus = 0.0
-            for ordered, name in zip(profile.names, profile.name_sets, strict=True):
-                own = sum(term_idf(word) for word in name)
-                shared = weight(name & name_set)
-                if shared:
-                    best_name = max(best_name, 2 * shared / (own + name_weight))
-                    if len(ordered) < len(query_name) and tuple(query_name[-len(ordered) :]) == ordered:
-                        genus = max(genus, 0.9)  # the head of the name: "sea bass" is a kind of "bass"
-                in_query = weight(name & query_all)
-                if in_query:
-                    containment = max(containment, in_query / own)
-                in_desc = name & genus_terms
-                if in_desc:
-                    position = min(first_position[word] for word in in_desc)
-                    cover = weight(in_desc) / own
-                    genus = max(genus, cover * cover / (1.0 + 0.12 * position))
-            topic_weight = sum(term_idf(t) ** 2 for t in profile.all_terms & evidence)
-            own_norm = math.sqrt(sum(term_idf(t) ** 2 for t in profile.all_terms)) or 1.0
-            topic = topic_weight / (query_norm * own_norm)
-            similar[kid] = topic
-            desc_cover = weight(profile.description & query_all) / query_weight if query_weight else 0.0
-            match = max(best_name, 0.8 * containment if long_query else 0.0, 0.5 * desc_cover)
+            match, genus, similar[kid] = asked.judge(self._profiles[kid])
             if match > 0:
                 relevance.match[kid] = min(1.0, match)
             if genus > 0:
                 relevance.parent[kid] = GENUS_WEIGHT * min(1.0, genus)
-
-        # Siblings resemble each other: a keyword whose children resemble the query is a
-        # likely parent (the mean of its three most similar children).
-        keywords = state.keywords
-        by_parent: dict[str, list[float]] = {}
-        for kid, sim in similar.items():
-            parent_id = keywords[kid].parent_id
-            if parent_id is not None and sim > 0:
-                by_parent.setdefault(parent_id, []).append(sim)
-        for parent_id, sims in by_parent.items():
-            sims.sort(reverse=True)
-            sibling = sum(sims[:3]) / 3
-            relevance.parent[parent_id] = relevance.parent.get(parent_id, 0.0) + SIBLING_WEIGHT * min(1.0, 2 * sibling)
-        relevance.parent.pop(ROOT_ID, None)
-        # A keyword that merely resembles the query is more likely its sibling than its
-        # parent: its own similarity only adds to evidence of the two kinds above.
-        children = state.children
-        for kid in relevance.parent:
-            score = relevance.parent[kid] + TOPIC_WEIGHT * similar.get(kid, 0.0)
-            # A keyword with no children is a category less often than one with some.
-            relevance.parent[kid] = score if children.get(kid) else LEAF_PARENT_FACTOR * score
-
-        relevance.match_reach = _reach(keywords, relevance.match)
-        relevance.parent_reach = _reach(keywords, relevance.parent)
+        _add_parents(state, relevance, similar)
+        relevance.match_reach = _reach(state.keywords, relevance.match)
+        relevance.parent_reach = _reach(state.keywords, relevance.parent)
         relevance.match_target = _best(relevance.match_reach, relevance.match)
         best = _best(relevance.parent_reach, relevance.parent)
         relevance.parent_target = _most_specific(state, relevance.parent, best)
         relevance.match_path = _path_set(state, relevance.match_target[1])
         relevance.parent_path = _path_set(state, relevance.parent_target[1])
         return relevance
+
+
+class _Query:
+    """A query's terms as ``KeywordLexicon.score`` weighs them: each term's idf (memoised),
+    the rare ones that count as evidence (held by at most ``MAX_POSTINGS`` keywords), and
+    the name's and the description's terms as a keyword's names are compared with them."""
+
+    def __init__(self, name: list[str], description: list[str], postings: dict[str, set[str]], total: int) -> None:
+        self._postings, self._total = postings, total
+        self._idf: dict[str, float] = {}  # every term seen so far
+        self.name = name
+        self.name_set = frozenset(name)
+        self.everything = set(name) | set(description)
+        self.evidence = {term for term in self.everything
+                         if (holders := postings.get(term)) and len(holders) <= MAX_POSTINGS}
+        self.name_weight = sum(map(self.idf, self.name_set))
+        self.first_position: dict[str, int] = {}
+        for position, term in enumerate(description):
+            self.first_position.setdefault(term, position)
+        # "like sushi", "near Tokyo": a word right after a comparison is not the genus.
+        compared = {description[i + 1] for i, term in enumerate(description[:-1]) if term in COMPARISONS}
+        self.genus_terms = frozenset(description) - compared
+        self.weight_all = sum(map(self.idf, self.everything))
+        self.norm = math.sqrt(sum(self.idf(t) ** 2 for t in self.everything)) or 1.0
+        self.long = len(name) > 4
+
+    def idf(self, term: str) -> float:
+        value = self._idf.get(term)
+        if value is None:
+            holders = self._postings.get(term)
+            value = self._idf[term] = math.log(self._total / ((len(holders) if holders else 0) + 0.5)) + 0.1
+        return value
+
+    def weight(self, words: Iterable[str]) -> float:
+        """The idf of the evidence among ``words``."""
+        return sum(self.idf(word) for word in words if word in self.evidence)
+
+    def touched(self) -> set[str]:
+        """The keywords holding a term of the evidence."""
+        found: set[str] = set()
+        for term in self.everything:
+            if term in self.evidence:
+                found.update(self._postings[term])
+        return found
+
+    def judge(self, profile: _Profile) -> tuple[float, float, float]:
+        """How well a keyword's ``profile`` matches the query as its name (its best name, the
+        names the query contains, its description), as its genus (the head of its name, a
+        name in the description's words, early), and how similar its terms are overall."""
+        best_name = containment = genus = 0.0
+        for ordered, name in zip(profile.names, profile.name_sets, strict=True):
+            own = sum(self.idf(word) for word in name)
+            shared = self.weight(name & self.name_set)
+            if shared:
+                best_name = max(best_name, 2 * shared / (own + self.name_weight))
+                if len(ordered) < len(self.name) and tuple(self.name[-len(ordered):]) == ordered:
+                    genus = max(genus, 0.9)  # the head of the name: "sea bass" is a kind of "bass"
+            in_query = self.weight(name & self.everything)
+            if in_query:
+                containment = max(containment, in_query / own)
+            in_desc = name & self.genus_terms
+            if in_desc:
+                position = min(self.first_position[word] for word in in_desc)
+                cover = self.weight(in_desc) / own
+                genus = max(genus, cover * cover / (1.0 + 0.12 * position))
+        topic_weight = sum(self.idf(t) ** 2 for t in profile.all_terms & self.evidence)
+        own_norm = math.sqrt(sum(self.idf(t) ** 2 for t in profile.all_terms)) or 1.0
+        desc_cover = self.weight(profile.description & self.everything) / self.weight_all if self.weight_all else 0.0
+        match = max(best_name, 0.8 * containment if self.long else 0.0, 0.5 * desc_cover)
+        return match, genus, topic_weight / (self.norm * own_norm)
+
+
+def _add_parents(state: State, relevance: Relevance, similar: dict[str, float]) -> None:
+    """Parent evidence from siblings: a keyword whose children resemble the query is a likely
+    parent (the mean of its three most similar children); then a keyword's own similarity adds
+    to its evidence, less for one with no children (a category less often)."""
+    keywords = state.keywords
+    by_parent: dict[str, list[float]] = {}
+    for kid, sim in similar.items():
+        parent_id = keywords[kid].parent_id
+        if parent_id is not None and sim > 0:
+            by_parent.setdefault(parent_id, []).append(sim)
+    for parent_id, sims in by_parent.items():
+        sims.sort(reverse=True)
+        sibling = sum(sims[:3]) / 3
+        relevance.parent[parent_id] = relevance.parent.get(parent_id, 0.0) + SIBLING_WEIGHT * min(1.0, 2 * sibling)
+    relevance.parent.pop(ROOT_ID, None)
+    # A keyword that merely resembles the query is more likely its sibling than its
+    # parent: its own similarity only adds to evidence of the two kinds above.
+    children = state.children
+    for kid in relevance.parent:
+        score = relevance.parent[kid] + TOPIC_WEIGHT * similar.get(kid, 0.0)
+        relevance.parent[kid] = score if children.get(kid) else LEAF_PARENT_FACTOR * score
 
 
 def _path_set(state: State, kid: str | None) -> frozenset[str]:

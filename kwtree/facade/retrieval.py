@@ -8,6 +8,7 @@ the caches (``kwtree/caches/coordinator.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
@@ -48,6 +49,32 @@ def clean_fraction(value: object, field: str) -> float:
     if number is None or not 0 <= number <= 1:
         raise InvalidInputError(f"{field} must be a number from 0 (no floor) to 1, got {shown(value)}")
     return number
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """A recall's arguments, checked."""
+
+    text: str
+    k: int
+    mode: str
+    kind: RelationType | None
+    scopes: tuple[str, ...] | None
+    floor: float
+    window: Window | None
+    said_by: frozenset[str] | None
+    include_superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Retrieved:
+    """What the retrievers found for a recall: full-text and vector hits of infos, full-text
+    hits of keywords, and the query's terms weighed by how rare they are."""
+
+    text_hits: list[tuple[str, float]]
+    vector_hits: list[tuple[str, float]]
+    keyword_hits: list[tuple[str, float]]
+    weighed: relevance.QueryTerms
 
 
 class RetrievalMethods(TreeCore):
@@ -101,72 +128,74 @@ class RetrievalMethods(TreeCore):
         InvalidInputError naming the argument for bad input.
         """
         self._check_open()
-        text = clean_text(query, "query", allow_empty=False)
-        self._limits.check_text("query", text, "query_bytes")
-        clean_int(k, "k", 1, 1000)
-        clean_choice(mode, "mode", fusion.MODES)
-        kind = None if relation is None else clean_relation_type(relation)
-        scopes = clean_scopes(scope)
-        floor = clean_fraction(min_score, "min_score")
-        window = clean_window(since, until)
-        said_by = clean_provenances(provenance)
-        clean_flag(include_superseded, "include_superseded")
+        asked = _Asked(
+            clean_text(query, "query", allow_empty=False), clean_int(k, "k", 1, 1000),
+            clean_choice(mode, "mode", fusion.MODES), None if relation is None else clean_relation_type(relation),
+            clean_scopes(scope), clean_fraction(min_score, "min_score"), clean_window(since, until),
+            clean_provenances(provenance), clean_flag(include_superseded, "include_superseded"))
+        self._limits.check_text("query", asked.text, "query_bytes")
         if under is not None:
             under = self._read(lambda state: require_keyword(state, under, "under").id)
         infos: frozenset[str] | None = None  # a scoped read searches its scopes' memories only
         keywords: frozenset[str] | None = None
-        words = text  # what the full-text parts and the floor read of the query
+        words = asked.text  # what the full-text parts and the floor read of the query
         owner: frozenset[str] = frozenset()
-        if scopes is not None:
+        if asked.scopes is not None:
+            scopes = asked.scopes
             infos, keywords = self._read(lambda state: self._members(state, scopes))
             if not keywords:
                 return []  # no scope exists yet: nothing to search
             owner = self._read(lambda state: broad.owner_names(scopes, stated_names(state, scopes)))
-            about = broad.asks_about(text)
+            about = broad.asks_about(asked.text)
             if about is not None and (about == broad.SELF or normalize_name(about) in owner) and under is None \
-                    and kind is None and window is None:  # "what do you know about me?": the person, whole
+                    and asked.kind is None and asked.window is None:  # "what do you know about me?": the person, whole
                 return self._read(lambda state: fusion.listed(state, [
-                    info for info in overview(state, scopes, include_superseded)
-                    if said_by is None or info.provenance in said_by], k, scope_subtree(state, scopes)))
-            words = broad.without_names(text, owner)  # in Priya's scope, "Priya" is every memory's subject
-        whom = relevance.terms_of(text) | {term for name in owner for term in relevance.terms_of(name)}
-        fetch = max(50, OVERFETCH * k)
+                    info for info in overview(state, scopes, asked.include_superseded)
+                    if asked.said_by is None or info.provenance in asked.said_by], asked.k,
+                    scope_subtree(state, scopes)))
+            words = broad.without_names(asked.text, owner)  # in Priya's scope, "Priya" is every memory's subject
+        found = self._retrieve(asked, words, infos, keywords)
+        whom = relevance.terms_of(asked.text) | {term for name in owner for term in relevance.terms_of(name)}
+        judging = fusion.Judging(found.weighed, asked.floor, relevance.vector_scale(self._indexes.model, asked.mode),
+                                 asked.include_superseded, whom, dated.asked_time(asked.text))
+        named = dated.named_window(asked.text) if asked.window is None else None
+
+        def rank(state: State) -> list[Hit]:
+            inside = None if asked.scopes is None else scope_subtree(state, asked.scopes)
+            scores = fusion.keyword_scores(state, words, found.keyword_hits)
+
+            def ranked(width: int) -> list[Hit]:
+                def fuse(within: Window | None) -> list[Hit]:
+                    return fusion.fuse(state, found.text_hits, found.vector_hits, scores, width, self._weights,
+                                       fusion.Filters(under, asked.kind, inside, within, asked.said_by), judging)
+
+                hits = fuse(asked.window)
+                return hits if named is None else dated.lift(hits, fuse(named), width)
+
+            hits = ranked(asked.k)
+            kept = sources.collapse(hits, asked.k)
+            if len(kept) < len(hits):  # a memory and its source turn shared the top k: rank wider to fill it
+                kept = sources.collapse(ranked(asked.k * sources.OVERFETCH), asked.k)
+            return kept
+
+        return self._read(rank)
+
+    def _retrieve(self, asked: _Asked, words: str, infos: frozenset[str] | None,
+                  keywords: frozenset[str] | None) -> _Retrieved:
+        """What the retrievers find for ``asked`` (``words``: the query as the full-text parts
+        read it), among ``infos`` and ``keywords`` when the read is scoped."""
+        fetch = max(50, OVERFETCH * asked.k)
         indexes = self._indexes
-        text_hits = indexes.text_hits(words, "info", fetch, infos) if mode != "vector" else []
+        text_hits = indexes.text_hits(words, "info", fetch, infos) if asked.mode != "vector" else []
         if text_hits and self._weights.feedback:
             expanded = self._read(lambda state: fusion.feedback_terms(state, words, text_hits))
             if expanded:
                 again = indexes.text_hits(f"{words} {' '.join(expanded)}", "info", fetch, infos)
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
-        vector_hits = indexes.vector_hits(text, "info", fetch, infos) if mode != "bm25" else []
-        keyword_hits = indexes.text_hits(words, "keyword", 10, keywords)
-        weighed = relevance.query_terms(words, lambda terms: indexes.document_frequencies(terms, "info", infos))
-
-        named = dated.named_window(text) if window is None else None
-        asked = dated.asked_time(text)
-
-        def rank(state: State) -> list[Hit]:
-            inside = None if scopes is None else scope_subtree(state, scopes)
-            scores = fusion.keyword_scores(state, words, keyword_hits)
-
-            def ranked(width: int) -> list[Hit]:
-                def fuse(within: Window | None) -> list[Hit]:
-                    return fusion.fuse(state, text_hits, vector_hits, scores, width, self._weights, under, kind,
-                                       scope=inside, window=within, query=weighed, min_score=floor,
-                                       vector_relevance=relevance.vector_scale(indexes.model, mode),
-                                       provenance=said_by, include_superseded=include_superseded,
-                                       mentions=whom, asked=asked)
-
-                found = fuse(window)
-                return found if named is None else dated.lift(found, fuse(named), width)
-
-            found = ranked(k)
-            kept = sources.collapse(found, k)
-            if len(kept) < len(found):  # a memory and its source turn shared the top k: rank wider to fill it
-                kept = sources.collapse(ranked(k * sources.OVERFETCH), k)
-            return kept
-
-        return self._read(rank)
+        vector_hits = indexes.vector_hits(asked.text, "info", fetch, infos) if asked.mode != "bm25" else []
+        return _Retrieved(text_hits, vector_hits, indexes.text_hits(words, "keyword", 10, keywords),
+                          relevance.query_terms(words, lambda terms: indexes.document_frequencies(terms, "info",
+                                                                                                   infos)))
 
     def resolve(self, ref: str, *, scope: str | Sequence[str] | None = None, field: str = "keyword_id",
                 memories: bool = False) -> str:

@@ -57,7 +57,7 @@ from kwtree.retrieval.relevance import HIT_SHARE, QueryTerms, relevance, terms_o
 from kwtree.retrieval.timeline import Window, happened_at, in_window
 from kwtree.validate import finite_number, shown
 
-__all__ = ["MODES", "RecallWeights", "fuse", "keyword_scores", "listed"]
+__all__ = ["MODES", "Filters", "Judging", "RecallWeights", "fuse", "keyword_scores", "listed"]
 
 MODES = ("hybrid", "bm25", "vector")
 #: Reciprocal rank fusion's constant. 60, the usual value for fusing long result lists, makes
@@ -395,47 +395,88 @@ def _allowed(state: State, info_id: str, subtree: set[str] | None, relation: Rel
     return False
 
 
-def fuse(
-    state: State,
-    text_hits: Sequence[tuple[str, float]],
-    vector_hits: Sequence[tuple[str, float]],
-    scores: dict[str, float],
-    k: int,
-    weights: RecallWeights,
-    under: str | None = None,
-    relation: RelationType | None = None,
-    *,
-    scope: set[str] | None = None,
-    window: Window | None = None,
-    query: QueryTerms | None = None,
-    min_score: float = 0.0,
-    vector_relevance: Callable[[float], float] | None = None,
-    provenance: frozenset[str] | None = None,
-    include_superseded: bool = False,
-    mentions: frozenset[str] | None = None,
-    asked: str | None = None,
-) -> list[Hit]:
-    """The best ``k`` live infos (said by one of ``provenance``, when given) whose relevance
-    to ``query`` is at least ``HIT_SHARE * min_score`` — none unless one of the candidates
-    reaches ``min_score`` — with their score parts and the keywords (inside ``scope``) that
-    link them. ``asked`` ("present", "past" or None: ``kwtree.retrieval.dated.asked_time``)
-    is the time the question asks about (``RECENCY``)."""
-    subtree = set(state.subtree(under)) if under is not None else None
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which infos a recall may return (see the module docstring): linked into ``under``'s
+    subtree (by ``relation``), inside ``scope`` (the ids of the keywords inside the read's
+    scopes), happened within ``window``, said by one of ``provenance``; None: no such filter."""
+
+    under: str | None = None
+    relation: RelationType | None = None
+    scope: set[str] | None = None
+    window: Window | None = None
+    provenance: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """How the fused candidates are judged: ``query``'s terms and the relevance floor
+    ``min_score`` (a vector hit's own relevance by ``vector_relevance``), whether superseded
+    facts rank as current (``include_superseded``), whom the query is about (``mentions``:
+    terms; None: the query's own) and the time it asks about (``asked``:
+    ``kwtree.retrieval.dated.asked_time``, weighed by ``RecallWeights.recency``)."""
+
+    query: QueryTerms | None = None
+    min_score: float = 0.0
+    vector_relevance: Callable[[float], float] | None = None
+    include_superseded: bool = False
+    mentions: frozenset[str] | None = None
+    asked: str | None = None
+
+
+#: An info's score parts while ranking: (info score, keyword score, final score, signpost score).
+Parts = dict[str, tuple[float, float, float, float]]
+Ranks = dict[str, tuple[int, float]]
+_UNRANKED = (1 << 30, None)
+
+
+def fuse(state: State, text_hits: Sequence[tuple[str, float]], vector_hits: Sequence[tuple[str, float]],
+         scores: dict[str, float], k: int, weights: RecallWeights, filters: Filters = Filters(),
+         judging: Judging = Judging()) -> list[Hit]:
+    """The best ``k`` infos that pass ``filters``, whose relevance to ``judging.query`` is at
+    least ``HIT_SHARE * min_score`` — none unless one of the candidates reaches ``min_score`` —
+    with their score parts and the keywords (inside the scope) that link them. ``scores``:
+    the keywords' own scores (``keyword_scores``)."""
+    scope = filters.scope
+    subtree = set(state.subtree(filters.under)) if filters.under is not None else None
     if scope is not None:
         subtree = scope if subtree is None else subtree & scope
         scores = {kid: value for kid, value in scores.items() if kid in scope}
+
+    def allowed(iid: str) -> bool:
+        return _allowed(state, iid, subtree, filters.relation, filters.window, filters.provenance)
+
     text_rank, vector_rank = _ranks(text_hits), _ranks(vector_hits)
-    top = weights.bm25 / (RRF_K + 1) * bool(text_hits) + weights.vector / (RRF_K + 1) * bool(vector_hits)
+    # Signposts (kwtree/retrieval/signposts.py): keywords whose abstract matches lead to their infos.
+    posts = signposts.signpost_scores(state, judging.query, scope) if weights.signpost_alpha < 1 else {}
+    own = _fused(state, _candidates(state, text_rank, vector_rank, scores, posts), text_rank, vector_rank,
+                 weights, allowed)
+    threads = _threads(state, own, weights, scope, allowed)
+    scored = [(iid, score + threads[iid]) for iid, score in own.items()]
+    parts = _score_parts(state, scored, scores, subtree, posts, weights, scope)
+    _agreed(parts, text_rank, vector_rank)
+    ranked = _ordered(state, parts, text_rank, vector_rank, weights, judging, scope)
+    return _judged(state, ranked, k, text_rank, vector_rank, threads, weights, judging, scope)
+
+
+def _candidates(state: State, text_rank: Ranks, vector_rank: Ranks, scores: dict[str, float],
+                posts: dict[str, float]) -> dict[str, None]:
+    """The infos either retriever found, those linked to the best keywords, and those the
+    matching signposts lead to, in that order."""
     candidates = dict.fromkeys([*text_rank, *vector_rank])
     for kid, _ in sorted(scores.items(), key=lambda item: -item[1])[:KEYWORD_SOURCES]:
         candidates.update(dict.fromkeys(list(state.infos_by_keyword.get(kid, {}))[:INFOS_PER_KEYWORD]))
-    # Signposts (kwtree/retrieval/signposts.py): keywords whose abstract matches lead to their infos.
-    posts = signposts.signpost_scores(state, query, scope) if weights.signpost_alpha < 1 else {}
     candidates.update(dict.fromkeys(signposts.expansion(state, posts)))
-    post_memo: dict[str, float] = {}
+    return candidates
+
+
+def _fused(state: State, candidates: Iterable[str], text_rank: Ranks, vector_rank: Ranks, weights: RecallWeights,
+           allowed: Callable[[str], bool]) -> dict[str, float]:
+    """Each allowed candidate's reciprocal rank fusion, scaled to [0, 1]."""
+    top = weights.bm25 / (RRF_K + 1) * bool(text_rank) + weights.vector / (RRF_K + 1) * bool(vector_rank)
     own: dict[str, float] = {}
     for iid in candidates:
-        if not _allowed(state, iid, subtree, relation, window, provenance):
+        if not allowed(iid):
             continue
         fused = 0.0
         if iid in text_rank:
@@ -443,22 +484,31 @@ def fuse(
         if iid in vector_rank:
             fused += weights.vector / (RRF_K + vector_rank[iid][0])
         own[iid] = fused / top if top else 0.0
-    if weights.thread > 0:
-        neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0], scope)
-        joining = {n for near in neighbours.values() for n in near if n is not None and n not in own}
-        joining = {iid for iid in joining if _allowed(state, iid, subtree, relation, window, provenance)}
-        own.update(dict.fromkeys(joining, 0.0))
-        neighbours.update(_neighbours(state, joining, scope))
-        threads = {iid: _thread_gain(state, neighbours.get(iid, (None, None)), own, weights) for iid in own}
-    else:
-        threads = dict.fromkeys(own, 0.0)
-    scored = [(iid, score + threads[iid]) for iid, score in own.items()]
+    return own
+
+
+def _threads(state: State, own: dict[str, float], weights: RecallWeights, scope: set[str] | None,
+             allowed: Callable[[str], bool]) -> dict[str, float]:
+    """Each info's thread gain; the allowed neighbours of scored infos join ``own`` at 0."""
+    if weights.thread <= 0:
+        return dict.fromkeys(own, 0.0)
+    neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0], scope)
+    joining = {n for near in neighbours.values() for n in near if n is not None and n not in own}
+    joining = {iid for iid in joining if allowed(iid)}
+    own.update(dict.fromkeys(joining, 0.0))
+    neighbours.update(_neighbours(state, joining, scope))
+    return {iid: _thread_gain(state, neighbours.get(iid, (None, None)), own, weights) for iid in own}
+
+
+def _score_parts(state: State, scored: list[tuple[str, float]], scores: dict[str, float],
+                 subtree: set[str] | None, posts: dict[str, float], weights: RecallWeights,
+                 scope: set[str] | None) -> Parts:
+    """Each info's score parts: its own score, its best keyword's, the blend of the two
+    lifted by its best signpost, and that signpost's score."""
     tree_scores = _tree_scores(state, scored, scores, subtree)
     memo: dict[str, float] = {}
-    ranked = []  # sort keys first: a Hit is built only for the k that are returned
-    unranked = (1 << 30, None)
-    twins = _twins(state, [iid for iid, _ in scored], scope)
-    parts = {}
+    post_memo: dict[str, float] = {}
+    parts: Parts = {}
     for iid, info_score in scored:
         linked = _visible(state, iid, scope)
         keyword_score = max((_effective(state, tree_scores, memo, kid) for kid in linked), default=0.0)
@@ -466,16 +516,36 @@ def fuse(
         parts[iid] = (info_score, keyword_score, *(signposts.lift(
             score, [_effective(state, posts, post_memo, kid) for kid in linked], weights.signpost_alpha)
             if posts else (score, 0.0)))
-    _agreed(parts, text_rank, vector_rank)
-    named = mentions if mentions is not None else frozenset(query.weights) if query else None
-    aged = _ages(state, parts, asked) if weights.recency > 0 else {}
-    history = include_superseded or asked == "past"
+    return parts
+
+
+def _ordered(state: State, parts: Parts, text_rank: Ranks, vector_rank: Ranks, weights: RecallWeights,
+             judging: Judging, scope: set[str] | None) -> list[tuple[Any, ...]]:
+    """Sort keys, best first, of every scored info: its score after its standing and age, then
+    its ranks, the newer first, its text, the keywords telling textual twins apart and its id
+    (ids differ between builds: ties come in the same order in every build). A Hit is built
+    only for the k that are returned."""
+    twins = _twins(state, list(parts), scope)
+    query = judging.query
+    named = judging.mentions if judging.mentions is not None else frozenset(query.weights) if query else None
+    aged = _ages(state, parts, judging.asked) if weights.recency > 0 else {}
+    history = judging.include_superseded or judging.asked == "past"
+    ranked = []
     for iid, (info_score, keyword_score, score, parent) in parts.items():
         info = state.infos[iid]
         score *= _standing(info, weights, history, named) * (1 - weights.recency * aged.get(iid, 0.0))
-        ranked.append((-score, text_rank.get(iid, unranked)[0], vector_rank.get(iid, unranked)[0], -happened_at(info),
-                       info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
-    ranked.sort()  # equal scores: the newer first, then by text and keywords (ids differ between builds)
+        ranked.append((-score, text_rank.get(iid, _UNRANKED)[0], vector_rank.get(iid, _UNRANKED)[0],
+                       -happened_at(info), info.content, twins.get(iid, ()), iid, info_score, keyword_score, parent))
+    ranked.sort()
+    return ranked
+
+
+def _judged(state: State, ranked: list[tuple[Any, ...]], k: int, text_rank: Ranks, vector_rank: Ranks,
+            threads: dict[str, float], weights: RecallWeights, judging: Judging,
+            scope: set[str] | None) -> list[Hit]:
+    """The first ``k`` of ``ranked`` whose relevance reaches ``HIT_SHARE * min_score``, or
+    none when no candidate reaches ``min_score`` itself (read on past ``k`` to find one)."""
+    query, min_score = judging.query, judging.min_score
     hits: list[Hit] = []
     relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
     for negative, _, _, _, _, _, iid, info_score, keyword_score, parent in ranked:
@@ -487,14 +557,14 @@ def fuse(
             near = _neighbours(state, [iid], scope).get(iid, (None, None)) if weights.thread > 0 else (None, None)
             judged = max(relevance(state, query, iid, linked, [n for n in near if n is not None]),
                          parent)  # parent: its signpost
-            if vector_relevance is not None and iid in vector_rank:
-                judged = max(judged, vector_relevance(vector_rank[iid][1]))
+            if judging.vector_relevance is not None and iid in vector_rank:
+                judged = max(judged, judging.vector_relevance(vector_rank[iid][1]))
             relevant = relevant or judged >= min_score
             if judged < min_score * HIT_SHARE or len(hits) == k:
                 continue
         hits.append(_hit(
             state, iid, scope, -negative, info_score, keyword_score,
-            bm25=text_rank.get(iid, unranked)[1], vector=vector_rank.get(iid, unranked)[1],
+            bm25=text_rank.get(iid, _UNRANKED)[1], vector=vector_rank.get(iid, _UNRANKED)[1],
             text_rank=text_rank[iid][0] if iid in text_rank else None,
             vector_rank=vector_rank[iid][0] if iid in vector_rank else None,
             thread=threads[iid], relevance=judged, signpost=parent,
