@@ -46,7 +46,7 @@ from kwtree.memory.policies import SESSIONS_BRANCH, Policy
 from kwtree.memory.when import parse_time
 from kwtree.models import Change, Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
-from kwtree.retrieval.scopes import clean_scope, scope_keyword
+from kwtree.retrieval.scopes import DEFAULT_SCOPE, clean_scope, scope_keyword
 from kwtree.validate import (
     clean_choice,
     clean_flag,
@@ -61,8 +61,6 @@ from kwtree.writes import Stamp
 
 __all__ = ["DEFAULT_SCOPE", "MemoryMethods"]
 
-#: The scope of ``commit_session(scope=None)``: one default user, as mem0's single-user calls.
-DEFAULT_SCOPE = "user:default"
 #: How many times a commit is prepared again when another writer committed the same session
 #: meanwhile (each time the plan is made against what that writer left).
 _ATTEMPTS = 3

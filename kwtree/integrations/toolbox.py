@@ -42,7 +42,7 @@ from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, 
 from kwtree.integrations.guard import ScopeGuard
 from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info, Keyword, Operation, SearchResult
 from kwtree.retrieval.fence import FENCE_OPEN, quote, trim
-from kwtree.retrieval.scopes import clean_scope
+from kwtree.retrieval.scopes import DEFAULT_SCOPE, clean_scope
 from kwtree.validate import clean_int, shown
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolBox", "ToolReply"]
 
-#: The scope of a write that names none on an unpinned toolbox (``commit_session``'s default).
-DEFAULT_SCOPE = "user:default"
 #: ``tree`` shows at most this many keywords; ``show`` this many children, memories and relations.
 MAX_OUTLINE = 400
 MAX_LISTED = 50
