@@ -2,14 +2,9 @@
 fills the vector store. All live under ``<data_dir>/cache/`` (the outbox is ``<data_dir>/outbox.jsonl``) and
 all can be deleted: they are rebuilt from the log.
 
-- **Full text** is kept in step lazily: writes note what they changed; a search first applies the changes
-  (or, after operations this process did not see being written, every entity written after the index's
-  watermark op id) and commits, so a search sees every write before it. Only the process holding the
-  directory's writer lock writes the shared index, having first applied what other processes appended
-  (``write_locks`` catches up). A tree that may not write it (``read_only``, ``as_of``) searches it only
-  while its watermark is the tree's last op id; otherwise it keeps a private index in memory (never on disk:
-  a killed process leaves no copy of texts a later ``forget`` erases), fed the same way from its own state;
-  operations that forgot entities make it start over (``kwtree.caches.fulltext_projection``).
+- **Full text** is a projection of the log with a lock of its own (``kwtree.caches.fulltext_projection``):
+  writes note what they changed; a search first brings the index up to the tree's state, never waiting for
+  the log's writer lock. ``Indexes.fulltext`` is it; the methods here hand its searches on.
 - **Vectors** are eventually consistent: every committed text enqueues its embedding in the outbox; a worker
   thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues every live entity whose current
   text has no vector, so a lost outbox row costs nothing. Recall uses what is embedded; a vector of an older
@@ -65,7 +60,8 @@ _REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair 
 
 
 class Indexes:
-    """The full-text index, vector store and outbox of one open tree."""
+    """The caches of one open tree: its full-text index (``fulltext``), its vector store, the
+    outbox of embedding work and the worker thread that drains it."""
 
     def __init__(
         self,
