@@ -172,7 +172,7 @@ def test_after_turn_cuts_an_oversized_message_in_every_runtime_and_commit_sessio
     conversation = [{"role": "user", "content": "I use uv for Python environments."},
                     {"role": "user", "content": pasted}]
     with KeywordTree(tmp_path / "m", durability="none", worker=False, limits=limits) as tree:
-        with pytest.raises(LimitExceededError, match="content of .*: 3,000 bytes is over the limit of 2,000 bytes"):
+        with pytest.raises(LimitExceededError, match=r"content of .*: 3,000 bytes is over the limit of 2,000 bytes"):
             tree.commit_session(conversation, session_id="s1", scope="user:me")
         tree.after_turn(conversation, "s1", "user:me")
         later = tree.end_session([*conversation, {"role": "user", "content": "I live in Lyon."}], "s1", "user:me")
@@ -180,5 +180,6 @@ def test_after_turn_cuts_an_oversized_message_in_every_runtime_and_commit_sessio
     turns = _turns(tmp_path / "m")
     [cut] = [turn for turn in turns if turn.startswith("é")]
     kept = cut.index("\n[cut")
-    assert len(cut.encode()) <= 2000 and cut == "é" * kept + f"\n[cut by kwtree: 1,500 characters, the first {kept} kept]"
+    assert len(cut.encode()) <= 2000
+    assert cut == "é" * kept + f"\n[cut by kwtree: 1,500 characters, the first {kept} kept]"
     assert "I live in Lyon." in turns

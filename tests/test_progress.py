@@ -252,7 +252,8 @@ def test_on_a_terminal_the_progress_is_a_bar(tree_dir: Path, loaded: Path, capsy
     assert f"reindexed {tree_dir}" in text
 
 
-def test_a_piped_real_process_keeps_stdout_clean(tree_dir: Path, loaded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_piped_real_process_keeps_stdout_clean(tree_dir: Path, loaded: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "load", tree_dir, loaded)
     env = {**os.environ, "KWTREE_PROGRESS_EVERY": "0"}
     done = subprocess.run([sys.executable, "-m", "kwtree", "reindex", str(tree_dir)], capture_output=True,

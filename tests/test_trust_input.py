@@ -284,9 +284,9 @@ def test_limits_are_configurable(tmp_path):
 
 
 def test_the_size_refused_is_in_bytes_also_when_the_characters_alone_are_over(tmp_path):
-    with KeywordTree(tmp_path / "t", durability="none", worker=False, limits=Limits(content_bytes=10)) as tree:
-        with pytest.raises(LimitExceededError, match="33 bytes is over the limit of 10 bytes") as refused:
-            tree.create_info("€" * 11)  # 11 characters of 3 bytes each: not "11 bytes"
+    with KeywordTree(tmp_path / "t", durability="none", worker=False, limits=Limits(content_bytes=10)) as tree, \
+            pytest.raises(LimitExceededError, match="33 bytes is over the limit of 10 bytes") as refused:
+        tree.create_info("€" * 11)  # 11 characters of 3 bytes each: not "11 bytes"
     assert refused.value.size == 33  # (what the error carries too)
 
 
