@@ -206,6 +206,8 @@ class RetrievalMethods(TreeCore):
         ``history``, which take any of them). InvalidInputError listing the candidates with
         their paths when several fit, NotFoundError suggesting the closest names when none
         does; ``field`` names the argument in both."""
+        if type(field) is not str or not field or not field.isprintable() or len(field) > 200:
+            raise InvalidInputError(f"field must name the argument, e.g. 'keyword_id', got {shown(field)}")
         text = clean_text(ref, field, allow_empty=False)
         clean_flag(memories, "memories")
         scopes = clean_scopes(scope)
