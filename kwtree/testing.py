@@ -338,7 +338,7 @@ def cache_damages(files: Sequence[str], max_files: int = 2) -> st.SearchStrategy
 
 
 def _copy_directory(source: Path, target: Path, *, caches: bool) -> Path:
-    ignored = ["lock"] if caches else ["lock", "cache"]
+    ignored = ["lock"] if caches else ["lock", "cache", "outbox.jsonl", "outbox.lock"]
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
     return target
 
@@ -395,19 +395,20 @@ def _assert_answers_alike(label: str, copy: KeywordTree, kept: KeywordTree, quer
             _assert_same(f"context({query!r}) {label}", copy.context(query), kept.context(query))
 
 
-def _drained(copy: KeywordTree, label: str, timeout: float) -> KeywordTree:
-    if not copy.wait_indexed(timeout):
-        raise AssertionError(f"the copy {label} did not finish embedding within {timeout} s "
-                             f"(outbox: {copy.outbox_status()})")
-    return copy
+def _drained(tree: KeywordTree, who: str, timeout: float) -> KeywordTree:
+    if not tree.wait_indexed(timeout):
+        raise AssertionError(f"{who} did not finish embedding within {timeout} s "
+                             f"(outbox: {tree.outbox_status()})")
+    return tree
 
 
 def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None = None, *, exact: bool = False,
                               modes: Sequence[str] = RECALL_MODES, timeout: float = 60.0,
                               damages: Sequence[Sequence[tuple[str, str]]] = (), **open_options: Any) -> None:
-    """DESIGN §4.4, indexes are caches: a copy of ``tree``'s directory without ``cache/`` (the
-    full-text and vector indexes, the checkpoint) answers like a copy with it. Both copies are
-    opened writable (so their embedding worker runs) and drained with ``wait_indexed(timeout)``;
+    """DESIGN §4.4, indexes are caches: a copy of ``tree``'s directory without its caches
+    (``cache/``: the full-text and vector indexes, the checkpoint; the outbox) answers like a
+    copy with them. ``tree`` is drained first (``wait_indexed(timeout)``), then copied; both
+    copies are opened writable (so their embedding worker runs) and drained likewise;
     then they must give the same public reads, the same ``search(query)`` for every query,
     and per recall mode the same infos: bm25 the same infos matching the text, vector the same
     infos with the same similarity, hybrid the same infos. ``exact=True`` also compares every
@@ -423,12 +424,15 @@ def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None =
     never touched. Call it with no write in flight; ``open_options`` go to every open (e.g. the
     ``embedder`` the tree uses)."""
     options = {"durability": "none", **open_options}
+    # The tree's own worker first: a copy taken while it holds leases on the outbox's items
+    # would wait them out (a worker serving another directory never finishes them).
+    _drained(tree, "the tree", timeout)
     work = Path(tempfile.mkdtemp(prefix="kwtree-caches-"))
     try:
         kept_dir = _copy_directory(tree.data_dir, work / "kept", caches=True)
         rebuilt_dir = _copy_directory(tree.data_dir, work / "rebuilt", caches=False)
         with KeywordTree(kept_dir, **options) as kept:
-            _drained(kept, "with its caches", timeout)
+            _drained(kept, "the copy with its caches", timeout)
         copies = [("without caches", rebuilt_dir)]
         for n, plan in enumerate(damages):
             damaged_dir = _copy_directory(kept_dir, work / f"damaged-{n}", caches=True)
@@ -439,7 +443,7 @@ def assert_caches_rebuildable(tree: KeywordTree, queries: Sequence[str] | None =
         for label, directory in copies:
             # A fresh open of the intact copy for each: searches change what a tree's MRU offers first.
             with KeywordTree(kept_dir, **options) as kept, KeywordTree(directory, **options) as copy:
-                _assert_answers_alike(label, _drained(copy, label, timeout), kept, queries, modes, exact)
+                _assert_answers_alike(label, _drained(copy, f"the copy {label}", timeout), kept, queries, modes, exact)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -13,7 +13,10 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from kwtree import ROOT_ID, KeywordTree
+from kwtree.caches.embed import HashEmbedder
 from kwtree.testing import (
     ACTIONS,
     CACHE_DAMAGES,
@@ -117,6 +121,39 @@ def test_caches_rebuildable_holds_for_keywords_and_their_search(tree: KeywordTre
     for name in ("Cats", "Dogs", "北京"):
         tree.create_keyword(name, parent.id, aliases=[name.lower() + "s"], description=f"all about {name}")
     assert_caches_rebuildable(tree)
+
+
+class HeldEmbedder(HashEmbedder):
+    """The hash embedder, with its calls from other threads (the tree's background worker)
+    held until ``release`` is set: a worker caught holding a lease on its outbox items."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if threading.current_thread() is not threading.main_thread():
+            self.release.wait(LIMIT)
+        return super().embed(texts)
+
+
+def test_caches_rebuildable_waits_for_the_trees_own_worker_first(tree_dir: Path) -> None:
+    # CI failed on this race (stop 34): the copies were taken while the tree's worker held the
+    # lease on its items, so each copy waited out a lease of a worker that never serves it.
+    held = HeldEmbedder()
+    with KeywordTree(tree_dir, durability="none", embedder=held) as tree:
+        tree.create_keyword("Cats", aliases=["cat"])
+        deadline = time.monotonic() + LIMIT
+        while tree.outbox_status()["leased"] == 0:
+            assert time.monotonic() < deadline, "the worker never claimed its item"
+            time.sleep(0.01)
+        releaser = threading.Timer(0.5, held.release.set)
+        releaser.start()
+        try:
+            assert_caches_rebuildable(tree, ["cats"], timeout=5.0, embedder=HashEmbedder())
+        finally:
+            releaser.cancel()
+            held.release.set()
 
 
 def test_caches_rebuildable_holds_for_infos_embedded_with_each_write(tree_dir: Path) -> None:
