@@ -56,3 +56,21 @@ class Picker:
                 break
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits
+
+    def exact(self, query: np.ndarray, chosen: np.ndarray | None) -> list[tuple[str, float]]:
+        """Every row (of ``chosen``, if given) scored against ``query`` (float32), picked best
+        first, widening until k hits or the last row."""
+        scores = (self.matrix() if chosen is None else self.matrix()[chosen]) @ query
+        if (rows := len(scores)) == 0:
+            return []
+        fetch = min(rows, max(4 * self.k, 64))
+        while True:
+            if fetch < rows:
+                top = np.argpartition(-scores, fetch - 1)[:fetch]
+                top = top[np.argsort(-scores[top], kind="stable")]
+            else:
+                top = np.argsort(-scores, kind="stable")
+            hits = self.pick(top if chosen is None else chosen[top], scores[top])
+            if len(hits) == self.k or fetch == rows:
+                return hits
+            fetch = min(rows, fetch * 8)

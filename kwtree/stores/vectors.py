@@ -676,7 +676,7 @@ class VectorStore:
                 return []
             picker = Picker(self._keys, k, accept, self._rows_matrix, self._row_sound, q)
             if index is None:
-                return self._search_exact(q, picker, None if among is None else np.array(
+                return picker.exact(q, None if among is None else np.array(
                     [row for row, (eid, _) in enumerate(self._keys) if eid in among], dtype=np.int64))
             # 2k: room for a few rejected or repeated rows without a second round.
             fetch, ef = 2 * k, max(self.ef, 2 * k)
@@ -692,23 +692,7 @@ class VectorStore:
                 fetch, ef = fetch * 4, ef * 4
                 if ef * WIDEN_LIMIT > rows:
                     break
-            return self._search_exact(q, picker, None)
-
-    def _search_exact(self, q: np.ndarray, picker: Picker, chosen: np.ndarray | None) -> list[tuple[str, float]]:
-        scores = (self._rows_matrix() if chosen is None else self._rows_matrix()[chosen]) @ q
-        if (rows := len(scores)) == 0:
-            return []
-        fetch = min(rows, max(4 * picker.k, 64))
-        while True:
-            if fetch < rows:
-                top = np.argpartition(-scores, fetch - 1)[:fetch]
-                top = top[np.argsort(-scores[top], kind="stable")]
-            else:
-                top = np.argsort(-scores, kind="stable")
-            hits = picker.pick(top if chosen is None else chosen[top], scores[top])
-            if len(hits) == picker.k or fetch == rows:
-                return hits
-            fetch = min(rows, fetch * 8)
+            return picker.exact(q, None)
 
     def save(self) -> None:
         """Persist the in-memory index as hnsw.bin + hnsw.json, unless hnsw.bin already covers
