@@ -7,7 +7,7 @@ from typing import Any
 from kwtree.agent.clients import LLMClient, StubLLMClient
 from kwtree.agent.descend import DescendLoop, Descent, DescentStatus
 from kwtree.agent.llm_env import llm_from_env
-from kwtree.agent.navigation import Candidate, LLMNavigator, Navigator, RoundRequest
+from kwtree.agent.navigation import LLMNavigator, Navigator, RoundKeyword, RoundRequest
 from kwtree.agent.offline import OfflineNavigator
 from kwtree.agent.prompts import DECISION_SCHEMA, SYSTEM_PROMPT
 
@@ -15,7 +15,6 @@ __all__ = [
     "DECISION_SCHEMA",
     "SYSTEM_PROMPT",
     "AnthropicLLMClient",
-    "Candidate",
     "DescendLoop",
     "Descent",
     "DescentStatus",
@@ -24,6 +23,7 @@ __all__ = [
     "Navigator",
     "OfflineNavigator",
     "OpenAILLMClient",
+    "RoundKeyword",
     "RoundRequest",
     "StubLLMClient",
     "llm_from_env",

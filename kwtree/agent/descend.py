@@ -37,7 +37,7 @@ import orjson
 
 from kwtree.agent.lexicon import KeywordTextIndex, Relevance
 from kwtree.agent.mru import MRUCache
-from kwtree.agent.navigation import Candidate, Navigator, RoundRequest
+from kwtree.agent.navigation import Navigator, RoundKeyword, RoundRequest
 from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
 from kwtree.engine.state import State
 from kwtree.models import ROOT_ID
@@ -256,11 +256,11 @@ class DescendLoop:
         return list(dict.fromkeys([*recent, *(child for top in within for child in state.children.get(top, ()))]))
 
     def _view(self, state: State, starts: list[str], relevance: Relevance,
-              current: str) -> tuple[list[Candidate], list[str]]:
+              current: str) -> tuple[list[RoundKeyword], list[str]]:
         """A round's candidates, and the names on the path from the root to ``current``."""
         return self._collect(state, starts, relevance), _path_names(state, current)
 
-    def _collect(self, state: State, starts: list[str], relevance: Relevance) -> list[Candidate]:
+    def _collect(self, state: State, starts: list[str], relevance: Relevance) -> list[RoundKeyword]:
         """Breadth first from ``starts``, each node once, at most ``max_candidates``; a level
         that does not fit keeps its most relevant nodes (in their original order)."""
         budget = self.max_candidates
@@ -303,7 +303,7 @@ class DescendLoop:
         return stats
 
 
-def _parse(answer: Any, candidates: list[Candidate]) -> tuple[str, list[Candidate], str | None]:
+def _parse(answer: Any, candidates: list[RoundKeyword]) -> tuple[str, list[RoundKeyword], str | None]:
     """The action, the chosen candidates and the suggested name, or a _Fallback."""
     if not isinstance(answer, dict):
         raise _Fallback("agent_failure", f"the answer is not a JSON object: {answer!r:.200}")
@@ -355,9 +355,9 @@ def _reason(answer: dict[str, Any]) -> str:
     return _text(reason) if type(reason) is str else ""
 
 
-def _candidate(state: State, idx: int, kid: str) -> Candidate:
+def _candidate(state: State, idx: int, kid: str) -> RoundKeyword:
     keyword = state.keywords[kid]
-    return Candidate(
+    return RoundKeyword(
         idx, kid, keyword.name, " > ".join(_path_names(state, kid)), keyword.aliases,
         keyword.description, keyword.level, bool(state.children.get(kid)),
     )

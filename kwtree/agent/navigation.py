@@ -15,14 +15,14 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.lexicon import Relevance
 from kwtree.agent.prompts import DECISION_SCHEMA, build_messages
 
-__all__ = ["MAX_QUERY_CHARS", "Candidate", "LLMNavigator", "Navigator", "RoundRequest"]
+__all__ = ["MAX_QUERY_CHARS", "LLMNavigator", "Navigator", "RoundKeyword", "RoundRequest"]
 
 #: Longer queries (an info's content) are cut to this many characters in the prompt.
 MAX_QUERY_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class RoundKeyword:
     """A keyword shown in a round: ``idx`` is what the navigator answers with."""
 
     idx: int
@@ -43,7 +43,7 @@ class RoundRequest:
     round: int  # 1-based
     current_path: list[str]  # names, root excluded; empty on the first round
     current_id: str  # the keyword the current path ends at (the root on the first round)
-    candidates: list[Candidate]
+    candidates: list[RoundKeyword]
     relevance: Relevance = field(default_factory=Relevance)
 
     def document(self) -> dict[str, Any]:

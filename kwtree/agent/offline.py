@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from kwtree.agent.lexicon import char_similarity
-from kwtree.agent.navigation import Candidate, RoundRequest
+from kwtree.agent.navigation import RoundKeyword, RoundRequest
 
 __all__ = ["MATCH_THRESHOLD", "PARENT_THRESHOLD", "TYPO_THRESHOLD", "OfflineNavigator"]
 
@@ -71,7 +71,7 @@ class OfflineNavigator:
         on its path; missing when none is shown."""
         relevance = request.relevance
         path = relevance.parent_path if request.intent == "suggest_parent" or not match else relevance.match_path
-        on_path: list[Candidate] = []
+        on_path: list[RoundKeyword] = []
         for candidate in request.candidates:
             if candidate.id == target:
                 if match:
@@ -85,8 +85,8 @@ class OfflineNavigator:
         return {"action": "jump", "idx": deepest.idx, "reason": f"{why} under {deepest.name!r}"}
 
 
-def _closest_spelling(request: RoundRequest) -> tuple[float, Candidate | None]:
-    best: tuple[float, Candidate | None] = (0.0, None)
+def _closest_spelling(request: RoundRequest) -> tuple[float, RoundKeyword | None]:
+    best: tuple[float, RoundKeyword | None] = (0.0, None)
     query = request.query
     if len(query) > 64:  # a text, not a name: spelling says nothing
         return best
