@@ -14,13 +14,18 @@ import itertools
 import logging
 import re
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
-__all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "erased_key_line", "file_crc",
-           "file_id_and_size", "file_size", "model_directory", "parse_keys", "read_json", "row_check"]
+from kwtree.errors import InvalidInputError
+
+__all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "FileStamp", "checked_batch",
+           "erased_key_line", "file_crc", "file_id_and_size", "file_size", "file_stamp", "model_directory",
+           "parse_keys", "read_json", "row_check"]
 
 log = logging.getLogger("kwtree.cache")
 
@@ -29,6 +34,7 @@ VECTORS_FILE = "vectors.f32"
 KEYS_FILE = "keys.jsonl"
 LOCK_FILE = "lock"
 _CRC_CHUNK = 1 << 23
+NORM_TOLERANCE = 1e-2  # how far from 1 a row's norm may be
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -38,6 +44,19 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
+
+
+#: What tells a file's bytes apart without reading them: device, inode, size, and the times of
+#: its last change (mtime; ctime, which no program can set back), or None when it is missing.
+FileStamp = tuple[int, int, int, int, int] | None
+
+
+def file_stamp(path: Path) -> FileStamp:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def file_size(path: Path) -> int:
@@ -161,3 +180,37 @@ def model_directory(model: str) -> str:
     readable, and unique per model name (a hash of it ends the name)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
     return f"{readable}-{hashlib.blake2b(model.encode(), digest_size=4).hexdigest()}"
+
+
+def checked_batch(keys: Sequence[tuple[str, str]], vectors: np.ndarray, dim: int, model: str) -> list[tuple[str, str]]:
+    """The keys of a batch to append, as (entity id, content hash) tuples, once the batch is
+    one float32 row of ``dim`` per key, each unit-norm or all zeros (a blank text).
+    Raises InvalidInputError naming what is wrong; nothing is written then."""
+    if not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32:
+        raise InvalidInputError(
+            f"vectors must be a float32 numpy array, not {getattr(vectors, 'dtype', type(vectors).__name__)}; "
+            f"convert with np.asarray(v, dtype=np.float32)"
+        )
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise InvalidInputError(
+            f"vectors must have shape (n, {dim}) for model {model!r}, not {vectors.shape}"
+        )
+    checked: list[tuple[str, str]] = []
+    for key in keys:
+        if (not isinstance(key, tuple | list) or len(key) != 2
+                or not all(isinstance(part, str) and part for part in key)):
+            raise InvalidInputError(f"each key must be a pair of non-empty strings "
+                                    f"(entity_id, content_hash), not {key!r}")
+        checked.append((key[0], key[1]))
+    if len(checked) != len(vectors):
+        raise InvalidInputError(f"got {len(checked)} keys for {len(vectors)} vectors; pass one key per row")
+    norms = np.linalg.norm(vectors, axis=1)
+    # ~(... <= ...) also catches NaN; an all-zero row is a blank (see add()).
+    bad = np.flatnonzero(~(np.abs(norms - 1.0) <= NORM_TOLERANCE) & (norms != 0.0))
+    if len(bad):
+        raise InvalidInputError(
+            f"vector {int(bad[0])} has norm {float(norms[bad[0]]):.4g}; vectors must be finite and "
+            f"L2-normalised (divide by np.linalg.norm(v, axis=1, keepdims=True)), or all zeros "
+            f"for a text with nothing to embed"
+        )
+    return checked

@@ -72,9 +72,12 @@ from kwtree.stores.vector_files import (
     LOCK_FILE,
     META_FILE,
     VECTORS_FILE,
+    FileStamp,
+    checked_batch,
     file_crc,
     file_id_and_size,
     file_size,
+    file_stamp,
     parse_keys,
     read_json,
     row_check,
@@ -103,7 +106,6 @@ READABLE_FORMATS = (1, 2)  # format 1 stores (no checks) are read as they are, r
 # 11-12x faster than numpy brute force measured in the same run (bench/vectors.py).
 DEFAULT_EF = 128
 DEFAULT_EXACT_BELOW = 2_000
-NORM_TOLERANCE = 1e-2
 # When accept() rejects rows, the search widens: 4x the rows fetched and 4x the ef each
 # round, so that the deeper ranks it now relies on are found as well as the first ones
 # (keeping ef fixed dropped recall@10 to 0.94 with half of the entities rejected; scaling it
@@ -364,36 +366,6 @@ class VectorStore:
                 os.close(fd)
         self._vec_fd = self._keys_fd = -1
 
-    def _validate_batch(self, keys: Sequence[tuple[str, str]], vectors: np.ndarray) -> list[tuple[str, str]]:
-        if not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32:
-            raise InvalidInputError(
-                f"vectors must be a float32 numpy array, not {getattr(vectors, 'dtype', type(vectors).__name__)}; "
-                f"convert with np.asarray(v, dtype=np.float32)"
-            )
-        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise InvalidInputError(
-                f"vectors must have shape (n, {self.dim}) for model {self.model!r}, not {vectors.shape}"
-            )
-        checked: list[tuple[str, str]] = []
-        for key in keys:
-            if (not isinstance(key, tuple | list) or len(key) != 2
-                    or not all(isinstance(part, str) and part for part in key)):
-                raise InvalidInputError(f"each key must be a pair of non-empty strings "
-                                        f"(entity_id, content_hash), not {key!r}")
-            checked.append((key[0], key[1]))
-        if len(checked) != len(vectors):
-            raise InvalidInputError(f"got {len(checked)} keys for {len(vectors)} vectors; pass one key per row")
-        norms = np.linalg.norm(vectors, axis=1)
-        # ~(... <= ...) also catches NaN; an all-zero row is a blank (see add()).
-        bad = np.flatnonzero(~(np.abs(norms - 1.0) <= NORM_TOLERANCE) & (norms != 0.0))
-        if len(bad):
-            raise InvalidInputError(
-                f"vector {int(bad[0])} has norm {float(norms[bad[0]]):.4g}; vectors must be finite and "
-                f"L2-normalised (divide by np.linalg.norm(v, axis=1, keepdims=True)), or all zeros "
-                f"for a text with nothing to embed"
-            )
-        return checked
-
     def add(self, keys: Sequence[tuple[str, str]], vectors: np.ndarray) -> None:
         """Append one row per (entity_id, content_hash) key, skipping keys already stored
         (the first vector stored for a key stays; so does the first of a key repeated in a batch).
@@ -407,7 +379,7 @@ class VectorStore:
         another appender holds the lock past ``lock_timeout``, and StorageError when the
         disk refuses the write (the torn tail is trimmed later).
         """
-        checked = self._validate_batch(keys, vectors)
+        checked = checked_batch(keys, vectors, self.dim, self.model)
         with self._mutex:
             self._check_writable()
             with self._locked():
@@ -551,6 +523,47 @@ class VectorStore:
         """A copy of every stored (entity_id, content_hash) key."""
         with self._mutex:
             return set(self._known)
+
+    def checked_stamp(self) -> tuple[FileStamp, FileStamp] | None:
+        """The stamps (``vector_files.file_stamp``) of keys.jsonl and vectors.f32 while they
+        hold exactly the rows this store has taken, each sound (rows not checked yet are
+        checked now) and none erased by another process: a caller's proof, for ``trust``,
+        that the store is sound. None when that cannot be told (a row fails its check,
+        another process appends or erased meanwhile, a torn tail, no rows)."""
+        with self._mutex:
+            self._check_open()
+            try:
+                before = self._stamps()
+                self._read_new_rows()
+                if (self._damaged_rows(0, len(self._keys))
+                        or erased_since(self.directory, self._keys_end, self._keys, self._checks)):
+                    return None
+                after = self._stamps()
+            except OSError:
+                return None
+            return after if after == before and self._holds_exactly(after) else None
+
+    def trust(self, stamps: tuple[FileStamp, FileStamp]) -> bool:
+        """If keys.jsonl and vectors.f32 are still as ``checked_stamp`` found them (in this
+        process or another), count their rows as checked (no vector is read): True."""
+        with self._mutex:
+            self._check_open()
+            try:
+                self._read_new_rows()
+                if self._stamps() != stamps or not self._holds_exactly(stamps):
+                    return False
+            except OSError:
+                return False
+            self._row_state = self._row_state.replace(bytes([_UNCHECKED]), bytes([_SOUND]))
+            return True
+
+    def _stamps(self) -> tuple[FileStamp, FileStamp]:
+        return file_stamp(self._keys_path), file_stamp(self._vectors_path)
+
+    def _holds_exactly(self, stamps: tuple[FileStamp, FileStamp]) -> bool:
+        keys, vectors = stamps
+        return (keys is not None and vectors is not None and len(self._keys) > 0
+                and keys[2] == self._keys_end and vectors[2] == len(self._keys) * self._row_bytes)
 
     def refresh(self) -> int:
         """Take rows other processes appended since the last look; returns how many."""
