@@ -133,15 +133,15 @@ def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str]) -> 
     query, which measured the graph at twice its cost.
     """
     indexes = tree._indexes
-    store = indexes._vectors
+    store = indexes.vectors.store
     started = time.perf_counter()
     store.warm_up()
     hnsw_build_s = time.perf_counter() - started
     matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
     ids = [entity_id for entity_id, _ in store._keys]  # row order, as vectors.f32
-    for vector in embed_queries(indexes._embedder, warmup):
+    for vector in embed_queries(indexes.vectors.embedder, warmup):
         store.search(vector, 10)
-    vectors = embed_queries(indexes._embedder, queries)
+    vectors = embed_queries(indexes.vectors.embedder, queries)
     hnsw_ms, found = [], []
     for vector in vectors:
         started = time.perf_counter()
@@ -162,7 +162,7 @@ def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str]) -> 
         "recall_at_10": hits / len(vectors),
         "hnsw_build_s": hnsw_build_s,
         "dim": store.dim,
-        "model": indexes._embedder.model,
+        "model": indexes.vectors.embedder.model,
         "samples": {"hnsw": hnsw_ms, "brute": brute_ms, "recall_vector": end_to_end},
     }
 

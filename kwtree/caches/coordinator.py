@@ -5,12 +5,14 @@ all can be deleted: they are rebuilt from the log.
 - **Full text** is a projection of the log with a lock of its own (``kwtree.caches.fulltext_projection``):
   writes note what they changed; a search first brings the index up to the tree's state, never waiting for
   the log's writer lock. ``Indexes.fulltext`` is it; the methods here hand its searches on.
-- **Vectors** are eventually consistent: every committed text enqueues its embedding in the outbox; a worker
-  thread (or ``kwtree worker``) embeds in batches; a repair scan enqueues every live entity whose current
-  text has no vector, so a lost outbox row costs nothing. Recall uses what is embedded; a vector of an older
-  text is never returned. A tree that may not write (``read_only``, ``as_of``) embeds nothing and queues
-  nothing: it opens the vector store and the outbox read-only, searches what writers embedded (a graph it
-  has to build stays in memory) and, in ``wait_indexed``, waits for other processes' workers.
+- **Vectors** (``kwtree.caches.vector_projection``, ``Indexes.vectors``) are eventually consistent: every
+  committed text enqueues its embedding in the outbox; a worker thread (or ``kwtree worker``) embeds in
+  batches; the scan at open enqueues every live entity whose current text has no vector (only those written
+  after the store's recorded position, when its files are as that position found them), so a lost outbox
+  row costs nothing. Recall uses what is embedded; a vector of an older text is never returned. A tree that
+  may not write (``read_only``, ``as_of``) embeds nothing and queues nothing: it opens the vector store and
+  the outbox read-only, searches what writers embedded (a graph it has to build stays in memory) and, in
+  ``wait_indexed``, waits for other processes' workers.
 """
 
 from __future__ import annotations
@@ -24,9 +26,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
-from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.caches.embed import Embedder
 from kwtree.caches.fulltext_projection import FullTextProjection, Hits
 from kwtree.caches.outbox import (
     ERROR_BACKOFF_MAX,
@@ -36,17 +36,16 @@ from kwtree.caches.outbox import (
     record_results,
     run_worker,
 )
-from kwtree.caches.texts import EntityKey, entity_text
+from kwtree.caches.texts import EntityKey
+from kwtree.caches.vector_projection import VectorProjection
 from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.state import State
-from kwtree.errors import DiskFullError, LockTimeoutError, ReadOnlyError, StorageError
+from kwtree.errors import DiskFullError, ReadOnlyError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
 from kwtree.progress import ProgressCallback, Ticker
 from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
-from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir
-from kwtree.stores.vector_erase import erase_vectors, vector_directories
-from kwtree.stores.vector_files import META_FILE, model_directory
-from kwtree.stores.vectors import VectorStore
+from kwtree.stores.files import PRIVATE_FILE_MODE
+from kwtree.stores.vector_files import META_FILE
 
 __all__ = ["Indexes"]
 
@@ -54,14 +53,11 @@ log = logging.getLogger("kwtree.cache")
 
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
-#: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
-_DIGEST_CACHE_LIMIT = 200_000
-_REPAIR_CHUNK = 500  # entities hashed per hold of the state lock by the repair scan
 
 
 class Indexes:
-    """The caches of one open tree: its full-text index (``fulltext``), its vector store, the
-    outbox of embedding work and the worker thread that drains it."""
+    """The caches of one open tree: its full-text index (``fulltext``), its vector store
+    (``vectors``), the outbox of embedding work and the worker thread that drains it."""
 
     def __init__(
         self,
@@ -87,29 +83,18 @@ class Indexes:
         background rounds)."""
         self._read = read
         self._progress = progress
-        self._embedder = embedder
-        self._model = embedder.model
         self._writes = writes
         self._write_vectors = writes if write_vectors is None else write_vectors
         self._embed_async = embed_async
         self._cache = data_dir / CACHE_DIR
-        self._file_mode = file_mode  # of the files the caches create (cache/ gets the directory mode)
         #: The full-text index, a projection of the log with a lock of its own.
         self.fulltext = FullTextProjection(self._cache, read, writes=writes, lock_timeout=lock_timeout,
                                            try_catch_up=try_catch_up, file_mode=file_mode, progress=progress)
-        # Opened on first use: opening is not free, and several processes opening a new
-        # directory at once would race to create it (a writer creates it under the index's lock).
-        self._vector_store: VectorStore | None = None
+        #: The vector store of the embedder's model, a projection of the log with a position.
+        self.vectors = VectorProjection(self._cache, embedder, read, writes=self._write_vectors, file_mode=file_mode)
         self._outbox = Outbox(data_dir / OUTBOX_NAME, writable=self._write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
-        self._embedding = threading.Lock()  # held from reading texts to storing their vectors
-        # Opening a large vector store must not hold up a text search.
-        self._vectors_open_lock = threading.Lock()
         self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
-        # (kind, id) -> (entity version, content hash of its text or None): a version is never
-        # changed once stored, so its hash is computed once (by the open's repair scan, a
-        # write, or a search). Only touched under the state lock.
-        self._digests: dict[EntityKey, tuple[object, str | None]] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()  # cuts the worker's wait short (close, wait_indexed)
         self._repaired = threading.Event()  # the open's repair scan has queued what it found
@@ -120,45 +105,23 @@ class Indexes:
         self._worker_error_since = 0.0
         self._worker_reports = 0
         self._held: list[Item] = []  # claimed by a wait_indexed round that failed: tried first
-        self._unsaved = False  # the worker added vectors since the graph was last persisted
         self._thread: threading.Thread | None = None
         self._worker_id = new_worker_id()  # retired by close: its leases are then taken over at once
         if worker:
             self._thread = threading.Thread(target=self._work, name="kwtree-embedder", daemon=True)
             self._thread.start()
 
-    @property
-    def _vectors(self) -> VectorStore:
-        with self._vectors_open_lock:
-            if self._vector_store is None:
-                self._vector_store = VectorStore(
-                    self._cache / "vectors" / model_directory(self._model), self._model, self._embedder.dim,
-                    writable=self._write_vectors, file_mode=self._file_mode,
-                )
-            return self._vector_store
-
     def _recover_vanished_vectors(self) -> None:
-        """If the vector store's directory was deleted under this tree (``cache/`` is only a
-        cache), open a new one and queue every text again (embedding them here when writes
-        embed inline), so recall does not wait for the next open to see vectors again. A tree
-        that may not write only lets the store go: it finds vectors again once a writer made
-        them."""
-        with self._vectors_open_lock:
-            store = self._vector_store
-            if store is None or store.directory.exists():
-                return
-            store.discard()
-            self._vector_store = None
-            if not self._write_vectors:
-                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer embeds again",
-                         store.directory)
-                return
-            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
+        """If the vector store's directory was deleted under this tree, queue every text again
+        (embedding them here when writes embed inline), so recall does not wait for the next
+        open to see vectors again (``VectorProjection.vanished``)."""
+        if not self.vectors.vanished():
+            return
         self.repair()
         if not self._embed_async and self._thread is None:
             self.wait_indexed()
 
-    # --- writes ------------------------------------------------------------------------------
+    # --- writes    # --- writes ------------------------------------------------------------------------------
 
     def note(self, op: Operation, state: State) -> None:
         """Record what a committed operation changed (call after it was applied). No I/O:
@@ -182,36 +145,10 @@ class Indexes:
         if self._embed_async:
             return
         try:
-            work = self._unembedded(state, written)
+            work = self.vectors.unembedded(state, written)
             self.embed([(kind, entity_id, digest) for kind, entity_id, digest, _ in work])
         except Exception:  # the write is committed; the repair scan embeds it later
             log.exception("embedding inline after operation %s failed; the text is embedded later", op.op_id)
-
-    def _unembedded(self, state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
-        """Outbox items for the entities among ``keys`` whose current text has no vector."""
-        work = []
-        for kind, entity_id in dict.fromkeys(keys):
-            digest = self._digest(state, kind, entity_id)
-            if digest is not None and not self._vectors.has(entity_id, digest):
-                work.append((kind, entity_id, digest, self._model))
-        return work
-
-    def _digest(self, state: State, kind: str, entity_id: str) -> str | None:
-        """The content hash of the entity's current text (None if it is not live), computed
-        once per entity version. Call where the state cannot change under it (the state lock, or
-        the write path)."""
-        entity = (state.infos if kind == "info" else state.keywords).get(entity_id)
-        if entity is None:
-            return None
-        key = (kind, entity_id)
-        known = self._digests.get(key)
-        if known is not None and known[0] is entity:
-            return known[1]
-        text = entity_text(state, kind, entity_id)
-        digest = None if text is None else content_hash(self._model, text)
-        if len(self._digests) < _DIGEST_CACHE_LIMIT or key in self._digests:
-            self._digests[key] = (entity, digest)
-        return digest
 
     def _flush(self) -> None:
         """Move the embeddings the writes asked for into the outbox."""
@@ -219,7 +156,7 @@ class Indexes:
             keys, self._unsent = self._unsent, []
         if keys:
             try:
-                work = self._read(lambda state: self._unembedded(state, keys))
+                work = self._read(lambda state: self.vectors.unembedded(state, keys))
                 if work:
                     self._outbox.enqueue(work)
             except BaseException:
@@ -228,42 +165,11 @@ class Indexes:
                 raise
 
     def embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
-        """Embed the current text of each (kind, id, hash) that is still current; returns
-        {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
-        the batch, each text is tried alone, so one bad text fails only itself. A vector store
-        that cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no
-        text's fault: that error is raised, for the worker to try the batch again later."""
-        self._recover_vanished_vectors()  # (may embed everything again itself: not under the lock)
-        with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
-            return self._embed(items)
+        """``VectorProjection.embed``, once a store deleted under this tree is made again."""
+        self._recover_vanished_vectors()  # (may embed everything again itself)
+        return self.vectors.embed(items)
 
-    def _embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
-        texts, keys = [], []
-        for kind, entity_id, digest in items:
-            text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
-            if (text is not None and content_hash(self._model, text) == digest
-                    and not self._vectors.has(entity_id, digest)):
-                texts.append(text)
-                keys.append((entity_id, digest))
-        result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
-        if not texts:
-            return result
-        self._unsaved = True
-        try:
-            self._vectors.add(keys, embed_documents(self._embedder, texts))
-        except (StorageError, LockTimeoutError):
-            raise  # the store's disk or lock, not the texts: the worker tries again later
-        except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
-            for key, text in zip(keys, texts, strict=True):
-                try:
-                    self._vectors.add([key], embed_documents(self._embedder, [text]))
-                except (StorageError, LockTimeoutError):
-                    raise
-                except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
-                    result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
-        return result
-
-    # --- the worker --------------------------------------------------------------------------
+    # --- the worker    # --- the worker --------------------------------------------------------------------------
 
     def _work(self) -> None:
         try:
@@ -278,21 +184,12 @@ class Indexes:
 
     def _idle(self) -> None:
         """The worker's turn when the outbox has nothing to claim: queue what writes asked
-        for, and once a backlog is done, persist the vector graph (see persist_vectors)."""
+        for, and once a backlog is done, persist the vector graph (``VectorProjection.persist``)
+        and record the store's position (``advance``)."""
         self._flush()
-        if self._unsaved and not self._outbox.pending_count():
-            self.persist_vectors()
-
-    def persist_vectors(self) -> None:
-        """Save the hnswlib graph of the vector store if the saved one lags by more than
-        VectorStore.persist allows (building it here if none is in memory), so that a
-        read-only open (a CLI read) never builds what this writer could have saved."""
-        self._unsaved = False
-        try:
-            self._vectors.persist()
-        except BaseException:
-            self._unsaved = True
-            raise
+        if self.vectors.unsaved and not self._outbox.backlog():
+            self.vectors.persist()
+            self.vectors.advance()
 
     def _report_worker(self, error: Exception | None) -> None:
         with self._worker_state:
@@ -306,18 +203,17 @@ class Indexes:
         """The worker's first step: the repair scan (retried by run_worker while the disk
         refuses its rows), then loading or building a large store's graph."""
         try:
-            meta = self._cache / "vectors" / model_directory(self._model) / META_FILE
-            if self._writes and not meta.exists():
+            if self._writes and not (self.vectors.directory / META_FILE).exists():
                 with self.fulltext.locked():  # creating the store races other new writers
-                    _ = self._vectors
-            self.repair()
+                    _ = self.vectors.store
+            self.repair(full=False)
         except WORKER_ERRORS:
             raise
         except Exception:  # a cache problem must never take the tree down
             log.exception("the repair scan of the vector store failed; it runs again at the next open")
         self._repaired.set()
         try:
-            self._vectors.warm_up()  # a large store's graph is loaded or built here, not in a query
+            self.vectors.store.warm_up()  # a large store's graph is loaded or built here, not in a query
         except Exception:  # the first search tries again
             log.exception("could not load the vector graph ahead of the first search")
 
@@ -328,14 +224,7 @@ class Indexes:
         then queue every live text that has no vector; returns how many were queued
         (``KeywordTree.repair``, ``KeywordTree.reindex``). Raises ReadOnlyError in a tree
         that does not write vectors."""
-        if not self._write_vectors:
-            raise ReadOnlyError("a tree that may not write queues no embedding work")
-        with self._embedding, self._vectors_open_lock:  # (no embedding appends to the files meanwhile)
-            store, self._vector_store = self._vector_store, None
-            if store is not None:
-                store.discard()  # its rows in memory may be gone from disk: never save them
-            if rebuild:
-                remove_cache_dir(self._cache / "vectors" / model_directory(self._model))
+        self.vectors.reload(rebuild=rebuild)
         return self.repair()
 
     def erase(self, entity_ids: set[str]) -> tuple[int, int]:
@@ -348,61 +237,25 @@ class Indexes:
         if not self._writes or not self._write_vectors:
             raise ReadOnlyError("a tree that may not write cannot erase its caches")
         self.fulltext.reset()
-        with self._embedding, self._vectors_open_lock:
-            store, self._vector_store = self._vector_store, None
-            if store is not None:
-                store.discard()  # its graph in memory holds the vectors: never save it
-            # (Under the lock: an embedding that read a forgotten text before the forget
-            # operation must not append its vector after the rows were erased.)
-            erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
-        dropped = self._outbox.discard(entity_ids)
+        erased = self.vectors.erase(entity_ids)
+        return erased, self._outbox.discard(entity_ids)
 
-        def forget_digests(state: State) -> None:
-            for key in [key for key in self._digests if key[1] in entity_ids]:
-                del self._digests[key]
-
-        self._read(forget_digests)
-        return erased, dropped
-
-    def repair(self) -> int:
-        """Enqueue every live entity whose current text has no vector; returns how many.
-        (The outbox takes an item it holds as done again: its vector is gone; and an item
-        still open whose vector is stored is recorded done.) First, rows
-        whose vector fails its check are erased (``VectorStore.mend``), so their texts count
-        as without a vector: a pass over every vector, the price of never searching a garbled
-        one. Raises ReadOnlyError in a tree that does not write vectors."""
+    def repair(self, *, full: bool = True) -> int:
+        """Enqueue every live entity whose current text has no vector (``VectorProjection.missing``:
+        with ``full``, every row is checked and every entity hashed; without, a store as its
+        recorded position found it is trusted and only later writes are hashed); returns how
+        many. An open item whose vector is stored is recorded done. Raises ReadOnlyError in a
+        tree that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
-        for _, done in self._vectors.mend(graph=False):  # (a saved graph is checked when it is loaded)
-            log.warning("vector cache %s: %s", self._vectors.directory, done)
-        known = self._vectors.known()
-        model = self._model
-
-        def ids(state: State) -> list[EntityKey]:
-            return [("info", entity_id) for entity_id in state.infos] + [
-                ("keyword", entity_id) for entity_id in state.keywords]
-
-        def missing(state: State, keys: list[EntityKey]) -> list[tuple[str, str, str, str]]:
-            found = []
-            for kind, entity_id in keys:
-                digest = self._digest(state, kind, entity_id)
-                if digest is not None and (entity_id, digest) not in known:
-                    found.append((kind, entity_id, digest, model))
-            return found
-
-        # The state lock is taken per chunk, so reads and writes need not wait for the whole
-        # scan (an entity written meanwhile is queued by its write).
-        keys = self._read(ids)
-        work = []
-        for start in range(0, len(keys), _REPAIR_CHUNK):
-            work += self._read(functools.partial(missing, keys=keys[start : start + _REPAIR_CHUNK]))
-            time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
+        work = self.vectors.missing(full=full)
         if work:
             self._outbox.enqueue(work)
         # An open item whose text has its vector is done: its worker died between storing
         # the vector and recording it, or a damaged outbox lost the done row. Waiting for its
         # lease to run out (a minute) would be waiting for nothing.
-        embedded = [item for item in self._outbox.open_items() if item.model == model and (item.id, item.hash) in known]
+        store, model = self.vectors.store, self.vectors.model
+        embedded = [item for item in self._outbox.open_items() if item.model == model and store.has(item.id, item.hash)]
         if embedded:
             self._outbox.done(self._worker_id, embedded)
         return len(work)
@@ -414,17 +267,19 @@ class Indexes:
         drain it. If the worker thread's last round failed (a full disk), it is woken to try
         again at once, and if that fails too, its error is raised: StorageError
         (DiskFullError), LockTimeoutError; the worker keeps retrying by itself. A tree that
-        writes vectors returns with the vector graph saved (see persist_vectors)."""
+        writes vectors returns with the vector graph saved (``VectorProjection.persist``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._flush()
         with Ticker(self._progress, "embedding", None, "texts") as tick:
             if not self._wait_drained(deadline, tick):
                 tick.leave_unfinished()
                 return False
-        self._vectors.refresh()
+        if self.vectors.exists():
+            self.vectors.store.refresh()
         if self._write_vectors:  # the backlog is done: save the graph now (if it lags), not in each reader
             try:
-                self.persist_vectors()
+                self.vectors.persist()
+                self.vectors.advance()
             except WORKER_ERRORS as exc:  # every text is embedded: only readers pay, until a save works
                 log.warning("could not save the vector graph: %s", exc)
         return True
@@ -437,7 +292,7 @@ class Indexes:
             # no worker thread and runs no repair scan: that would queue work.)
             drain_here = self._write_vectors and (thread is None or not thread.is_alive())
             if drain_here and not self._repaired.is_set():
-                self._as_worker(self.repair)
+                self._as_worker(functools.partial(self.repair, full=False))
                 self._repaired.set()
             elif thread is not None and not drain_here:
                 self._raise_worker_error(deadline)
@@ -533,38 +388,19 @@ class Indexes:
 
     @property
     def model(self) -> str:
-        """The embedder's model name (the vectors this coordinator searches)."""
-        return self._model
+        """The embedder's model name (the vectors this tree searches)."""
+        return self.vectors.model
 
     def vector_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
-        """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
+        """``VectorProjection.hits``, once a store deleted under this tree is made again."""
         self._recover_vanished_vectors()
-        if self._vector_store is None and not (self._cache / "vectors" / model_directory(self._model)).exists():
-            return []  # nothing was ever embedded with this model here
-        self._vectors.refresh()
-        if not len(self._vectors):
-            return []
-        vector = embed_queries(self._embedder, [query])[0]
-        if not np.any(vector):
-            return []
+        return self.vectors.hits(query, kind, k, within)
 
-        def current(state: State) -> Callable[[str, str], bool]:
-            def accept(entity_id: str, digest: str) -> bool:
-                return self._digest(state, kind, entity_id) == digest
-
-            return accept
-
-        accept = self._read(current)
-        self._vectors.warm_up()  # a first search builds the graph: not while holding the state
-        hits = self._read(lambda state: self._vectors.search(vector, k, accept, within))
-        # A text pointing away from the query is no evidence for it; ties in id order.
-        return sorted(((entity_id, sim) for entity_id, sim in hits if sim > 0), key=lambda hit: (-hit[1], hit[0]))
-
-    # --- lifecycle -----------------------------------------------------------------------------
+    # --- lifecycle    # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the worker, commit what the full-text index still lacks, persist the vectors
-        and their graph (see persist_vectors); drop a private full-text index."""
+        and their graph (``VectorProjection.persist``); drop a private full-text index."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -575,12 +411,13 @@ class Indexes:
         except Exception:  # the repair scan of the next open finds them
             log.exception("could not queue the last writes' embeddings on close")
         self.fulltext.close()
-        if self._write_vectors and self._vector_store is not None:
+        if self._write_vectors and self.vectors.exists():
             try:
-                self.persist_vectors()  # readers (every CLI read) load the graph, not build it
+                self.vectors.persist()  # readers (every CLI read) load the graph, not build it
+                if not self._outbox.backlog():
+                    self.vectors.advance()  # the next open hashes only what is written after
             except Exception as exc:  # noqa: BLE001 -- a cache: the next writer saves it
                 log.warning("could not save the vector graph on close: %s", exc)
-        for store in (self._vector_store, self._outbox):
-            if store is not None:
-                with contextlib.suppress(Exception):
-                    store.close()
+        for closing in (self.vectors.close, self._outbox.close):
+            with contextlib.suppress(Exception):
+                closing()

@@ -1,0 +1,349 @@
+"""The vector store of the tree's embedder model as a projection of the log: it records the
+position it reflects and, at the next open, looks only at what was written after it.
+
+- **Embedding** (``embed``) stores the vector of each entity's current text; a vector of an
+  older text is never returned by a search (``hits`` accepts a row only while its content
+  hash is the entity's current one).
+- **The scan** (``missing``) lists every live entity whose current text has no vector: the
+  work a lost outbox row or a deleted cache left undone. It records a **position** in the
+  store's ``position.json`` when it found nothing missing: ``{"op", "files", "check"}``, the
+  state's position (``kwtree.caches.texts.position``) and the stamps of the row files
+  (``VectorStore.checked_stamp``: every row sound, nothing erased, no other writer
+  mid-append). A later scan whose files still have those stamps trusts their rows (no vector
+  is read) and hashes only the entities written after the position; any change to the files
+  it did not make (damage, a forget's erasure, another writer's rows) or a garbled position
+  means a full scan, with every row checked (``VectorStore.mend``). A position is only ever
+  claimed for a state whose every live text had its vector, so a lost outbox item is never
+  hidden by it: its entity was written after the position.
+- **A tree that may not write** (``read_only``, ``as_of``) opens the store read-only,
+  searches what writers embedded and scans nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import orjson
+
+from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.caches.texts import EntityKey, entity_text, position, written_after
+from kwtree.engine.state import State
+from kwtree.errors import LockTimeoutError, ReadOnlyError, StorageError
+from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir, write_atomically
+from kwtree.stores.vector_erase import erase_vectors, vector_directories
+from kwtree.stores.vector_files import FileStamp, model_directory, read_json
+from kwtree.stores.vectors import VectorStore
+
+__all__ = ["POSITION_FILE", "Hits", "VectorProjection", "WorkItem"]
+
+log = logging.getLogger("kwtree.cache")
+
+T = TypeVar("T")
+Reader = Callable[[Callable[[State], T]], T]
+Hits = list[tuple[str, float]]  # (entity id, similarity), best first
+WorkItem = tuple[str, str, str, str]  # (kind, id, content hash, model): an outbox item
+POSITION_FILE = "position.json"
+#: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
+_DIGEST_CACHE_LIMIT = 200_000
+_SCAN_CHUNK = 500  # entities hashed per hold of the state lock by the scan
+Stamps = tuple[FileStamp, FileStamp]
+
+
+class VectorProjection:
+    """The vector store of one open tree, for its embedder's model (module docstring)."""
+
+    def __init__(self, cache: Path, embedder: Embedder, read: Reader[Any], *, writes: bool,
+                 file_mode: int = PRIVATE_FILE_MODE) -> None:
+        """``writes``: whether this tree embeds and writes the store (else it only searches it)."""
+        self._cache = cache
+        self.embedder = embedder
+        self.model = embedder.model
+        self._read = read
+        self.writes = writes
+        self._file_mode = file_mode
+        self.directory = cache / "vectors" / model_directory(self.model)
+        # Opened on first use: opening is not free, and a large store must not hold up a text search.
+        self._store: VectorStore | None = None
+        self._open_lock = threading.Lock()
+        self._embedding = threading.Lock()  # held from reading texts to storing their vectors
+        # (kind, id) -> (entity version, content hash of its text or None): a version is never
+        # changed once stored, so its hash is computed once. Only touched under the state lock.
+        self._digests: dict[EntityKey, tuple[object, str | None]] = {}
+        #: The position up to which every live text is known to have its vector (None: unknown),
+        #: and whether this tree's scan ran (then every row is checked, or trusted).
+        self._base: str | None = None
+        self._scanned = False
+        self.unsaved = False  # vectors were added since the graph was last persisted
+
+    @property
+    def store(self) -> VectorStore:
+        with self._open_lock:
+            if self._store is None:
+                self._store = VectorStore(self.directory, self.model, self.embedder.dim,
+                                          writable=self.writes, file_mode=self._file_mode)
+            return self._store
+
+    def exists(self) -> bool:
+        """Whether a store of this model was ever made here (or is open)."""
+        return self._store is not None or self.directory.exists()
+
+    def vanished(self) -> bool:
+        """True if the store's directory was deleted under this tree (``cache/`` is only a
+        cache) and this tree writes it: the store is dropped, and the caller queues every
+        text again. A tree that may not write only lets the store go (it finds vectors again
+        once a writer made them)."""
+        with self._open_lock:
+            store = self._store
+            if store is None or store.directory.exists():
+                return False
+            store.discard()
+            self._store = None
+            self._base, self._scanned = None, False
+            if not self.writes:
+                log.info("the vector cache %s was deleted; vector recall finds nothing until a writer embeds again",
+                         store.directory)
+                return False
+            log.warning("the vector cache %s was deleted under this tree; embedding everything again", store.directory)
+            return True
+
+    # --- texts and their hashes ----------------------------------------------------------------
+
+    def digest(self, state: State, kind: str, entity_id: str) -> str | None:
+        """The content hash of the entity's current text (None if it is not live), computed
+        once per entity version. Call where the state cannot change under it (the state lock, or
+        the write path)."""
+        entity = (state.infos if kind == "info" else state.keywords).get(entity_id)
+        if entity is None:
+            return None
+        key = (kind, entity_id)
+        known = self._digests.get(key)
+        if known is not None and known[0] is entity:
+            return known[1]
+        text = entity_text(state, kind, entity_id)
+        digest = None if text is None else content_hash(self.model, text)
+        if len(self._digests) < _DIGEST_CACHE_LIMIT or key in self._digests:
+            self._digests[key] = (entity, digest)
+        return digest
+
+    def unembedded(self, state: State, keys: Collection[EntityKey]) -> list[WorkItem]:
+        """Outbox items for the entities among ``keys`` whose current text has no vector."""
+        work = []
+        for kind, entity_id in dict.fromkeys(keys):
+            digest = self.digest(state, kind, entity_id)
+            if digest is not None and not self.store.has(entity_id, digest):
+                work.append((kind, entity_id, digest, self.model))
+        return work
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
+        """Embed the current text of each (kind, id, hash) that is still current; returns
+        {id/hash: None, or the error}. Obsolete items count as done. If the embedder refuses
+        the batch, each text is tried alone, so one bad text fails only itself. A store that
+        cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no text's
+        fault: that error is raised."""
+        with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
+            texts, keys = [], []
+            for kind, entity_id, digest in items:
+                text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
+                if (text is not None and content_hash(self.model, text) == digest
+                        and not self.store.has(entity_id, digest)):
+                    texts.append(text)
+                    keys.append((entity_id, digest))
+            result: dict[str, str | None] = {f"{entity_id}/{digest}": None for _, entity_id, digest in items}
+            if not texts:
+                return result
+            self.unsaved = True
+            try:
+                self.store.add(keys, embed_documents(self.embedder, texts))
+            except (StorageError, LockTimeoutError):
+                raise  # the store's disk or lock, not the texts: the worker tries again later
+            except Exception:  # noqa: BLE001 -- find the text that fails, keep the others
+                for key, text in zip(keys, texts, strict=True):
+                    try:
+                        self.store.add([key], embed_documents(self.embedder, [text]))
+                    except (StorageError, LockTimeoutError):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
+                        result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
+            return result
+
+    def persist(self) -> None:
+        """Save the hnswlib graph if the saved one lags by more than VectorStore.persist
+        allows (building it here if none is in memory), so that a read-only open (a CLI
+        read) never builds what this writer could have saved."""
+        self.unsaved = False
+        try:
+            self.store.persist()
+        except BaseException:
+            self.unsaved = True
+            raise
+
+    # --- the scan and the position -------------------------------------------------------------
+
+    def missing(self, *, full: bool = False) -> list[WorkItem]:
+        """Every live entity whose current text has no vector, as outbox items; records the
+        position when there is none (module docstring). Without ``full``, a store whose
+        files are as the recorded position stamped them is trusted and only the entities
+        written after it are hashed; otherwise (and with ``full``) rows whose vector fails
+        its check are erased first (``VectorStore.mend``: a pass over every vector, the price
+        of never searching a garbled one) and every live entity is hashed. Raises
+        ReadOnlyError in a tree that does not write."""
+        if not self.writes:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        recorded = None if full else self._recorded()
+        since = recorded[0] if recorded is not None and self.store.trust(recorded[1]) else None
+        if since is None:
+            for _, done in self.store.mend(graph=False):  # (a saved graph is checked when it is loaded)
+                log.warning("vector cache %s: %s", self.directory, done)
+        self._base, self._scanned = since, True
+        known = self.store.known()
+
+        def keys(state: State) -> tuple[str | None, list[EntityKey]]:
+            at = position(state)
+            if since is not None and at is not None and since <= at:
+                return at, sorted(written_after(state, since))
+            return at, [("info", entity_id) for entity_id in state.infos] + [
+                ("keyword", entity_id) for entity_id in state.keywords]
+
+        def unstored(state: State, chunk: list[EntityKey]) -> list[WorkItem]:
+            found = []
+            for kind, entity_id in chunk:
+                digest = self.digest(state, kind, entity_id)
+                if digest is not None and (entity_id, digest) not in known:
+                    found.append((kind, entity_id, digest, self.model))
+            return found
+
+        # The state lock is taken per chunk, so reads and writes need not wait for the whole
+        # scan (an entity written meanwhile is queued by its write, and is after ``at``).
+        at, todo = self._read(keys)
+        work: list[WorkItem] = []
+        for start in range(0, len(todo), _SCAN_CHUNK):
+            work += self._read(functools.partial(unstored, chunk=todo[start : start + _SCAN_CHUNK]))
+            time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
+        if not work and (since is None or at != since):  # (a position still current stays as it is)
+            self._record(at)
+        return work
+
+    def advance(self) -> None:
+        """Once the work a scan found is embedded: record the state's position if every live
+        text written after the last recorded one (every live text, when none was) has its
+        vector. Hashes only what the scan has not (digests are kept); nothing when this tree
+        has not scanned since it opened."""
+        base = self._base
+        if not self._scanned or not self.writes:
+            return
+
+        def check(state: State) -> tuple[str | None, bool]:
+            at = position(state)
+            if at is None or (base is not None and at < base):
+                return at, False
+            return at, not self.unembedded(state, written_after(state, base))
+
+        at, complete = self._read(check)
+        if complete and at != base:
+            self._record(at)
+
+    def _record(self, at: str | None) -> None:
+        stamps = self.store.checked_stamp() if at is not None else None
+        if stamps is None:
+            return
+        body = [at, [list(stamp) if stamp is not None else None for stamp in stamps]]
+        try:
+            write_atomically(self.directory / POSITION_FILE, orjson.dumps(
+                {"op": body[0], "files": body[1], "check": zlib.crc32(orjson.dumps(body))}), self._file_mode)
+        except OSError as exc:  # a cache: the next scan is a full one
+            log.debug("could not record the vector cache's position: %s", exc)
+            return
+        self._base = at
+
+    def _recorded(self) -> tuple[str, Stamps] | None:
+        """The position ``position.json`` records, or None if it is missing or not one it wrote."""
+        found = read_json(self.directory / POSITION_FILE)
+        if found is None:
+            return None
+        op, files = found.get("op"), found.get("files")
+        if (not isinstance(op, str) or not isinstance(files, list) or len(files) != 2
+                or found.get("check") != zlib.crc32(orjson.dumps([op, files]))
+                or not all(isinstance(stamp, list) and len(stamp) == 5 and all(type(n) is int for n in stamp)
+                           for stamp in files)):
+            return None
+        return op, (tuple(files[0]), tuple(files[1]))
+
+    # --- rebuilding and erasing ----------------------------------------------------------------
+
+    def reload(self, *, rebuild: bool = False) -> None:
+        """Read the store again from its files (damage done under this tree is seen), or with
+        ``rebuild`` delete this model's vectors. Raises ReadOnlyError in a tree that does not
+        write."""
+        if not self.writes:
+            raise ReadOnlyError("a tree that may not write queues no embedding work")
+        with self._embedding, self._open_lock:  # (no embedding appends to the files meanwhile)
+            store, self._store = self._store, None
+            self._base, self._scanned = None, False
+            if store is not None:
+                store.discard()  # its rows in memory may be gone from disk: never save them
+            if rebuild:
+                remove_cache_dir(self.directory)
+
+    def erase(self, entity_ids: set[str]) -> int:
+        """Erase the vector rows of these (forgotten) entities in every model's store;
+        returns how many rows went. Raises ReadOnlyError in a tree that does not write."""
+        if not self.writes:
+            raise ReadOnlyError("a tree that may not write cannot erase its caches")
+        with self._embedding, self._open_lock:
+            store, self._store = self._store, None
+            self._base, self._scanned = None, False
+            if store is not None:
+                store.discard()  # its graph in memory holds the vectors: never save it
+            # (Under the lock: an embedding that read a forgotten text before the forget
+            # operation must not append its vector after the rows were erased.)
+            erased = sum(erase_vectors(path, entity_ids) for path in vector_directories(self._cache / "vectors"))
+
+        def forget_digests(state: State) -> None:
+            for key in [key for key in self._digests if key[1] in entity_ids]:
+                del self._digests[key]
+
+        self._read(forget_digests)
+        return erased
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
+        """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
+        if not self.exists():
+            return []  # nothing was ever embedded with this model here
+        store = self.store
+        store.refresh()
+        if not len(store):
+            return []
+        vector = embed_queries(self.embedder, [query])[0]
+        if not np.any(vector):
+            return []
+
+        def current(state: State) -> Callable[[str, str], bool]:
+            def accept(entity_id: str, digest: str) -> bool:
+                return self.digest(state, kind, entity_id) == digest
+
+            return accept
+
+        accept = self._read(current)
+        store.warm_up()  # a first search builds the graph: not while holding the state
+        found = self._read(lambda state: store.search(vector, k, accept, within))
+        # A text pointing away from the query is no evidence for it; ties in id order.
+        return sorted(((entity_id, sim) for entity_id, sim in found if sim > 0), key=lambda hit: (-hit[1], hit[0]))
+
+    def close(self) -> None:
+        """Release the store (its graph is persisted by the caller first, see persist)."""
+        with self._open_lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
