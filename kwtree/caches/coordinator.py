@@ -121,7 +121,7 @@ class Indexes:
         if not self._embed_async and self._thread is None:
             self.wait_indexed()
 
-    # --- writes    # --- writes ------------------------------------------------------------------------------
+    # --- writes ------------------------------------------------------------------------------
 
     def note(self, op: Operation, state: State) -> None:
         """Record what a committed operation changed (call after it was applied). No I/O:
@@ -169,7 +169,7 @@ class Indexes:
         self._recover_vanished_vectors()  # (may embed everything again itself)
         return self.vectors.embed(items)
 
-    # --- the worker    # --- the worker --------------------------------------------------------------------------
+    # --- the worker --------------------------------------------------------------------------
 
     def _work(self) -> None:
         try:
@@ -396,7 +396,7 @@ class Indexes:
         self._recover_vanished_vectors()
         return self.vectors.hits(query, kind, k, within)
 
-    # --- lifecycle    # --- lifecycle -----------------------------------------------------------------------------
+    # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the worker, commit what the full-text index still lacks, persist the vectors
