@@ -372,20 +372,6 @@ class Indexes:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def text_hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
-        """``FullTextProjection.text_hits``."""
-        return self.fulltext.text_hits(query, kind, k, within)
-
-    def indexed_text_hits(self, query: str, kind: str, k: int,
-                          most_unindexed: int) -> tuple[list[tuple[str, float]], frozenset[str]]:
-        """``FullTextProjection.indexed_text_hits``."""
-        return self.fulltext.indexed_text_hits(query, kind, k, most_unindexed)
-
-    def document_frequencies(self, words: list[str], kind: str,
-                             within: Collection[str] | None = None) -> tuple[int, list[int]]:
-        """``FullTextProjection.document_frequencies``."""
-        return self.fulltext.document_frequencies(words, kind, within)
-
     @property
     def model(self) -> str:
         """The embedder's model name (the vectors this tree searches)."""

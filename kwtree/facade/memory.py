@@ -69,7 +69,7 @@ _ATTEMPTS = 3
 _PREFILTER_OVERFETCH = 6
 #: The prefilter searches the full-text index as it is while at most this many entities were
 #: written since its last commit, and ranks those itself: so ``after_turn`` does not commit the
-#: index on every turn (``Indexes.indexed_text_hits``).
+#: index on every turn (``FullTextProjection.indexed_text_hits``).
 _MOST_UNINDEXED = 256
 #: The navigator of a commit's walks once its LLM failed (it keeps no state).
 _OFFLINE = OfflineNavigator()
@@ -285,7 +285,7 @@ class MemoryMethods(AgentMethods):
         if not inside:
             return []
         fetch = k * _PREFILTER_OVERFETCH
-        text, unindexed = self._indexes.indexed_text_hits(candidate.content, "info", fetch, _MOST_UNINDEXED)
+        text, unindexed = self._indexes.fulltext.indexed_text_hits(candidate.content, "info", fetch, _MOST_UNINDEXED)
         found: dict[str, None] = {}
         for hits in (text, self._indexes.vector_hits(candidate.content, "info", fetch)):
             kept = self._read(lambda state, hits=hits: _in_subtree(state, hits, inside, k))  # type: ignore[misc]

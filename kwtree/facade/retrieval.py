@@ -185,16 +185,16 @@ class RetrievalMethods(TreeCore):
         """What the retrievers find for ``asked`` (``words``: the query as the full-text parts
         read it), among ``infos`` and ``keywords`` when the read is scoped."""
         fetch = max(50, OVERFETCH * asked.k)
-        indexes = self._indexes
-        text_hits = indexes.text_hits(words, "info", fetch, infos) if asked.mode != "vector" else []
+        fulltext = self._indexes.fulltext
+        text_hits = fulltext.text_hits(words, "info", fetch, infos) if asked.mode != "vector" else []
         if text_hits and self._weights.feedback:
             expanded = self._read(lambda state: fusion.feedback_terms(state, words, text_hits))
             if expanded:
-                again = indexes.text_hits(f"{words} {' '.join(expanded)}", "info", fetch, infos)
+                again = fulltext.text_hits(f"{words} {' '.join(expanded)}", "info", fetch, infos)
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
-        vector_hits = indexes.vector_hits(asked.text, "info", fetch, infos) if asked.mode != "bm25" else []
-        return _Retrieved(text_hits, vector_hits, indexes.text_hits(words, "keyword", 10, keywords),
-                          relevance.query_terms(words, lambda terms: indexes.document_frequencies(terms, "info",
+        vector_hits = self._indexes.vector_hits(asked.text, "info", fetch, infos) if asked.mode != "bm25" else []
+        return _Retrieved(text_hits, vector_hits, fulltext.text_hits(words, "keyword", 10, keywords),
+                          relevance.query_terms(words, lambda terms: fulltext.document_frequencies(terms, "info",
                                                                                                    infos)))
 
     def resolve(self, ref: str, *, scope: str | Sequence[str] | None = None, field: str = "keyword_id",
