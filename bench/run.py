@@ -49,6 +49,7 @@ import retrieval
 import snapshot
 import startup
 import updates
+import vector_scan
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -177,6 +178,11 @@ def _run_startup(quick: bool, work: Path | None) -> tuple[dict, dict]:
     return {"runs": runs}, startup.run(runs, work)
 
 
+def _run_vector_scan(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    sizes, runs = ((20_000,), 3) if quick else ((20_000, 100_000), 5)
+    return {"sizes": sizes, "runs": runs}, vector_scan.run(sizes, runs, work)
+
+
 def _run_extract(quick: bool, work: Path | None) -> tuple[dict, dict]:
     rounds = 3 if quick else 10
     return {"rounds": rounds}, extract.run(rounds, work)
@@ -221,6 +227,7 @@ SUITES = {
     "postgres": (_run_postgres, postgres.markdown),
     "peers": (_run_peers, peers.markdown),
     "startup": (_run_startup, startup.markdown),
+    "vector_scan": (_run_vector_scan, vector_scan.markdown),
 }
 
 
