@@ -25,8 +25,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.models import ROOT_ID, Keyword
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
+from kwtree.retrieval.scopes import clean_scope, clean_scopes, segments
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree

@@ -48,9 +48,10 @@ from langgraph.store.base import (
 )
 
 from kwtree.errors import InvalidInputError, NotFoundError
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.models import ROOT_ID, Info, Keyword
 from kwtree.normalize import normalize_name
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, segments
+from kwtree.retrieval.scopes import clean_scope, segments
 from kwtree.validate import clean_metadata
 
 if TYPE_CHECKING:

@@ -28,19 +28,16 @@ from collections.abc import Iterable, Sequence
 
 from kwtree.engine.state import State, apply
 from kwtree.errors import InvalidInputError
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
 from kwtree.validate import check_unicode, shown
 
 __all__ = [
-    "DEFAULT_SCOPE", "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_members",
+    "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_members",
     "scope_subtree", "segments", "writes_outside",
 ]
 
-#: The metadata key that marks a keyword as a scope; its value is the scope's whole path.
-SCOPE_KEY = "scope"
-#: Where agent memory goes when a write names no scope (``commit_session``, the tools' remember).
-DEFAULT_SCOPE = "user:default"
 #: At most this many segments in one scope path, and this many scopes in one read.
 MAX_DEPTH = 8
 MAX_SCOPES = 64
