@@ -47,7 +47,6 @@ from kwtree.memory_schema import (
     KIND,
     ROLE,
     ROUTING_KEY,
-    SCOPE_KEY,
     SEEN,
     SESSION_ID,
     SESSION_TIME,
@@ -64,9 +63,9 @@ from kwtree.memory_schema import (
     VALID_UNTIL,
     VALUE,
 )
-from kwtree.models import ROOT_ID, Change, Info, Keyword, RelationType, least_trusted
+from kwtree.models import Change, Info, Keyword, RelationType, least_trusted
 from kwtree.normalize import normalize_name, terms
-from kwtree.retrieval.scopes import segments
+from kwtree.retrieval.scopes import scope_keyword, scope_specs
 from kwtree.retrieval.smalltalk import small_talk
 from kwtree.retrieval.timeline import happened_at
 from kwtree.validate import finite_number
@@ -306,15 +305,14 @@ class _Draft:
 
 
 def _scope(draft: _Draft, scope: str) -> Keyword:
-    parent = ROOT_ID
-    keyword: Keyword | None = None
-    for path in segments(scope):
-        keyword = _child(draft.state, parent, SCOPE_KEY, path)
-        if keyword is None:
-            keyword = draft.keyword(path.rsplit("/", 1)[-1], parent, {SCOPE_KEY: path}, "scope keyword")
-        parent = keyword.id
-    assert keyword is not None
-    return keyword
+    """The keyword of ``scope``, its missing keywords created as ``scope_specs`` says (one by
+    one, so that a keyword in the way is named in the error)."""
+    specs, inside = scope_specs(scope, lambda path: scope_keyword(draft.state, path))
+    made: dict[str, str] = {}  # ref (the scope path) -> id of the keyword created for it
+    for spec in specs:
+        parent = made[spec["parent_ref"]] if "parent_ref" in spec else spec["parent_id"]
+        made[spec["ref"]] = draft.keyword(spec["name"], parent, spec["metadata"], "scope keyword").id
+    return draft.state.keywords[made[scope] if specs else inside["parent_id"]]
 
 
 def _branch(draft: _Draft, scope_kw: Keyword, branch: str) -> Keyword:
