@@ -14,23 +14,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias, final
 
+from kwtree.memory_schema import INFO_ABSTRACT
+
 __all__ = [
-    "ABSTRACT_KEY",
     "DIRECTIONS",
     "DURABILITY_MODES",
     "EMPTY_METADATA",
     "FORGOTTEN_BY",
-    "HAPPENED_AT",
     "INFO_POLICIES",
     "NOTE",
     "PROVENANCES",
     "ROOT_ID",
-    "SMALL_TALK",
-    "SUBJECT",
-    "SUMMARY_KIND",
-    "SUPERSEDED_BY",
     "UNKNOWN_PROVENANCE",
-    "VALID_UNTIL",
     "AgentOutcome",
     "Change",
     "Entity",
@@ -51,35 +46,6 @@ __all__ = [
     "least_trusted",
 ]
 
-#: The info metadata key holding when the fact happened (epoch seconds, UTC), besides
-#: ``created_at`` (when it was recorded). ``recall(since=, until=)`` filters on it; it lives
-#: here, on the ground floor, so that the memory pipeline that writes it and retrieval that
-#: reads it share one name.
-HAPPENED_AT = "happened_at"
-#: The info metadata keys of a superseded fact: the id of the memory holding its newer value,
-#: and until when it held (epoch seconds: when the newer value happened). The memory pipeline
-#: writes them (``kwtree.memory.commit``) on the old memory, its copies and the turns it came
-#: from; recall ranks such infos below current ones and blocks mark them as earlier values.
-SUPERSEDED_BY = "superseded_by"
-VALID_UNTIL = "valid_until"
-#: The info metadata key naming whom a memory is about when that is not the user ("sister Ann",
-#: "Tom", a named speaker): recall ranks it low for a question that does not name them.
-SUBJECT = "subject"
-#: The ``kind`` in the metadata of a session's summary info (``kwtree.memory.commit`` writes
-#: it; recall ranks it below the facts it lists).
-SUMMARY_KIND = "session_summary"
-#: The info metadata key of an archived turn that is small talk (a greeting, thanks, a client
-#: command): its value is why (``kwtree.retrieval.smalltalk``). Recall ranks such turns low.
-SMALL_TALK = "small_talk"
-#: The keyword metadata key reserved for the keyword's abstract and overview (written by
-#: ``KeywordTree.abstracts``, read by recall's signposts: ``kwtree.writes.abstracts``). Here,
-#: on the ground floor, for the same reason as HAPPENED_AT.
-ABSTRACT_KEY = "kwtree:abstract"
-#: The info metadata key holding the info's abstract: the memory pipeline writes there the
-#: fact in a sentence of its own (the speaker named, the date resolved: "Nate won his second
-#: tournament (8 May 2022)." for "Last week I won my second tournament!"). Search reads it
-#: with the content (``info_text``).
-INFO_ABSTRACT = "abstract"
 #: The metadata key of a forget tombstone: the id of the forget operation that erased the
 #: entity (``kwtree.writes.forget``). Here, on the ground floor, because the caches must tell
 #: a forgotten entity from a deleted one too.

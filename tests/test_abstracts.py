@@ -16,9 +16,9 @@ from kwtree.agent.clients import StubLLMClient
 from kwtree.cli.main import main
 from kwtree.errors import AgentError, InvalidInputError, LLMUnavailableError, NotFoundError
 from kwtree.memory.abstracts import MAX_SOURCES, read_sources
-from kwtree.models import ABSTRACT_KEY, ROOT_ID, Keyword
+from kwtree.memory_schema import ABSTRACT_KEY, SCOPE_KEY
+from kwtree.models import ROOT_ID, Keyword
 from kwtree.retrieval.recall import RecallWeights
-from kwtree.retrieval.scopes import SCOPE_KEY
 
 GARDEN = [
     "Alice grows tomatoes and basil on her balcony.",

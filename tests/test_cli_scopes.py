@@ -9,7 +9,8 @@ import pytest
 
 from kwtree import KeywordTree
 from kwtree.cli.main import main
-from kwtree.models import HAPPENED_AT, ROOT_ID
+from kwtree.memory_schema import HAPPENED_AT
+from kwtree.models import ROOT_ID
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pytest
 from memory_helpers import scope_part
 
 from kwtree import CommitOptions, InvalidInputError, KeywordTree, NotFoundError
-from kwtree.memory.commit import SUMMARY_KIND
-from kwtree.models import HAPPENED_AT
+from kwtree.memory_schema import HAPPENED_AT, SUMMARY_KIND
 
 
 def _open(path: Path) -> KeywordTree:

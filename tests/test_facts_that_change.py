@@ -15,7 +15,7 @@ from kwtree import CommitOptions, KeywordTree
 from kwtree.memory.candidates import ExtractContext
 from kwtree.memory.extract import _states, extract_offline
 from kwtree.memory.statements import clauses, statements
-from kwtree.models import SUBJECT, SUPERSEDED_BY
+from kwtree.memory_schema import SUBJECT, SUPERSEDED_BY
 
 SESSION = 1_683_554_160.0  # 2023-05-08
 

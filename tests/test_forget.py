@@ -29,7 +29,7 @@ from kwtree import (
     ReadOnlyError,
 )
 from kwtree.cli.main import main
-from kwtree.retrieval.scopes import SCOPE_KEY
+from kwtree.memory_schema import SCOPE_KEY
 
 SECRET = "zanzibarquux ristretto"  # the text that must vanish
 WORD = "zanzibarquux"

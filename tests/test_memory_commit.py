@@ -105,6 +105,16 @@ def test_a_keyword_named_like_the_scope_is_not_taken_for_it(tree: KeywordTree) -
     assert log_bytes(tree.data_dir) == frozen and tree.get_children(impostor.id) == []
 
 
+def test_a_scope_marker_on_a_keyword_of_another_name_is_not_taken_for_the_scope(tree: KeywordTree) -> None:
+    # reads find a scope by its keyword's name and marker (scope_keyword): a commit files where they look
+    stray = tree.create_keyword("Alice", metadata={"scope": "user:alice"}, llm_auto_place=False)
+    result = tree.commit_session(CHAT, session_id="s", scope="user:alice", options=options())
+    held = tree.scope_keyword("user:alice")
+    assert held is not None and held.id != stray.id
+    assert held.id in [keyword.id for keyword in tree.get_path(result.session_keyword_id)]
+    assert tree.get_children(stray.id) == []
+
+
 def test_undo_of_a_commit_restores_the_tree_exactly(tree: KeywordTree) -> None:
     tree.commit_session(CHAT[:2], session_id="s0", scope="user:alice",
                         options=options(memory("preferences", "travel", "Alice likes trains.")))

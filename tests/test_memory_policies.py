@@ -16,7 +16,7 @@ from kwtree import (
 )
 from kwtree.memory.candidates import CATEGORIES
 from kwtree.memory.policies import POLICIES
-from kwtree.models import SUPERSEDED_BY
+from kwtree.memory_schema import SUPERSEDED_BY
 
 CHAT = [{"role": "user", "content": f"message {i}"} for i in range(12)]
 

@@ -45,7 +45,8 @@ from kwtree.caches.embed import HashEmbedder, embed_queries
 from kwtree.caches.outbox import Outbox, run_worker
 from kwtree.cli.main import main
 from kwtree.cli.worker import serve_outbox
-from kwtree.models import INFO_ABSTRACT, Hit, info_text
+from kwtree.memory_schema import INFO_ABSTRACT
+from kwtree.models import Hit, info_text
 from kwtree.retrieval import recall as recall_module
 from kwtree.retrieval.context import estimate_tokens
 from kwtree.retrieval.fence import FENCE_CLOSE, FENCE_OPEN, NOTE, memory_line

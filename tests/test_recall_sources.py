@@ -7,8 +7,9 @@ from pathlib import Path
 
 from kwtree import CommitOptions, KeywordTree
 from kwtree.errors import NotFoundError
+from kwtree.memory_schema import SOURCES
 from kwtree.models import Hit, Info
-from kwtree.retrieval.sources import SOURCES, collapse
+from kwtree.retrieval.sources import collapse
 
 
 def _infos(tree: KeywordTree, ids: tuple[str, ...]) -> list[Info]:

@@ -10,8 +10,8 @@ import pytest
 
 from kwtree import KeywordTree
 from kwtree.errors import InvalidInputError
-from kwtree.memory import candidates
-from kwtree.models import HAPPENED_AT, ROOT_ID
+from kwtree.memory_schema import HAPPENED_AT
+from kwtree.models import ROOT_ID
 
 MAY_1 = datetime(2023, 5, 1, 9, 0, tzinfo=UTC).timestamp()
 MAY_8 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC).timestamp()
@@ -38,7 +38,8 @@ def found(tree: KeywordTree, **window: object) -> set[str]:
 
 
 def test_the_key_is_one_name_for_the_pipeline_and_retrieval() -> None:
-    assert candidates.HAPPENED_AT is HAPPENED_AT == "happened_at"
+    # both spell it through kwtree.memory_schema; the stored spelling never changes
+    assert HAPPENED_AT == "happened_at"
 
 
 def test_since_and_until_filter_on_when_it_happened(diary) -> None:

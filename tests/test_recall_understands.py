@@ -11,7 +11,7 @@ from memory_helpers import memory, options
 
 from kwtree import KeywordTree
 from kwtree.memory.commit import CommitOptions
-from kwtree.models import SUPERSEDED_BY, VALID_UNTIL
+from kwtree.memory_schema import SUPERSEDED_BY, VALID_UNTIL
 
 
 def _open(path: Path) -> KeywordTree:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from kwtree import KeywordTree
 from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.models import ROOT_ID, Info, Keyword, Link, Operation, Relation, SearchStatus
-from kwtree.retrieval.scopes import SCOPE_KEY
 
 
 def make_scope(tree: KeywordTree, path: str, parent: str = ROOT_ID) -> Keyword:

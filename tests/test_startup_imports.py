@@ -33,8 +33,9 @@ def _top_level(modules: set[str]) -> set[str]:
 
 def test_import_kwtree_loads_only_the_errors_the_entities_and_normalisation() -> None:
     loaded = _loaded_after("import kwtree")
+    # (kwtree.memory_schema: the metadata key the entities' info_text reads; it imports nothing)
     assert {m for m in loaded if m.startswith("kwtree")} == {"kwtree", "kwtree.errors", "kwtree.models",
-                                                             "kwtree.normalize"}
+                                                             "kwtree.memory_schema", "kwtree.normalize"}
     assert _top_level(loaded).isdisjoint(HEAVY)
 
 
@@ -44,7 +45,8 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
         f"from kwtree.cli.main import main\nimport contextlib, io\n"
         f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{option!r}]) == 0")
     kwtree_modules = {m for m in loaded if m.startswith("kwtree")}
-    assert kwtree_modules <= {"kwtree", "kwtree.errors", "kwtree.models", "kwtree.normalize", "kwtree.cli",
+    assert kwtree_modules <= {"kwtree", "kwtree.errors", "kwtree.models", "kwtree.memory_schema", "kwtree.normalize",
+                              "kwtree.cli",
                               "kwtree.cli.main", "kwtree.cli.output", "kwtree.cli.table",
                               "kwtree.cli.memory", "kwtree.cli.forget",  # the table's rows of the agent-memory commands
                               "kwtree.cli.abstracts",  # and of the keyword-abstracts command

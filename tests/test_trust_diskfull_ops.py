@@ -34,8 +34,8 @@ from test_trust_log_format import make_format_1
 import kwtree
 from kwtree import DiskFullError, KeywordTree, NotFoundError
 from kwtree.cli.main import main
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.ops.upgrade import upgrade_directory
-from kwtree.retrieval.scopes import SCOPE_KEY
 from kwtree.stores.manifest import FORMAT_VERSION, Manifest
 
 SECRET = "zanzibarquux"

@@ -18,6 +18,7 @@ from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import agent_warning
 from kwtree.cli.table import Command, arg
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
+from kwtree.memory_schema import DEFAULT_SCOPE
 
 __all__ = ["COMMANDS"]
 
@@ -86,8 +87,8 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("event", choices=("session-start", "prompt", "stop"), metavar="EVENT",
                   help="session-start (SessionStart), prompt (UserPromptSubmit) or stop (Stop)"),
               _DIR,
-              arg("--scope", default="user:default", metavar="SCOPE",
-                  help="whose memory, e.g. user:alice or project:kwtree (default: user:default)"),
+              arg("--scope", default=DEFAULT_SCOPE, metavar="SCOPE",
+                  help=f"whose memory, e.g. user:alice or project:kwtree (default: {DEFAULT_SCOPE})"),
               _ACTOR,
               arg("--max-tokens", type=int, metavar="N",
                   help="the budget of the context printed (default: 800 at session-start, 1500 for a prompt)")),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kwtree.cli.table import Command, arg
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import SUPERSEDED_BY
+from kwtree.memory_schema import CATEGORY, ROUTING_KEY, SUPERSEDED_BY
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
@@ -87,7 +87,7 @@ def _show_memories(page: MemoryPage, tree: KeywordTree, args: argparse.Namespace
         return
     for listed in page.memories:
         info = listed.info
-        what = "/".join(str(info.metadata[key]) for key in ("category", "key") if key in info.metadata)
+        what = "/".join(str(info.metadata[key]) for key in (CATEGORY, ROUTING_KEY) if key in info.metadata)
         mark = "superseded\t" if info.metadata.get(SUPERSEDED_BY) else ""
         text = printable(" ".join(info.content.split()))
         print(f"{info.id}\t{happened_day(info) or '-'}\t{listed.scope}\t{what or '-'}\t{mark}{text}")

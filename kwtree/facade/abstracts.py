@@ -17,6 +17,7 @@ from kwtree.engine.state import State
 from kwtree.errors import AgentError
 from kwtree.facade.agent import AgentMethods
 from kwtree.memory.abstracts import Sources, extractive, llm_summary, read_sources
+from kwtree.memory_schema import ABSTRACT_BY, ABSTRACT_DIGEST, ABSTRACT_INFOS, ABSTRACT_OVERVIEW, ABSTRACT_TEXT
 from kwtree.models import ROOT_ID
 from kwtree.retrieval.scopes import clean_scopes, scope_subtree
 from kwtree.validate import clean_flag
@@ -69,7 +70,7 @@ def _plan(state: State, targets: list[str], rebuild: bool) -> list[tuple[str, st
     for kid in targets:
         digest = subtree_digest(state, kid)
         stored = stored_abstract(state.keywords[kid])
-        needed = rebuild or stored is None or stored.get("of") != digest
+        needed = rebuild or stored is None or stored.get(ABSTRACT_DIGEST) != digest
         plan.append((kid, digest, read_sources(state, kid) if needed else None))
     return plan
 
@@ -77,10 +78,11 @@ def _plan(state: State, targets: list[str], rebuild: bool) -> list[tuple[str, st
 def _listed(state: State, kid: str, digest: str, built: bool, op_id: str | None, note: str | None) -> KeywordAbstract:
     keyword = state.keywords[kid]
     stored = stored_abstract(keyword) or {}
-    infos = stored.get("infos", 0)
-    return KeywordAbstract(kid, keyword.name, str(stored.get("abstract", "")), str(stored.get("overview", "")),
-                           str(stored.get("of", "")), str(stored.get("by", "")), infos if type(infos) is int else 0,
-                           stored.get("of") != digest, built, op_id, note)
+    infos = stored.get(ABSTRACT_INFOS, 0)
+    return KeywordAbstract(kid, keyword.name, str(stored.get(ABSTRACT_TEXT, "")),
+                           str(stored.get(ABSTRACT_OVERVIEW, "")), str(stored.get(ABSTRACT_DIGEST, "")),
+                           str(stored.get(ABSTRACT_BY, "")), infos if type(infos) is int else 0,
+                           stored.get(ABSTRACT_DIGEST) != digest, built, op_id, note)
 
 
 class AbstractMethods(AgentMethods):

@@ -33,10 +33,19 @@ from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.memory import MemoryMethods
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.memory.candidates import Message
-from kwtree.memory.commit import SUMMARY_KIND, CommitResult
+from kwtree.memory.commit import CommitResult
 from kwtree.memory.filters import check_filters
 from kwtree.memory.listing import MemoryPage, MemoryQuery, list_memories
 from kwtree.memory.shelf import all_scopes, branch_infos, latest_summary, scope_memories, scope_of
+from kwtree.memory_schema import (
+    KIND,
+    SESSION_ID,
+    SESSION_TIME,
+    SUMMARY_DECISIONS,
+    SUMMARY_KIND,
+    SUMMARY_OPEN_QUESTIONS,
+    SUMMARY_TOPICS,
+)
 from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
 from kwtree.retrieval import relevance
@@ -55,7 +64,8 @@ HEADINGS = {"profile": "## Profile", "preferences": "## Preferences", "recalled"
 #: ``assemble`` asks recall for this many hits (the budget, not k, bounds what is shown).
 _RECALL_K = 50
 #: The lines of the latest session's summary: kwtree's label of each, and its summary key.
-_SUMMARY_LISTS = (("open questions", "open_questions"), ("decisions", "decisions"), ("topics", "topics"))
+_SUMMARY_LISTS = (("open questions", SUMMARY_OPEN_QUESTIONS), ("decisions", SUMMARY_DECISIONS),
+                  ("topics", SUMMARY_TOPICS))
 
 
 class _Shelf:
@@ -91,7 +101,7 @@ def _scopes(scope: object) -> tuple[str, ...]:
 def _session_time(state: State, summary: Info) -> float | None:
     """When the summary's session took place: its keyword's ``session_time``, if recorded."""
     for kid in state.keywords_by_info.get(summary.id, ()):
-        when = state.keywords[kid].metadata.get("session_time")
+        when = state.keywords[kid].metadata.get(SESSION_TIME)
         if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
             return float(when)
     return None
@@ -101,8 +111,8 @@ def _summary_lines(summary: Info, when: float | None) -> tuple[list[str], list[s
     """The summary's lines (its session, then each non-empty list), dated ``when``, and their
     dedup keys."""
     meta = summary.metadata
-    lines = [memory_line(summary, label="session", value=str(meta.get("session_id", "")), when=when)]
-    keys = [f"session {meta.get('session_id', '')}"]
+    lines = [memory_line(summary, label="session", value=str(meta.get(SESSION_ID, "")), when=when)]
+    keys = [f"session {meta.get(SESSION_ID, '')}"]
     for label, key in _SUMMARY_LISTS:
         items = meta.get(key)
         if isinstance(items, list) and items:
@@ -219,7 +229,7 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         hits = self.recall(query, k=_RECALL_K, scope=list(scopes), min_score=min_score,
                            provenance=None if said_by is None else sorted(said_by))
         self._add_profile(shelf, scopes, said_by)
-        recalled = [hit.info for hit in hits if hit.info.metadata.get("kind") != SUMMARY_KIND]
+        recalled = [hit.info for hit in hits if hit.info.metadata.get(KIND) != SUMMARY_KIND]
         shelf.add(HEADINGS["recalled"], [memory_line(info) for info in recalled], [info.content for info in recalled])
         self._add_summary(shelf, scopes, said_by)
         return shelf.block.text()

@@ -41,11 +41,12 @@ from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.facade.mem0_config import read_config
 from kwtree.facade.tree import KeywordTree, check_options
 from kwtree.memory.candidates import Candidate, ExtractContext, Message
-from kwtree.memory.commit import USER_METADATA, CommitOptions, CommitResult
+from kwtree.memory.commit import CommitOptions, CommitResult
 from kwtree.memory.filters import check_filters, matches
 from kwtree.memory.messages import clean_messages, digest, turn_text
 from kwtree.memory.policies import POLICIES, Policy
 from kwtree.memory.when import parse_time
+from kwtree.memory_schema import CATEGORY, CONFIDENCE, HAPPENED_AT, ROUTING_KEY, USER_METADATA
 from kwtree.models import Hit, Info, Operation
 from kwtree.retrieval import relevance
 from kwtree.retrieval.scopes import MAX_SCOPES
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from kwtree.caches.embed import Embedder
     from kwtree.ops.forget import ForgetReport
 
-__all__ = ["EVENTS", "ID_KINDS", "USER_METADATA", "VERBATIM", "Memory", "default_directory", "verbatim_options"]
+__all__ = ["EVENTS", "ID_KINDS", "VERBATIM", "Memory", "default_directory", "verbatim_options"]
 
 #: The scope kind of each id, in the order a scope path holds them.
 ID_KINDS = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
@@ -67,7 +68,7 @@ VERBATIM = "memories"
 EVENTS = {"create": "ADD", "append": "ADD", "merge": "UPDATE", "supersede": "UPDATE", "skip": "NONE"}
 #: kwtree's own memory fields shown in an item's ``metadata``, with ``provenance`` (who said it:
 #: ``filters={"provenance": "user"}``); the caller's keys win.
-_SHOWN_FIELDS = ("category", "key", "confidence", "happened_at")
+_SHOWN_FIELDS = (CATEGORY, ROUTING_KEY, CONFIDENCE, HAPPENED_AT)
 _VERBATIM_POLICIES = {**POLICIES, VERBATIM: Policy(VERBATIM, "branch", "append")}
 
 

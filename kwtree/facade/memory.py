@@ -42,11 +42,12 @@ from kwtree.memory.commit import (
 from kwtree.memory.extract import default_extractor, extract_offline
 from kwtree.memory.messages import clean_messages, digest, turn_text
 from kwtree.memory.outage import STEPS, CommitLLM, described
-from kwtree.memory.policies import SESSIONS_BRANCH, Policy
+from kwtree.memory.policies import Policy
 from kwtree.memory.when import parse_time
+from kwtree.memory_schema import DEFAULT_SCOPE, DIGEST, ROLE, SEEN, SESSION_TIME, SESSIONS_BRANCH, TURN
 from kwtree.models import Change, Info, Keyword, Operation, info_text
 from kwtree.normalize import normalize_name
-from kwtree.retrieval.scopes import DEFAULT_SCOPE, clean_scope, scope_keyword
+from kwtree.retrieval.scopes import clean_scope, scope_keyword
 from kwtree.validate import (
     clean_choice,
     clean_flag,
@@ -176,7 +177,7 @@ class MemoryMethods(AgentMethods):
             return None
         if session_time is None and seen:  # the date an earlier commit of the session recorded
             earlier = self._read(lambda state: _session(state, scope, session_id))
-            recorded = earlier.metadata.get("session_time") if earlier is not None else None
+            recorded = earlier.metadata.get(SESSION_TIME) if earlier is not None else None
             session_time = finite_number(recorded)
         fallbacks: list[CommitFallback] = []
         found = self._extract(messages, ExtractContext(session_id, seen, session_time), opts.extractor, llm,
@@ -386,20 +387,20 @@ def _check_resent(state: State, scope: str, session_id: str, messages: list[Mess
     session = _session(state, scope, session_id)
     if session is None:
         return 0
-    seen = int(session.metadata.get("seen", 0))
+    seen = int(session.metadata.get(SEEN, 0))
     if len(messages) < seen:
         raise InvalidInputError(
             f"messages holds {len(messages)} messages but {seen} of session {session_id!r} were committed before; "
             f"resend the whole conversation (the earlier messages are context only)")
-    if digest(messages[:seen]) != session.metadata.get("digest"):
+    if digest(messages[:seen]) != session.metadata.get(DIGEST):
         turns: dict[int, Info] = {}
         for info_id in state.infos_by_keyword.get(session.id, {}):
             info = state.infos[info_id]
-            if not info.deleted and type(info.metadata.get("turn")) is int:
-                turns[int(info.metadata["turn"])] = info
+            if not info.deleted and type(info.metadata.get(TURN)) is int:
+                turns[int(info.metadata[TURN])] = info
         changed = next((i for i in range(seen) if i in turns
                         and (turns[i].content != turn_text(messages[i])
-                             or turns[i].metadata.get("role") != messages[i]["role"])), None)
+                             or turns[i].metadata.get(ROLE) != messages[i]["role"])), None)
         which = f"messages[{changed}] differs" if changed is not None else "they differ"
         raise InvalidInputError(
             f"the first {seen} messages of session {session_id!r} were committed before, and {which} from what was "

@@ -22,11 +22,11 @@ same instant (moving a keyword out of the scope) is not excluded.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import ROOT_ID, Keyword
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, clean_scopes, segments
+from kwtree.models import Keyword
+from kwtree.retrieval.scopes import clean_scope, clean_scopes, scope_specs
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
@@ -120,16 +120,8 @@ class ScopeGuard:
 
     def create_in_scope(self, scope: str, name: str, aliases: list[str] | None, description: str) -> Keyword:
         """Create ``name`` under the keyword of ``scope``, creating the scope's keywords that are
-        missing, in one operation."""
-        specs: list[dict[str, Any]] = []
-        parent: dict[str, Any] = {"parent_id": ROOT_ID}
-        for path in segments(scope):
-            existing = self.tree.scope_keyword(path)
-            if existing is not None:
-                parent = {"parent_id": existing.id}
-                continue
-            specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
-            parent = {"parent_ref": path}
-        specs.append({"name": name, "aliases": aliases or [], "description": description, **parent})
+        missing (``scope_specs``), in one operation."""
+        specs, inside = scope_specs(scope, self.tree.scope_keyword)
+        specs.append({"name": name, "aliases": aliases or [], "description": description, **inside})
         return self.tree.batch_create_keywords(specs)[-1]
 

@@ -48,9 +48,9 @@ from langgraph.store.base import (
 )
 
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.models import ROOT_ID, Info, Keyword
+from kwtree.models import Info, Keyword
 from kwtree.normalize import normalize_name
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, segments
+from kwtree.retrieval.scopes import clean_scope, scope_specs
 from kwtree.validate import clean_metadata
 
 if TYPE_CHECKING:
@@ -250,15 +250,7 @@ class KwtreeStore(BaseStore):
 
     def _create_namespace(self, namespace: tuple[str, ...]) -> Keyword:
         """The namespace's keywords, those missing created in one operation."""
-        specs: list[dict[str, Any]] = []
-        parent: dict[str, Any] = {"parent_id": ROOT_ID}
-        for path in segments(self.scope):
-            existing = self.tree.scope_keyword(path)
-            if existing is None:
-                specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
-                parent = {"parent_ref": path}
-            else:
-                parent = {"parent_id": existing.id}
+        specs, parent = scope_specs(self.scope, self.tree.scope_keyword)
         for depth, label in enumerate(namespace):
             found = None
             if "parent_id" in parent:

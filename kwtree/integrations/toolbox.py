@@ -40,9 +40,10 @@ from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError,
 from kwtree.integrations import catalog
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS, MIN_MAX_CHARS, clip, dumps, fit
 from kwtree.integrations.guard import ScopeGuard
-from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info, Keyword, Operation, SearchResult
+from kwtree.memory_schema import DEFAULT_SCOPE, HAPPENED_AT, SUPERSEDED_BY
+from kwtree.models import ROOT_ID, Info, Keyword, Operation, SearchResult
 from kwtree.retrieval.fence import FENCE_OPEN, quote, trim
-from kwtree.retrieval.scopes import DEFAULT_SCOPE, clean_scope
+from kwtree.retrieval.scopes import clean_scope
 from kwtree.validate import clean_int, shown
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class ToolBox:
     @staticmethod
     def _info_brief(info: Info) -> dict[str, Any]:
         brief: dict[str, Any] = {"id": info.id, "text": info.content, "provenance": info.provenance}
-        happened = info.metadata.get("happened_at")
+        happened = info.metadata.get(HAPPENED_AT)
         if isinstance(happened, (int, float)) and not isinstance(happened, bool):
             brief["happened_at"] = _iso(happened)
         brief["stored_at"] = _iso(info.created_at)

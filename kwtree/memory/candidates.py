@@ -24,9 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kwtree.models import HAPPENED_AT  # defined on the ground floor, where retrieval reads it too
-
-__all__ = ["ABOUT", "ASPECTS", "ATTRIBUTES", "CATEGORIES", "ENTITIES_KEY", "HAPPENED_AT", "USER_SUBJECT", "Candidate",
+__all__ = ["ABOUT", "ASPECTS", "ATTRIBUTES", "CATEGORIES", "ENTITIES_KEY", "USER_SUBJECT", "Candidate",
            "ExtractContext", "Extraction", "Extractor", "Message", "PassedOver"]
 
 #: The categories of memories, in the order a context block shows them.

@@ -23,30 +23,49 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import DuplicateKeywordError, InvalidInputError, KwtreeError
-from kwtree.memory.candidates import ENTITIES_KEY, HAPPENED_AT, USER_SUBJECT, Candidate, Extractor, Message, PassedOver
+from kwtree.memory.candidates import ENTITIES_KEY, USER_SUBJECT, Candidate, Extractor, Message, PassedOver
 from kwtree.memory.dedup import DedupThresholds, Judgement, Neighbour, judge, merged_text
 from kwtree.memory.messages import digest, turn_text
-from kwtree.memory.policies import POLICIES, SESSIONS_BRANCH, Policy
+from kwtree.memory.policies import POLICIES, Policy
 from kwtree.memory.reading import provenance_of
 from kwtree.memory.statements import led_by_someone_else, sentences
 from kwtree.memory.summary import summarise, summary_text
 from kwtree.memory.when import parse_time
-from kwtree.models import (
+from kwtree.memory_schema import (
+    ATTRIBUTE,
+    BRANCH_KEY,
+    CALLS,
+    CATEGORY,
+    CONFIDENCE,
+    DIGEST,
+    DURATION_MEAN,
+    DURATION_TOTAL,
+    FAILURES,
+    GUIDE,
+    HAPPENED_AT,
     INFO_ABSTRACT,
-    ROOT_ID,
+    KIND,
+    ROLE,
+    ROUTING_KEY,
+    SEEN,
+    SESSION_ID,
+    SESSION_TIME,
+    SESSIONS_BRANCH,
     SMALL_TALK,
+    SOURCES,
     SUBJECT,
+    SUCCESSES,
     SUMMARY_KIND,
     SUPERSEDED_BY,
+    TIMED_CALLS,
+    TURN,
+    USER_METADATA,
     VALID_UNTIL,
-    Change,
-    Info,
-    Keyword,
-    RelationType,
-    least_trusted,
+    VALUE,
 )
+from kwtree.models import Change, Info, Keyword, RelationType, least_trusted
 from kwtree.normalize import normalize_name, terms
-from kwtree.retrieval.scopes import SCOPE_KEY, segments
+from kwtree.retrieval.scopes import scope_keyword, scope_specs
 from kwtree.retrieval.smalltalk import small_talk
 from kwtree.retrieval.timeline import happened_at
 from kwtree.validate import finite_number
@@ -56,14 +75,10 @@ from kwtree.writes import keywords as keyword_commands
 from kwtree.writes.reorganize import coalesce, put_changes
 from kwtree.writes.undo import check_consistent, in_apply_order
 
-__all__ = ["BRANCH_KEY", "DEDUP_MODES", "SUMMARY_KIND", "USER_METADATA", "CommitDecision", "CommitFallback",
+__all__ = ["DEDUP_MODES", "CommitDecision", "CommitFallback",
            "CommitOptions", "CommitPlan", "CommitResult", "Decided", "StalePlanError", "commit_changes", "find_branch",
            "find_holder", "find_session", "holder_keys"]
 
-#: The metadata key marking a scope's branch keyword; its value is the branch's name.
-BRANCH_KEY = "branch"
-#: The key under which a memory keeps the caller's metadata (``CommitOptions.metadata``).
-USER_METADATA = "user_metadata"
 #: ``CommitOptions.dedup``: the LLM when the tree has one ("auto"), always the thresholds, or the LLM.
 DEDUP_MODES = ("auto", "offline", "llm")
 
@@ -228,7 +243,7 @@ def find_branch(state: State, scope_id: str, branch: str) -> Keyword | None:
 
 def find_session(state: State, sessions_id: str, session_id: str) -> Keyword | None:
     """The live session keyword of ``session_id`` under the sessions branch ``sessions_id``."""
-    return _child(state, sessions_id, "session_id", session_id)
+    return _child(state, sessions_id, SESSION_ID, session_id)
 
 
 def find_holder(state: State, branch_id: str, key: str) -> Keyword | None:
@@ -290,15 +305,14 @@ class _Draft:
 
 
 def _scope(draft: _Draft, scope: str) -> Keyword:
-    parent = ROOT_ID
-    keyword: Keyword | None = None
-    for path in segments(scope):
-        keyword = _child(draft.state, parent, SCOPE_KEY, path)
-        if keyword is None:
-            keyword = draft.keyword(path.rsplit("/", 1)[-1], parent, {SCOPE_KEY: path}, "scope keyword")
-        parent = keyword.id
-    assert keyword is not None
-    return keyword
+    """The keyword of ``scope``, its missing keywords created as ``scope_specs`` says (one by
+    one, so that a keyword in the way is named in the error)."""
+    specs, inside = scope_specs(scope, lambda path: scope_keyword(draft.state, path))
+    made: dict[str, str] = {}  # ref (the scope path) -> id of the keyword created for it
+    for spec in specs:
+        parent = made[spec["parent_ref"]] if "parent_ref" in spec else spec["parent_id"]
+        made[spec["ref"]] = draft.keyword(spec["name"], parent, spec["metadata"], "scope keyword").id
+    return draft.state.keywords[made[scope] if specs else inside["parent_id"]]
 
 
 def _branch(draft: _Draft, scope_kw: Keyword, branch: str) -> Keyword:
@@ -315,7 +329,7 @@ def _new_session(draft: _Draft, sessions: Keyword, session_id: str) -> Keyword:
     while normalize_name(name) in taken:
         number += 1
         name = f"{session_id} ({number})"
-    return draft.keyword(name, sessions.id, {"session_id": session_id}, "session keyword")
+    return draft.keyword(name, sessions.id, {SESSION_ID: session_id}, "session keyword")
 
 
 def _said_by(plan: CommitPlan, indices: Iterable[int]) -> str:
@@ -348,22 +362,22 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> Decided:
     scope_kw = _scope(draft, plan.scope)
     sessions = _branch(draft, scope_kw, SESSIONS_BRANCH)
     session_kw = find_session(draft.state, sessions.id, plan.session_id)
-    seen = int(session_kw.metadata.get("seen", 0)) if session_kw is not None else 0
+    seen = int(session_kw.metadata.get(SEEN, 0)) if session_kw is not None else 0
     if seen != plan.first_new or (seen and session_kw is not None
-                                  and session_kw.metadata.get("digest") != digest(plan.messages[:seen])):
+                                  and session_kw.metadata.get(DIGEST) != digest(plan.messages[:seen])):
         raise StalePlanError(f"session {plan.session_id!r} was committed by another writer while this commit was "
                              f"prepared ({seen} messages seen, {plan.first_new} expected); commit it again")
     session_time = plan.session_time
     if session_time is None and session_kw is not None:
-        session_time = session_kw.metadata.get("session_time")
+        session_time = session_kw.metadata.get(SESSION_TIME)
     if session_kw is None:
         session_kw = _new_session(draft, sessions, plan.session_id)
     summary_info = next((info for info in draft.infos_of(session_kw.id)
-                         if info.metadata.get("kind") == SUMMARY_KIND), None)
+                         if info.metadata.get(KIND) == SUMMARY_KIND), None)
     said = _said_by(plan, ())  # what the summary is drawn from: every new message
     if summary_info is None and plan.keep_summary:  # first, so that it leads the session's infos
         summary_info = draft.info(f"Session {plan.session_id}.", session_kw.id,
-                                  {"kind": SUMMARY_KIND, "session_id": plan.session_id}, said)
+                                  {KIND: SUMMARY_KIND, SESSION_ID: plan.session_id}, said)
     turn_ids = _turns(draft, plan, session_kw, session_time)
     for index, candidate in enumerate(plan.candidates):
         _route(draft, plan, scope_kw, index, candidate, turn_ids, session_time)
@@ -374,12 +388,12 @@ def commit_changes(state: State, stamp: Stamp, plan: CommitPlan) -> Decided:
             when = summary_info.metadata.get(HAPPENED_AT)
         dated = {HAPPENED_AT: when} if when is not None else {}
         draft.update_info(summary_info, summary_text(plan.session_id, summary),
-                          {"kind": SUMMARY_KIND, "session_id": plan.session_id, **summary, **dated},
+                          {KIND: SUMMARY_KIND, SESSION_ID: plan.session_id, **summary, **dated},
                           least_trusted((summary_info.provenance, said)))
-    metadata: dict[str, Any] = {**session_kw.metadata, "session_id": plan.session_id,
-                                "seen": len(plan.messages), "digest": digest(plan.messages)}
+    metadata: dict[str, Any] = {**session_kw.metadata, SESSION_ID: plan.session_id,
+                                SEEN: len(plan.messages), DIGEST: digest(plan.messages)}
     if session_time is not None:
-        metadata["session_time"] = session_time
+        metadata[SESSION_TIME] = session_time
     draft.update_keyword_metadata(session_kw, metadata)
     changes = coalesce(draft.changes)
     check_consistent(state, changes, "commit_session")
@@ -402,8 +416,8 @@ def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: f
     """The turn infos of the session by message index: those of earlier commits, and (with
     ``keep_turns``) the new messages', created in order; a turn that is small talk
     (``kwtree.retrieval.smalltalk.small_talk``) says why in ``metadata["small_talk"]``."""
-    found = {int(info.metadata["turn"]): info.id for info in draft.infos_of(session_kw.id)
-             if type(info.metadata.get("turn")) is int}
+    found = {int(info.metadata[TURN]): info.id for info in draft.infos_of(session_kw.id)
+             if type(info.metadata.get(TURN)) is int}
     if not plan.keep_turns:
         return found
     for index in range(plan.first_new, len(plan.messages)):
@@ -413,7 +427,7 @@ def _turns(draft: _Draft, plan: CommitPlan, session_kw: Keyword, session_time: f
             continue
         when = parse_time(message.get("ts"), "ts")
         when = when if when is not None else session_time if session_time is not None else draft.stamp.timestamp
-        metadata = {"role": message["role"], "turn": index, "session_id": plan.session_id, HAPPENED_AT: when}
+        metadata = {ROLE: message["role"], TURN: index, SESSION_ID: plan.session_id, HAPPENED_AT: when}
         chatter = small_talk(text)
         if chatter is not None:  # archived all the same; retrieval ranks it below what states a fact
             metadata[SMALL_TALK] = chatter
@@ -489,26 +503,26 @@ def _holder(draft: _Draft, plan: CommitPlan, branch: Keyword, category: str, key
         else:  # deleted or moved out by another writer meanwhile
             entry["parent_fallback"] = f"{chosen} is no longer inside the branch; placed under the branch"
     draft.placements.append(entry)
-    return draft.keyword(key, parent, {"category": category, "key": key}, f"{category} keyword")
+    return draft.keyword(key, parent, {CATEGORY: category, ROUTING_KEY: key}, f"{category} keyword")
 
 
 def _memory_metadata(candidate: Candidate, plan: CommitPlan, turn_ids: dict[int, str],
                      session_time: float | None, stamp: Stamp) -> dict[str, Any]:
     happened = candidate.happened_at if candidate.happened_at is not None else session_time
     metadata: dict[str, Any] = {
-        "category": candidate.category, "key": candidate.key, INFO_ABSTRACT: candidate.abstract,
-        "confidence": candidate.confidence, "sources": [turn_ids[i] for i in candidate.sources if i in turn_ids],
-        HAPPENED_AT: happened if happened is not None else stamp.timestamp, "session_id": plan.session_id,
+        CATEGORY: candidate.category, ROUTING_KEY: candidate.key, INFO_ABSTRACT: candidate.abstract,
+        CONFIDENCE: candidate.confidence, SOURCES: [turn_ids[i] for i in candidate.sources if i in turn_ids],
+        HAPPENED_AT: happened if happened is not None else stamp.timestamp, SESSION_ID: plan.session_id,
     }
     subject = (candidate.facts or {}).get(SUBJECT)
     if isinstance(subject, str) and subject.strip() and subject != USER_SUBJECT:
         metadata[SUBJECT] = subject
-    attribute = (candidate.facts or {}).get("attribute")
+    attribute = (candidate.facts or {}).get(ATTRIBUTE)
     if isinstance(attribute, str) and attribute:
-        metadata["attribute"] = attribute
-        value = (candidate.facts or {}).get("value")
+        metadata[ATTRIBUTE] = attribute
+        value = (candidate.facts or {}).get(VALUE)
         if isinstance(value, str) and value.strip():
-            metadata["value"] = value
+            metadata[VALUE] = value
     return metadata
 
 
@@ -547,9 +561,9 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         _accumulate(draft, plan, index, candidate, holder, metadata, said)
         return
     # (a memory of another category filed here by a name it mentions is not this key's to merge into)
-    held = [info for info in draft.infos_of(holder.id) if info.metadata.get("category") == candidate.category]
-    if policy.write == "supersede" and "attribute" in metadata:
-        same = [info for info in held if info.metadata.get("attribute") == metadata["attribute"]
+    held = [info for info in draft.infos_of(holder.id) if info.metadata.get(CATEGORY) == candidate.category]
+    if policy.write == "supersede" and ATTRIBUTE in metadata:
+        same = [info for info in held if info.metadata.get(ATTRIBUTE) == metadata[ATTRIBUTE]
                 and not info.metadata.get(SUPERSEDED_BY) and _alone(draft.state, info.id, scope_kw.id)]
         if same:
             _supersede(draft, plan, index, candidate, holder, same[-1], metadata, said, scope_kw.id)
@@ -563,12 +577,12 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
         _decide(draft, index, candidate, "skip", verdict.reason, verdict.target, holder.id)
     elif verdict.action == "merge":
         target = draft.state.infos[verdict.target]  # type: ignore[index]
-        sources = list(dict.fromkeys([*target.metadata.get("sources", ()), *metadata["sources"]]))
+        sources = list(dict.fromkeys([*target.metadata.get(SOURCES, ()), *metadata[SOURCES]]))
         content = merged_text(target.content, candidate.content)
-        if content == target.content and sources == list(target.metadata.get("sources", ())):
+        if content == target.content and sources == list(target.metadata.get(SOURCES, ())):
             _decide(draft, index, candidate, "skip", f"{verdict.reason}; nothing new to add", target.id, holder.id)
             return
-        draft.update_info(target, content, _with_user_metadata({**target.metadata, "sources": sources}, plan, target),
+        draft.update_info(target, content, _with_user_metadata({**target.metadata, SOURCES: sources}, plan, target),
                           least_trusted((target.provenance, said)))
         _decide(draft, index, candidate, "merge", verdict.reason, target.id, holder.id, previous=target.content)
     else:
@@ -578,7 +592,7 @@ def _write(draft: _Draft, plan: CommitPlan, scope_kw: Keyword, index: int, candi
 
 
 def _value(info_or_candidate: Mapping[str, Any], content: str) -> str:
-    value = info_or_candidate.get("value")
+    value = info_or_candidate.get(VALUE)
     return normalize_name(value if isinstance(value, str) and value.strip() else content)
 
 
@@ -587,7 +601,7 @@ def _supersede(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate
     """A new value of the attribute ``old`` holds: a new memory, and the older of the two (with
     its copies and the turns it came from) marked superseded by the newer, which stays live
     for history and ``as_of`` (recall ranks it below; blocks say it is an earlier value)."""
-    attribute = metadata["attribute"]
+    attribute = metadata[ATTRIBUTE]
     if _value(old.metadata, old.content) == _value(metadata, candidate.content):
         _decide(draft, index, candidate, "skip", f"the same {attribute} is held already", old.id, holder.id)
         return
@@ -604,7 +618,7 @@ def _mark_superseded(draft: _Draft, scope_id: str, info: Info, by: str, until: f
     hold its text (its copies filed under the names it mentions, alone or merged with other
     sentences), and those turns, marked superseded by memory ``by``."""
     state = draft.state
-    sources = info.metadata.get("sources")
+    sources = info.metadata.get(SOURCES)
     turns = {turn for turn in sources if isinstance(turn, str)} if isinstance(sources, list) else set()
     marked = {info.id, *turns}
     marked.update(other.id for other in _drawn_from(state, scope_id, turns) if info.content in other.content)
@@ -619,7 +633,7 @@ def _drawn_from(state: State, scope_id: str, turns: set[str]) -> list[Info]:
     found: dict[str, Info] = {}
     for kid in state.subtree(scope_id):
         for iid in state.infos_by_keyword.get(kid, ()):
-            sources = state.infos[iid].metadata.get("sources")
+            sources = state.infos[iid].metadata.get(SOURCES)
             if isinstance(sources, list) and turns.intersection(sources):
                 found[iid] = state.infos[iid]
     return list(found.values())
@@ -686,12 +700,12 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
     state = draft.state
     # A single-valued fact is judged against memories of its own attribute only: "I'm an engineer
     # at Rakuten" states a job and an employer in one clause, two facts with the same words.
-    attribute = (candidate.facts or {}).get("attribute")
+    attribute = (candidate.facts or {}).get(ATTRIBUTE)
 
     def inside(info_id: str) -> bool:
         info = state.live_info(info_id)
-        return (info is not None and info.metadata.get("category") == candidate.category
-                and (attribute is None or info.metadata.get("attribute") == attribute)
+        return (info is not None and info.metadata.get(CATEGORY) == candidate.category
+                and (attribute is None or info.metadata.get(ATTRIBUTE) == attribute)
                 and any(state.is_descendant(kid, branch.id) for kid in state.keywords_by_info.get(info_id, ())))
 
     verdict = plan.verdicts[index] if index < len(plan.verdicts) else None
@@ -699,7 +713,7 @@ def _verdict(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidate, 
         return verdict
     neighbours = {n.info_id: n for n in plan.neighbours[index] if inside(n.info_id)}
     for info in held:
-        if attribute is None or info.metadata.get("attribute") == attribute:
+        if attribute is None or info.metadata.get(ATTRIBUTE) == attribute:
             neighbours.setdefault(info.id, Neighbour(info.id, info.content))
     fresh = [dataclasses.replace(n, content=state.infos[n.info_id].content) for n in neighbours.values()]
     found = judge(candidate.content, fresh, plan.thresholds, may_merge=may_merge)
@@ -715,21 +729,21 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
     facts = candidate.facts or {}
     current = draft.state.keywords[holder.id]
     stats = dict(current.metadata)
-    stats["calls"] = int(stats.get("calls", 0)) + 1
+    stats[CALLS] = int(stats.get(CALLS, 0)) + 1
     outcome = facts.get("outcome")
     if outcome == "success":
-        stats["successes"] = int(stats.get("successes", 0)) + 1
+        stats[SUCCESSES] = int(stats.get(SUCCESSES, 0)) + 1
     elif outcome == "failure":
-        stats["failures"] = int(stats.get("failures", 0)) + 1
+        stats[FAILURES] = int(stats.get(FAILURES, 0)) + 1
     duration = finite_number(facts.get("duration"))
     if duration is not None and duration >= 0:
-        stats["duration_total"] = float(stats.get("duration_total", 0.0)) + duration
-        stats["timed_calls"] = int(stats.get("timed_calls", 0)) + 1
-        stats["duration_mean"] = stats["duration_total"] / stats["timed_calls"]
+        stats[DURATION_TOTAL] = float(stats.get(DURATION_TOTAL, 0.0)) + duration
+        stats[TIMED_CALLS] = int(stats.get(TIMED_CALLS, 0)) + 1
+        stats[DURATION_MEAN] = stats[DURATION_TOTAL] / stats[TIMED_CALLS]
     draft.update_keyword_metadata(current, stats)
-    guide = next((info for info in draft.infos_of(holder.id) if info.metadata.get("guide")), None)
+    guide = next((info for info in draft.infos_of(holder.id) if info.metadata.get(GUIDE)), None)
     if guide is None:
-        info = draft.info(candidate.content, holder.id, {**metadata, "guide": True}, said)
+        info = draft.info(candidate.content, holder.id, {**metadata, GUIDE: True}, said)
         _decide(draft, index, candidate, "create", "the first lesson about this tool: a new guide", info.id, holder.id)
         return
     content = merged_text(guide.content, candidate.content)
@@ -737,8 +751,8 @@ def _accumulate(draft: _Draft, plan: CommitPlan, index: int, candidate: Candidat
         _decide(draft, index, candidate, "skip", "the guide holds this lesson already (statistics counted)",
                 guide.id, holder.id)
         return
-    sources = list(dict.fromkeys([*guide.metadata.get("sources", ()), *metadata["sources"]]))
-    draft.update_info(guide, content, {**guide.metadata, "sources": sources}, least_trusted((guide.provenance, said)))
+    sources = list(dict.fromkeys([*guide.metadata.get(SOURCES, ()), *metadata[SOURCES]]))
+    draft.update_info(guide, content, {**guide.metadata, SOURCES: sources}, least_trusted((guide.provenance, said)))
     _decide(draft, index, candidate, "merge", "a new lesson merged into the tool's guide", guide.id, holder.id,
             previous=guide.content)
 

@@ -28,7 +28,8 @@ from typing import Any
 from kwtree.engine.state import State
 from kwtree.memory.filters import matches
 from kwtree.memory.shelf import all_scopes, scope_memories, scope_of
-from kwtree.models import SUPERSEDED_BY, Info
+from kwtree.memory_schema import CATEGORY, SUPERSEDED_BY
+from kwtree.models import Info
 from kwtree.retrieval.timeline import Window, in_window
 
 __all__ = ["ListedMemory", "MemoryPage", "MemoryQuery", "list_memories"]
@@ -70,7 +71,7 @@ class MemoryQuery:
 
 def _keeps(state: State, info: Info, query: MemoryQuery) -> bool:
     metadata = info.metadata
-    if query.category is not None and metadata.get("category") != query.category:
+    if query.category is not None and metadata.get(CATEGORY) != query.category:
         return False
     if not query.include_superseded and metadata.get(SUPERSEDED_BY):
         return False

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["HOLDERS", "POLICIES", "SESSIONS_BRANCH", "WRITES", "Policy"]
+from kwtree.memory_schema import SESSIONS_BRANCH
 
-#: The branch of a scope that holds the archived sessions.
-SESSIONS_BRANCH = "sessions"
+__all__ = ["HOLDERS", "POLICIES", "WRITES", "Policy"]
+
 #: Which keyword holds a category's memories: the branch itself, or one keyword per routing key.
 HOLDERS = ("branch", "key")
 #: How a new memory meets the existing ones (see the module's table).

@@ -14,10 +14,18 @@ from collections.abc import Iterable
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.memory.commit import BRANCH_KEY, SUMMARY_KIND
-from kwtree.memory.policies import SESSIONS_BRANCH
-from kwtree.models import ROOT_ID, SUPERSEDED_BY, Info
-from kwtree.retrieval.scopes import SCOPE_KEY, clean_scope, scope_keyword, scope_subtree
+from kwtree.memory_schema import (
+    ATTRIBUTE,
+    BRANCH_KEY,
+    KIND,
+    SCOPE_KEY,
+    SESSIONS_BRANCH,
+    SUMMARY_KIND,
+    SUPERSEDED_BY,
+    VALUE,
+)
+from kwtree.models import ROOT_ID, Info
+from kwtree.retrieval.scopes import clean_scope, scope_keyword, scope_subtree
 
 __all__ = ["all_scopes", "branch_infos", "latest_summary", "memory_keywords", "overview", "scope_memories", "scope_of",
            "stated_names"]
@@ -74,8 +82,8 @@ def overview(state: State, scopes: Iterable[str], include_superseded: bool = Fal
 def stated_names(state: State, scopes: Iterable[str]) -> list[str]:
     """The names the owner of ``scopes`` gave as their own (current profile memories of
     attribute ``name``)."""
-    return [info.metadata["value"] for info in branch_infos(state, scopes, "profile")
-            if info.metadata.get("attribute") == "name" and isinstance(info.metadata.get("value"), str)
+    return [info.metadata[VALUE] for info in branch_infos(state, scopes, "profile")
+            if info.metadata.get(ATTRIBUTE) == "name" and isinstance(info.metadata.get(VALUE), str)
             and not info.metadata.get(SUPERSEDED_BY)]
 
 
@@ -84,7 +92,7 @@ def latest_summary(state: State, scopes: Iterable[str]) -> Info | None:
     or None when no session was committed there."""
     inside = scope_subtree(state, scopes)
     summaries = [info for info in _infos_of(state, _branch_subtrees(state, inside, SESSIONS_BRANCH))
-                 if info.metadata.get("kind") == SUMMARY_KIND]
+                 if info.metadata.get(KIND) == SUMMARY_KIND]
     return max(summaries, key=lambda info: (info.updated_at, info.id), default=None)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kwtree.memory.candidates import Candidate, Message
+from kwtree.memory_schema import SUMMARY_DECISIONS, SUMMARY_OPEN_QUESTIONS, SUMMARY_TOPICS
 from kwtree.normalize import STOPWORDS, tokenize
 
 __all__ = ["MAX_ITEMS", "summarise", "summary_text"]
@@ -46,8 +47,8 @@ def summarise(messages: Sequence[Message], first_new: int, candidates: Sequence[
     """The summary after the messages from ``first_new`` on, added to ``previous`` (the
     metadata of the summary info of an earlier commit, or None)."""
     old = previous or {}
-    topics = _add(list(old.get("topics", ())), [c.key for c in candidates])
-    decisions = list(old.get("decisions", ()))
+    topics = _add(list(old.get(SUMMARY_TOPICS, ())), [c.key for c in candidates])
+    decisions = list(old.get(SUMMARY_DECISIONS, ()))
     words: Counter[str] = Counter()
     for message in messages[first_new:]:
         text = message["content"]
@@ -57,7 +58,7 @@ def summarise(messages: Sequence[Message], first_new: int, candidates: Sequence[
     questions: list[str] = []
     if len(messages) > first_new:
         _add(questions, [s for s in _SENTENCE.findall(messages[-1]["content"]) if s.strip().endswith("?")])
-    return {"topics": topics, "decisions": decisions, "open_questions": questions}
+    return {SUMMARY_TOPICS: topics, SUMMARY_DECISIONS: decisions, SUMMARY_OPEN_QUESTIONS: questions}
 
 
 def summary_text(session_id: str, summary: Mapping[str, Sequence[str]]) -> str:
@@ -65,5 +66,6 @@ def summary_text(session_id: str, summary: Mapping[str, Sequence[str]]) -> str:
     def listed(items: Sequence[str]) -> str:
         return "; ".join(items) if items else "none found"
 
-    return (f"Session {session_id}.\nTopics: {listed(summary['topics'])}.\n"
-            f"Decisions: {listed(summary['decisions'])}\nOpen questions: {listed(summary['open_questions'])}")
+    return (f"Session {session_id}.\nTopics: {listed(summary[SUMMARY_TOPICS])}.\n"
+            f"Decisions: {listed(summary[SUMMARY_DECISIONS])}\n"
+            f"Open questions: {listed(summary[SUMMARY_OPEN_QUESTIONS])}")

@@ -58,7 +58,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kwtree.models import PROVENANCES, SUPERSEDED_BY, UNKNOWN_PROVENANCE, VALID_UNTIL, Info
+from kwtree.memory_schema import SUPERSEDED_BY, VALID_UNTIL
+from kwtree.models import PROVENANCES, UNKNOWN_PROVENANCE, Info
 from kwtree.retrieval.timeline import happened_at
 from kwtree.validate import finite_number
 

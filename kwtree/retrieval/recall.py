@@ -13,7 +13,7 @@ Functions here take the State (the caller holds its lock) and the raw hits of th
   session, the steps of a task) read in sequence: a question is often answered by the turn
   after the one that repeats its words. An info's thread is its most specific keyword (the
   one holding the fewest infos, at most ``THREAD_LIMIT``), its neighbours there the nearest
-  infos of its kind (``THREAD_KIND``) before and after it, and its score gains
+  infos of its kind (``KIND``) before and after it, and its score gains
   ``thread * (score(previous) + score(next))`` from its neighbours there; when the previous
   one asks something (holds a "?"), the info is its reply and gains ``reply * score(previous)``
   from it instead (the reply holds what the question's words ask for).
@@ -39,17 +39,8 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.models import (
-    ROOT_ID,
-    SMALL_TALK,
-    SUBJECT,
-    SUMMARY_KIND,
-    SUPERSEDED_BY,
-    Hit,
-    Info,
-    LinkedKeyword,
-    RelationType,
-)
+from kwtree.memory_schema import ASSISTANT_ROLE, KIND, ROLE, SMALL_TALK, SUBJECT, SUMMARY_KIND, SUPERSEDED_BY
+from kwtree.models import ROOT_ID, Hit, Info, LinkedKeyword, RelationType
 from kwtree.normalize import terms
 from kwtree.retrieval import signposts
 from kwtree.retrieval.lookup import names_in_text
@@ -77,17 +68,16 @@ KEYWORD_SOURCES = 5
 INFOS_PER_KEYWORD = 50
 #: A keyword holding more infos than this is a topic, not a thread: its infos get no neighbours.
 THREAD_LIMIT = 5000
-#: A thread is a sequence of infos of one kind (this metadata key; most infos have none): the
-#: summary the memory pipeline links first under a session (kind "session_summary") is no
-#: neighbour of the session's first turn. A neighbour is at most this many places away.
-THREAD_KIND = "kind"
+#: A thread is a sequence of infos of one ``KIND`` (most infos have none): the summary the
+#: memory pipeline links first under a session (``SUMMARY_KIND``) is no neighbour of the
+#: session's first turn. A neighbour is at most this many places away.
 NEIGHBOUR_REACH = 8
 
 
 #: What an info's score is multiplied by when it is an archived turn the assistant said (its
-#: metadata ``TURN_ROLE``: the user's own statements are the facts, a reply is context; a
+#: metadata ``ROLE``: the user's own statements are the facts, a reply is context; a
 #: memory the agent chose to keep is not demoted), an archived turn of small talk
-#: (``kwtree.models.SMALL_TALK``), or a superseded fact (``kwtree.models.SUPERSEDED_BY``;
+#: (``SMALL_TALK``), or a superseded fact (``SUPERSEDED_BY``;
 #: ``recall(include_superseded=True)`` leaves those at 1). The assistant's was fitted on the
 #: updates dev set only (../shared/updates_eval.py, hit@5 at min_score=0 with the hash
 #: embedder: 43.9 at 1.0, 56.5 at 0.5, 58.4 at 0.4 and 0.3); LoCoMo names both speakers, so
@@ -110,8 +100,6 @@ _STANDINGS = ("assistant", "small_talk", "superseded", "summary", "other")
 #: 0 / 0.3 / 0.45 / 0.6 / 0.8 (min_score=0), hit@1 23.8 / 26.2 / 27.0 / 27.0 / 25.4, hit@5 71.3 /
 #: 73.0 / 73.0 / 70.5 / 68.0: the middle keeps hit@5.
 RECENCY = 0.5
-#: The metadata key of an archived conversation turn naming who said it (the memory pipeline's).
-TURN_ROLE = "role"
 #: How far above the best other score an info that leads both retrievers is put.
 AGREED_MARGIN = 1e-3
 
@@ -252,17 +240,17 @@ Neighbours = tuple[str | None, str | None]
 def _nearest_of_kind(state: State, order: list[str], start: int, step: int) -> str | None:
     """The first info from ``order[start]`` in direction ``step`` (within ``NEIGHBOUR_REACH``
     places) whose ``kind`` metadata equals that of ``order[start]``."""
-    kind = state.infos[order[start]].metadata.get(THREAD_KIND)
+    kind = state.infos[order[start]].metadata.get(KIND)
     for j in range(start + step, start + step * (NEIGHBOUR_REACH + 1), step):
         if not 0 <= j < len(order):
             break
-        if state.infos[order[j]].metadata.get(THREAD_KIND) == kind:
+        if state.infos[order[j]].metadata.get(KIND) == kind:
             return order[j]
     return None
 
 
 def _neighbours(state: State, info_ids: Iterable[str], scope: set[str] | None) -> dict[str, Neighbours]:
-    """Each info's neighbours in its thread: the infos of its kind (``THREAD_KIND``) linked
+    """Each info's neighbours in its thread: the infos of its kind (``KIND``) linked
     nearest before and after it (None at an end) to its most specific live keyword in
     ``scope`` (none when that keyword holds over ``THREAD_LIMIT``)."""
     members: dict[str, list[str]] = {}
@@ -328,12 +316,12 @@ def _agreed(parts: dict[str, tuple[float, float, float, float]], text_rank: dict
 def _standing(info: Info, weights: RecallWeights, include_superseded: bool, named: frozenset[str] | None) -> float:
     """What ``info``'s score is multiplied by (``ASSISTANT_STANDING`` and its neighbours);
     ``named``: the terms of whom the query is about (its own, and its scope owner's names)."""
-    standing = weights.assistant if info.metadata.get(TURN_ROLE) == "assistant" else 1.0
+    standing = weights.assistant if info.metadata.get(ROLE) == ASSISTANT_ROLE else 1.0
     if info.metadata.get(SMALL_TALK):
         standing *= weights.small_talk
     if not include_superseded and info.metadata.get(SUPERSEDED_BY):
         standing *= weights.superseded
-    if info.metadata.get(THREAD_KIND) == SUMMARY_KIND:
+    if info.metadata.get(KIND) == SUMMARY_KIND:
         standing *= weights.summary
     about = info.metadata.get(SUBJECT)
     if isinstance(about, str) and named and not terms_of(about) & named:

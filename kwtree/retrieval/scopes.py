@@ -24,23 +24,21 @@ and an undo is an operation like any other, judged by what it rewrote.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from kwtree.engine.state import State, apply
 from kwtree.errors import InvalidInputError
+from kwtree.memory_schema import SCOPE_KEY
 from kwtree.models import ROOT_ID, Change, Info, Keyword, Link, Operation, Relation
 from kwtree.normalize import normalize_name
 from kwtree.validate import check_unicode, shown
 
 __all__ = [
-    "DEFAULT_SCOPE", "SCOPE_KEY", "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_members",
-    "scope_subtree", "segments", "writes_outside",
+    "clean_scope", "clean_scopes", "operations_inside", "scope_keyword", "scope_members",
+    "scope_specs", "scope_subtree", "segments", "writes_outside",
 ]
 
-#: The metadata key that marks a keyword as a scope; its value is the scope's whole path.
-SCOPE_KEY = "scope"
-#: Where agent memory goes when a write names no scope (``commit_session``, the tools' remember).
-DEFAULT_SCOPE = "user:default"
 #: At most this many segments in one scope path, and this many scopes in one read.
 MAX_DEPTH = 8
 MAX_SCOPES = 64
@@ -106,6 +104,26 @@ def scope_keyword(state: State, scope: str) -> Keyword | None:
             return None
         parent = found.id
     return found
+
+
+def scope_specs(scope: str, find: Callable[[str], Keyword | None]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """How ``scope`` (a checked path) is created: the ``batch_create_keywords`` specs of its
+    keywords still missing, outermost first (each named for its segment, marked ``{SCOPE_KEY:
+    path}``, its ``ref`` that path), and the parent field of what goes inside the scope
+    (``{"parent_id": id}`` of its keyword when that exists, else ``{"parent_ref": scope}``).
+    ``find`` gives the live keyword holding a path, as ``scope_keyword`` does, so a write
+    creates or reuses the keyword a scoped read will look in. The only place that says what
+    makes a scope's keywords: the memory commit and the tools' create both write these specs."""
+    specs: list[dict[str, Any]] = []
+    parent: dict[str, str] = {"parent_id": ROOT_ID}
+    for path in segments(scope):
+        existing = find(path)
+        if existing is not None:
+            parent = {"parent_id": existing.id}
+            continue
+        specs.append({"name": path.rsplit("/", 1)[-1], "metadata": {SCOPE_KEY: path}, "ref": path, **parent})
+        parent = {"parent_ref": path}
+    return specs, parent
 
 
 def scope_subtree(state: State, scopes: Iterable[str]) -> set[str]:

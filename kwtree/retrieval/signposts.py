@@ -30,7 +30,8 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from kwtree.engine.state import State
-from kwtree.models import ABSTRACT_KEY, ROOT_ID
+from kwtree.memory_schema import ABSTRACT_KEY, ABSTRACT_OVERVIEW, ABSTRACT_TEXT
+from kwtree.models import ROOT_ID
 from kwtree.retrieval.relevance import QueryTerms, coverage, terms_of
 
 __all__ = ["SIGNPOST_FLOOR", "expansion", "lift", "signpost_scores"]
@@ -61,7 +62,7 @@ class _Index:
             stored = keyword.metadata[ABSTRACT_KEY]
             if keyword.deleted or kid == ROOT_ID or not isinstance(stored, Mapping):
                 continue
-            texts = (str(stored.get("abstract", "")), str(stored.get("overview", "")))
+            texts = (str(stored.get(ABSTRACT_TEXT, "")), str(stored.get(ABSTRACT_OVERVIEW, "")))
             self.texts[kid] = texts
             for term in terms_of(texts[0]) | terms_of(texts[1]):
                 self.postings.setdefault(term, []).append(kid)

@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from kwtree.memory_schema import SOURCES
 from kwtree.models import Hit
 
-__all__ = ["OVERFETCH", "SOURCES", "collapse"]
+__all__ = ["OVERFETCH", "collapse"]
 
-#: The info metadata key holding the ids of the turn infos a memory was extracted from.
-SOURCES = "sources"
 #: Recall ranks this many times ``k`` hits before collapsing them to ``k``.
 OVERFETCH = 3
 

@@ -1,7 +1,7 @@
 """When a memory happened: the time window of ``recall(since=, until=)`` and the date
 ``context`` prints.
 
-An info happened at its metadata's ``happened_at`` (``kwtree.models.HAPPENED_AT``: epoch
+An info happened at its metadata's ``happened_at`` (``kwtree.memory_schema.HAPPENED_AT``: epoch
 seconds, UTC, written by the memory pipeline from the message's time, the session's date or
 a date in the text) when that is a finite number; else at its ``created_at`` (when it was
 recorded), so that infos written by hand still fall in a window.
@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 from kwtree.errors import InvalidInputError
-from kwtree.models import HAPPENED_AT, Info
+from kwtree.memory_schema import HAPPENED_AT
+from kwtree.models import Info
 from kwtree.validate import finite_number, shown
 
 __all__ = ["Window", "clean_window", "happened_at", "happened_day", "in_window"]

@@ -29,7 +29,16 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError
-from kwtree.models import ABSTRACT_KEY, ROOT_ID, Change, Keyword
+from kwtree.memory_schema import (
+    ABSTRACT_BY,
+    ABSTRACT_DIGEST,
+    ABSTRACT_INFOS,
+    ABSTRACT_KEY,
+    ABSTRACT_OP,
+    ABSTRACT_OVERVIEW,
+    ABSTRACT_TEXT,
+)
+from kwtree.models import ROOT_ID, Change, Keyword
 from kwtree.validate import clean_metadata
 from kwtree.writes import Stamp
 
@@ -72,7 +81,7 @@ def quotes(stored: Mapping[str, Any], texts: Iterable[str]) -> bool:
     them appears in it, or one of its sentences appears in one of them. ``forget`` drops such
     abstracts; an LLM's paraphrase escapes this test, which is why forget also drops the
     abstracts of every keyword above an erased memory."""
-    written = " ".join(str(stored.get(key, "")) for key in ("abstract", "overview"))
+    written = " ".join(str(stored.get(key, "")) for key in (ABSTRACT_TEXT, ABSTRACT_OVERVIEW))
     sentences = [part for part in _SENTENCE_END.split(written) if len(part) >= _QUOTED_SENTENCE]
     return any((len(text) >= _QUOTED_TEXT and text in written) or any(part in text for part in sentences)
                for text in texts)
@@ -124,8 +133,8 @@ def write_abstracts(state: State, stamp: Stamp, built: Sequence[Built]) -> list[
         keyword = state.live_keyword(item.keyword_id)
         if keyword is None or keyword.id == ROOT_ID:
             continue
-        value = {"abstract": item.abstract, "overview": item.overview, "of": item.of, "by": item.by,
-                 "infos": item.infos, "op": stamp.op_id}
+        value = {ABSTRACT_TEXT: item.abstract, ABSTRACT_OVERVIEW: item.overview, ABSTRACT_DIGEST: item.of,
+                 ABSTRACT_BY: item.by, ABSTRACT_INFOS: item.infos, ABSTRACT_OP: stamp.op_id}
         metadata = clean_metadata({**keyword.metadata, ABSTRACT_KEY: value})
         new = dataclasses.replace(keyword, version=keyword.version + 1, updated_at=stamp.timestamp,
                                   op_id=stamp.op_id, metadata=metadata)
