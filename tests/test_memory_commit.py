@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import log_bytes, snapshot
@@ -354,3 +355,36 @@ def test_the_callers_metadata_goes_on_every_memory_in_the_same_operation(tmp_pat
         with pytest.raises(InvalidInputError, match="metadata"):
             tree.commit_session([{"role": "user", "content": "I love tea."}], session_id="t", scope="user:alice",
                                 options=CommitOptions(metadata={"bad": object()}))
+
+
+def test_a_commit_resolves_its_scope_and_branches_once_however_many_memories(
+        tree: KeywordTree, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 28: one commit_session looked its scope up 18 times and its branches 29 times,
+    # again for every memory it weighed.
+    from kwtree.facade import memory as facade_memory
+    from kwtree.memory import commit as memory_commit
+
+    lookups = {"scope": 0, "branch": 0}
+
+    def counting(module: Any, name: str, what: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: Any) -> Any:
+            lookups[what] += 1
+            return real(*args)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counting(facade_memory, "scope_keyword", "scope")
+    counting(memory_commit, "scope_keyword", "scope")
+    counting(facade_memory, "find_branch", "branch")
+    counting(memory_commit, "find_branch", "branch")
+    counted = []
+    for session, many in (("first", 1), ("few", 2), ("many", 8)):  # (the first makes the scope's branches)
+        candidates = [memory("preferences", f"topic {session} {n}", f"I like thing {n} of {session}", source=0)
+                      for n in range(many)]
+        lookups.update(scope=0, branch=0)
+        messages = [{"role": "user", "content": "a few things I like"}]
+        tree.commit_session(messages, session_id=session, scope="user:ann", options=options(*candidates))
+        counted.append(dict(lookups))
+    assert counted[1] == counted[2]

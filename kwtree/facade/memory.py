@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kwtree.agent.descend import Descent, DescentStatus
@@ -237,7 +238,7 @@ class MemoryMethods(AgentMethods):
             where = (category, key)
             if policy.holder != "key" or where in plan.placements:
                 continue
-            branch_id = self._read(functools.partial(_existing_branch, scope=plan.scope, branch=policy.branch))
+            branch_id = self._branch(plan, policy.branch)[0]
             if branch_id is None or self._read(
                     functools.partial(find_holder, branch_id=branch_id, key=key)) is not None:
                 plan.placements[where] = (None, None)
@@ -276,13 +277,21 @@ class MemoryMethods(AgentMethods):
             walk["llm_walk"] = failed.audit()
         return offline, walk
 
+    def _branch(self, plan: CommitPlan, branch: str) -> tuple[str | None, frozenset[str]]:
+        """``branch`` of the plan's scope: its keyword's id and subtree (None and empty when it
+        does not exist yet), resolved once per commit."""
+        found = plan.branches.get(branch)
+        if found is None:
+            found = plan.branches[branch] = self._read(functools.partial(_branch, scope=plan.scope, branch=branch))
+        return found
+
     def _neighbours(self, plan: CommitPlan, candidate: Candidate, k: int) -> list[dedup.Neighbour]:
         """The prefilter: the memories inside the candidate's branch of the scope that BM25 and
         the vectors rank nearest its text (at most ``k`` from each)."""
         policy = plan.policies[candidate.category]
         if policy.write == "accumulate":
             return []
-        inside = self._read(lambda state: _branch_subtree(state, plan.scope, policy.branch))
+        inside = self._branch(plan, policy.branch)[1]
         if not inside:
             return []
         fetch = k * _PREFILTER_OVERFETCH
@@ -339,16 +348,16 @@ def _existing_branch(state: State, scope: str, branch: str) -> str | None:
     return found.id if found is not None else None
 
 
-def _branch_subtree(state: State, scope: str, branch: str) -> set[str]:
+def _branch(state: State, scope: str, branch: str) -> tuple[str | None, frozenset[str]]:
     branch_id = _existing_branch(state, scope, branch)
-    return set(state.subtree(branch_id)) if branch_id is not None else set()
+    return branch_id, frozenset(state.subtree(branch_id)) if branch_id is not None else frozenset()
 
 
-def _linked_inside(state: State, info_id: str, inside: set[str]) -> bool:
+def _linked_inside(state: State, info_id: str, inside: AbstractSet[str]) -> bool:
     return any(kid in inside for kid in state.keywords_by_info.get(info_id, ()))
 
 
-def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: set[str], k: int) -> list[str]:
+def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: AbstractSet[str], k: int) -> list[str]:
     kept: list[str] = []
     for info_id, _ in hits:
         if _linked_inside(state, info_id, inside):
@@ -358,7 +367,7 @@ def _in_subtree(state: State, hits: Sequence[tuple[str, float]], inside: set[str
     return kept
 
 
-def _nearest(state: State, text: str, info_ids: frozenset[str], inside: set[str], k: int) -> list[str]:
+def _nearest(state: State, text: str, info_ids: frozenset[str], inside: AbstractSet[str], k: int) -> list[str]:
     """The ``k`` live infos of ``info_ids`` linked inside ``inside`` that hold the largest
     share of ``text``'s terms (none that holds none of them), best first."""
     scored = []

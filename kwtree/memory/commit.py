@@ -223,6 +223,9 @@ class CommitPlan:
     provenance: str | None = None
     #: what the extractor found but did not return, and why (``CommitResult.passed_over``)
     passed_over: tuple[PassedOver, ...] = ()
+    #: each branch of the scope as the plan was prepared, resolved once: branch name -> its
+    #: keyword's id and the ids of its subtree (None and empty when it does not exist yet)
+    branches: dict[str, tuple[str | None, frozenset[str]]] = field(default_factory=dict)
 
 
 # --- finding the scope's parts (also used by the facade on a read) ------------------------------
@@ -266,6 +269,7 @@ class _Draft:
         self.changes: list[Change] = []
         self.decisions: list[CommitDecision] = []  # one per candidate, in order
         self.placements: list[dict[str, Any]] = []  # where each new holder keyword went, for the audit
+        self.branches: dict[str, str] = {}  # branch name -> its keyword's id, once found or made
 
     def put(self, changes: list[Change]) -> list[Change]:
         put_changes(self.state, changes)
@@ -316,8 +320,13 @@ def _scope(draft: _Draft, scope: str) -> Keyword:
 
 
 def _branch(draft: _Draft, scope_kw: Keyword, branch: str) -> Keyword:
-    return find_branch(draft.state, scope_kw.id, branch) or draft.keyword(
-        branch, scope_kw.id, {BRANCH_KEY: branch}, f"branch of scope {scope_kw.name!r}")
+    """The branch keyword of the commit's scope, found (or made) once per commit."""
+    known = draft.branches.get(branch)
+    if known is None:
+        found = find_branch(draft.state, scope_kw.id, branch) or draft.keyword(
+            branch, scope_kw.id, {BRANCH_KEY: branch}, f"branch of scope {scope_kw.name!r}")
+        known = draft.branches[branch] = found.id
+    return draft.state.keywords[known]
 
 
 def _new_session(draft: _Draft, sessions: Keyword, session_id: str) -> Keyword:
