@@ -99,8 +99,8 @@ class Baseline:
 
     def __init__(self, tree: KeywordTree, loaded: list[tuple], path: Path) -> None:
         self.con = sqlite3.connect(path, isolation_level=None)
-        self.embedder = tree._indexes.vectors.embedder
-        store = tree._indexes.vectors.store
+        self.embedder = tree._caches.vectors.embedder
+        store = tree._caches.vectors.store
         matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
         row_of: dict[str, int] = {}
         for row, (entity_id, _) in enumerate(store._keys):  # row order, as vectors.f32

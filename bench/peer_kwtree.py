@@ -145,7 +145,7 @@ class Store:
         logged = time.perf_counter()
         self.tree.wait_indexed()
         embedded = time.perf_counter()
-        store = self.tree._indexes.vectors.store
+        store = self.tree._caches.vectors.store
         store.warm_up()  # builds the hnswlib graph and saves it (stores of 2,000 rows or more)
         graph = time.perf_counter()
         self.tree.recall("warm up", k=1, mode="bm25")  # the first search commits the full-text index
@@ -160,7 +160,7 @@ class Store:
 
     def vquery(self, q: np.ndarray, qtext: str | None = None, mode: str = "store") -> list[int]:
         if mode == "store":  # every embedded entity here is an info (the root keyword has no text)
-            hits = self.tree._indexes.vectors.store.search(np.asarray(q, dtype=np.float32), K)
+            hits = self.tree._caches.vectors.store.search(np.asarray(q, dtype=np.float32), K)
             infos = [self.tree.get_info(info_id) for info_id, _ in hits]
         elif mode == "recall":
             if qtext is None:

@@ -132,7 +132,7 @@ def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str]) -> 
     (the whole N x d matrix) evict the graph from the CPU caches before the next graph
     query, which measured the graph at twice its cost.
     """
-    indexes = tree._indexes
+    indexes = tree._caches
     store = indexes.vectors.store
     started = time.perf_counter()
     store.warm_up()

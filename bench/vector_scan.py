@@ -45,7 +45,7 @@ def _build(directory: Path, size: int) -> None:
 def _scan(directory: Path, full: bool) -> float:
     with KeywordTree(directory, durability="none", embedder=HashEmbedder(), worker=False) as tree:
         started = time.perf_counter()
-        work = tree._indexes.vectors.missing(full=full)  # (private: the scan alone, not the open)
+        work = tree._caches.vectors.missing(full=full)  # (private: the scan alone, not the open)
         elapsed = time.perf_counter() - started
     if work:
         raise RuntimeError(f"the scan found {len(work)} texts without a vector in a drained tree")

@@ -1016,7 +1016,7 @@ def test_read_only_vector_recall_finds_what_a_writer_finds_and_writes_nothing(
     before = dir_bytes(directory)
     with KeywordTree(directory, **view_options(view, last)) as reader:
         assert_same_views(reader, expected)
-        stats = reader._indexes.vectors.store.stats()  # (private: nothing public tells how it searched)
+        stats = reader._caches.vectors.store.stats()  # (private: nothing public tells how it searched)
         assert stats.rows > 0 and stats.persisted_rows == 0
         assert stats.indexed_rows == (stats.rows if size == "graph" else 0)  # the graph, in memory only
         assert reader.wait_indexed(LIMIT)  # nothing queued, and nothing it would queue or embed

@@ -72,7 +72,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
         tree.create_keyword("Beta", llm_auto_place=False)
     with KeywordTree(directory, read_only=True) as reader:
         before = vector_recall(reader)
-        stats = reader._indexes.vectors.store.stats()  # (private: nothing public tells how it searched)
+        stats = reader._caches.vectors.store.stats()  # (private: nothing public tells how it searched)
         assert stats.loaded_rows == DEFAULT_EXACT_BELOW  # searched through the saved graph
     return directory, before
 
@@ -231,11 +231,11 @@ def test_a_graph_held_in_memory_is_never_saved_with_vectors_another_process_forg
     copy_tree_dir(embedded[0], directory)
     with KeywordTree(directory, durability="none", worker=False) as writer:
         assert writer.recall(text(0), k=1, mode="vector")  # the graph is in memory now
-        assert writer._indexes.vectors.store._index is not None  # (private: what the test is about)
+        assert writer._caches.vectors.store._index is not None  # (private: what the test is about)
         target = writer.recall(text(0), k=1, mode="vector")[0].info.id
         keys = (store_of(directory) / "keys.jsonl").read_bytes().splitlines()
         [row] = [n for n, line in enumerate(keys) if target.encode() in line]
-        dim = writer._indexes.vectors.store.dim
+        dim = writer._caches.vectors.store.dim
         secret = np.frombuffer((store_of(directory) / "vectors.f32").read_bytes()[row * 4 * dim:(row + 1) * 4 * dim],
                                dtype=np.float32)
         assert np.any(secret)

@@ -173,7 +173,7 @@ def reader_stats(directory: Path) -> VectorStoreStats:
     """How a read-only tree (what every CLI read opens) came to its graph, after a vector recall."""
     with KeywordTree(directory, read_only=True) as reader:
         assert reader.recall("cats on warm mats", mode="vector")
-        return reader._indexes.vectors.store.stats()  # (private: nothing public tells how it searched)
+        return reader._caches.vectors.store.stats()  # (private: nothing public tells how it searched)
 
 
 def test_a_bulk_load_saves_the_graph_so_a_read_only_open_loads_it(tmp_path: Path) -> None:

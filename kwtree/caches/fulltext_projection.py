@@ -220,7 +220,7 @@ class FullTextProjection:
         tantivy keeps a deleted document's terms in its segment (and in the terms' document
         frequencies, so in every score) until a merge that cannot be asked for, and a reader
         that caught up with a forget must hold nothing of the erased text. (The writer's own
-        index is removed by ``Indexes.erase``.)"""
+        index is removed by ``TreeCaches.erase``.)"""
         index = self._fulltext
         if not self._private:
             index.refresh()  # as the last process to commit it left it

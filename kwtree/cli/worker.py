@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, tree_embedder
 from kwtree.caches.outbox import Item, Outbox, run_worker
+from kwtree.caches.tree_caches import TreeCaches
 from kwtree.caches.workers import new_worker_id, retire_worker
 from kwtree.engine.engine import Engine
 from kwtree.progress import ProgressCallback, Ticker, check_progress
@@ -44,7 +44,7 @@ def serve_outbox(
             embedder = tree_embedder(engine.recorded_embedder, None, new=False)[0]
         # The worker never writes the log, but it does write the vector store and the outbox,
         # which a read-only tree's own caches never do.
-        indexes = Indexes(Path(data_dir), embedder, engine.read, writes=False, worker=False,
+        indexes = TreeCaches(Path(data_dir), embedder, engine.read, writes=False, worker=False,
                           embed_async=True, write_vectors=True, file_mode=engine.file_mode)
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=engine.file_mode)
         worker = new_worker_id()

@@ -15,8 +15,8 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from kwtree.agent.descend import DescendLoop
-from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder
+from kwtree.caches.tree_caches import TreeCaches
 from kwtree.engine.engine import Decide, Engine
 from kwtree.engine.state import State
 from kwtree.limits import Limits
@@ -35,7 +35,7 @@ class TreeCore:
     """The parts of one open KeywordTree (set up by ``KeywordTree.__init__``)."""
 
     _engine: Engine
-    _indexes: Indexes
+    _caches: TreeCaches
     #: The caches' embedder, whether they run a worker thread, whether writes embed later.
     _index_options: tuple[Embedder, bool, bool]
     _agent: DescendLoop
@@ -70,11 +70,11 @@ class TreeCore:
             self._agent.forget(c.after.id for c in op.changes if type(c.after) is Keyword)
         return op
 
-    def _open_indexes(self) -> Indexes:
+    def _open_caches(self) -> TreeCaches:
         """The caches of the engine's directory, as this tree's options want them."""
         embedder, worker, embed_async = self._index_options
         engine = self._engine
-        return Indexes(engine.directory, embedder, engine.read, writes=engine.writable, worker=worker,
+        return TreeCaches(engine.directory, embedder, engine.read, writes=engine.writable, worker=worker,
                        embed_async=embed_async, lock_timeout=engine.lock_timeout, try_catch_up=engine.try_catch_up,
                        file_mode=engine.file_mode, progress=self._progress)
 
@@ -93,7 +93,7 @@ class TreeCore:
 
     def _note_commit(self, op: Operation, state: State) -> None:
         """The engine's commit listener: the caches note what to index."""
-        self._indexes.note(op, state)
+        self._caches.note(op, state)
 
 
 @contextlib.contextmanager

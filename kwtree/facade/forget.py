@@ -153,7 +153,7 @@ class ForgetMethods(TreeCore):
                     erasure = forgetting.erase_log(engine, state, self._progress)
                 log_erased = True
                 removed = forgetting.purge_quarantine(engine.directory, erasure)
-                vectors, outbox = self._indexes.erase(erasure.entity_ids)
+                vectors, outbox = self._caches.erase(erasure.entity_ids)
         except (StorageError, LockTimeoutError) as exc:
             raise forgetting.unfinished_error(op_id, exc, log_erased=log_erased) from exc
         self._agent.forget(plan.keywords)

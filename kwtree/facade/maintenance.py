@@ -54,7 +54,7 @@ class MaintenanceMethods(ForgetMethods):
         engine = self._engine
         started = time.perf_counter()
         with engine.writing() as state:
-            self._indexes.fulltext.sync(latest=True)  # deletions reach it before their tombstones go
+            self._caches.fulltext.sync(latest=True)  # deletions reach it before their tombstones go
             raws, size, rows = compaction.read_log(engine.read_segments(), parse=keep_history)
             count = len(raws) if keep_history else state.op_count
             # The new log is chained anew: it says which log it replaced (docs/log-format.md).
@@ -81,7 +81,7 @@ class MaintenanceMethods(ForgetMethods):
         clean_flag(vectors, "vectors")
         self._check_writable()
         started = time.perf_counter()
-        indexes = self._indexes
+        indexes = self._caches
         indexed = self._read(lambda state: sum(not i.deleted for i in state.infos.values()) + sum(
             not k.deleted and k.id != ROOT_ID for k in state.keywords.values()))
         indexes.fulltext.rebuild()  # under the index's own lock: readers elsewhere wait, writers do not
@@ -154,14 +154,14 @@ class MaintenanceMethods(ForgetMethods):
         """For a restore of this tree's directory: the caches closed and this process's
         writes held off meanwhile; afterwards, if the engine is open (on the restored
         directory, or on the old one put back), caches opened on what it reads."""
-        self._indexes.close()  # before the mutex: it commits the full-text index under it
+        self._caches.close()  # before the mutex: it commits the full-text index under it
         try:
             with self._engine.exclusive():
                 self._engine.check_writable()
                 yield
         finally:
             if not self._engine.closed:
-                self._indexes = self._open_indexes()
+                self._caches = self._open_caches()
 
     def verify(self, *, head: str | None = None) -> Report:
         """Check this tree's directory as ``kwtree.ops.verify.verify_directory`` does — every log
@@ -197,17 +197,17 @@ class MaintenanceMethods(ForgetMethods):
         engine = self._engine
         # The writer locks (only the directory's, with the log in PostgreSQL), then the full-text
         # index's: the repair deletes the index's files, which another process may be writing.
-        with self._caches_locked(), self._indexes.fulltext.locked():
+        with self._caches_locked(), self._caches.fulltext.locked():
             try:
                 done = repair_under_lock(engine.directory)
             finally:  # the log may have been replaced even if a later step failed
                 engine.catch_up_locked()
             # The repair deleted the full-text index's files under us: drop the open index
-            # too (Indexes' own rebuild step), so the next search rebuilds it in full.
-            self._indexes.fulltext.reset()
+            # too (TreeCaches' own rebuild step), so the next search rebuilds it in full.
+            self._caches.fulltext.reset()
             # Vectors are content-addressed, so they are kept; but files damaged under
             # this tree are read again, and every text left without a vector is queued.
-            self._indexes.reload_vectors()
+            self._caches.reload_vectors()
         self._agent.forget(self._agent.mru.snapshot())
         finished = self._finish_forget()  # (it takes the locks itself)
         if finished is not None:

@@ -295,9 +295,9 @@ class MemoryMethods(AgentMethods):
         if not inside:
             return []
         fetch = k * _PREFILTER_OVERFETCH
-        text, unindexed = self._indexes.fulltext.indexed_text_hits(candidate.content, "info", fetch, _MOST_UNINDEXED)
+        text, unindexed = self._caches.fulltext.indexed_text_hits(candidate.content, "info", fetch, _MOST_UNINDEXED)
         found: dict[str, None] = {}
-        for hits in (text, self._indexes.vector_hits(candidate.content, "info", fetch)):
+        for hits in (text, self._caches.vector_hits(candidate.content, "info", fetch)):
             kept = self._read(lambda state, hits=hits: _in_subtree(state, hits, inside, k))  # type: ignore[misc]
             found.update(dict.fromkeys(kept))
         if unindexed:  # written since the full-text index's last commit: ranked here, on their terms

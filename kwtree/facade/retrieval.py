@@ -2,7 +2,7 @@
 
 They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
 they use only what :class:`kwtree.facade.core.TreeCore` holds: the engine's state reader and
-the caches (``kwtree/caches/coordinator.py``).
+the caches (``kwtree/caches/tree_caches.py``).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class RetrievalMethods(TreeCore):
             words = broad.without_names(asked.text, owner)  # in Priya's scope, "Priya" is every memory's subject
         found = self._retrieve(asked, words, infos, keywords)
         whom = relevance.terms_of(asked.text) | {term for name in owner for term in relevance.terms_of(name)}
-        judging = fusion.Judging(found.weighed, asked.floor, relevance.vector_scale(self._indexes.model, asked.mode),
+        judging = fusion.Judging(found.weighed, asked.floor, relevance.vector_scale(self._caches.model, asked.mode),
                                  asked.include_superseded, whom, dated.asked_time(asked.text))
         named = dated.named_window(asked.text) if asked.window is None else None
 
@@ -185,14 +185,14 @@ class RetrievalMethods(TreeCore):
         """What the retrievers find for ``asked`` (``words``: the query as the full-text parts
         read it), among ``infos`` and ``keywords`` when the read is scoped."""
         fetch = max(50, OVERFETCH * asked.k)
-        fulltext = self._indexes.fulltext
+        fulltext = self._caches.fulltext
         text_hits = fulltext.text_hits(words, "info", fetch, infos) if asked.mode != "vector" else []
         if text_hits and self._weights.feedback:
             expanded = self._read(lambda state: fusion.feedback_terms(state, words, text_hits))
             if expanded:
                 again = fulltext.text_hits(f"{words} {' '.join(expanded)}", "info", fetch, infos)
                 text_hits = fusion.merge_rankings(text_hits, again, self._weights.feedback)
-        vector_hits = self._indexes.vector_hits(asked.text, "info", fetch, infos) if asked.mode != "bm25" else []
+        vector_hits = self._caches.vector_hits(asked.text, "info", fetch, infos) if asked.mode != "bm25" else []
         return _Retrieved(text_hits, vector_hits, fulltext.text_hits(words, "keyword", 10, keywords),
                           relevance.query_terms(words, lambda terms: fulltext.document_frequencies(terms, "info",
                                                                                                    infos)))
@@ -256,7 +256,7 @@ class RetrievalMethods(TreeCore):
         LockTimeoutError; it keeps retrying by itself, so a later call succeeds once space is
         freed."""
         self._check_open()
-        return self._indexes.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
+        return self._caches.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
 
     def outbox_status(self) -> dict[str, Any]:
         """The embedding outbox: counts of pending, leased, failed (waiting to retry), done
@@ -264,10 +264,10 @@ class RetrievalMethods(TreeCore):
         ``{"error", "type", "since"}`` while the embedding worker retries after a storage
         error (a full disk). Never raises for a full disk: it reports it."""
         self._check_open()
-        return self._indexes.outbox_status()
+        return self._caches.outbox_status()
 
     def retry_dead(self) -> int:
         """Queue every dead embedding item again; returns how many. ReadOnlyError on a tree
         that may not write."""
         self._check_writable()
-        return self._indexes.retry_dead()
+        return self._caches.retry_dead()

@@ -19,8 +19,8 @@ from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
 from kwtree.agent.navigation import LLMNavigator
 from kwtree.agent.offline import OfflineNavigator
-from kwtree.caches.coordinator import Indexes
 from kwtree.caches.embed import Embedder, tree_embedder
+from kwtree.caches.tree_caches import TreeCaches
 from kwtree.engine.engine import Engine
 from kwtree.engine.events import COMPACT_KIND, is_op_id
 from kwtree.engine.follower import BackgroundFollower
@@ -225,7 +225,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             )
         writable = not read_only and bound is None
         engine: Engine | None = None
-        indexes: Indexes | None = None
+        indexes: TreeCaches | None = None
         try:
             self._engine = engine = Engine(
                 data_path, writable=writable, durable=durability == "full", bound=bound,
@@ -241,7 +241,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             if writable and recording is not None:
                 engine.record_embedder(*recording)
             self._index_options = (chosen, worker and writable, embed_async)
-            self._indexes = indexes = self._open_indexes()
+            self._caches = indexes = self._open_caches()
             engine.add_commit_listener(self._note_commit)
             if writable and ROOT_ID not in engine.state.keywords:
                 self._commit("init", _create_root)
@@ -268,7 +268,7 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             return
         if self._follower is not None:
             self._follower.stop()
-        self._indexes.close()  # before the engine: it commits the full-text index under its locks
+        self._caches.close()  # before the engine: it commits the full-text index under its locks
         self._engine.close()
 
     def __enter__(self) -> KeywordTree:

@@ -1,11 +1,12 @@
-"""The caches the event log feeds: the full-text index, the vector store, and the outbox of embedding work that
-fills the vector store. All live under ``<data_dir>/cache/`` (the outbox is ``<data_dir>/outbox.jsonl``) and
-all can be deleted: they are rebuilt from the log.
+"""The caches of one open tree (``TreeCaches``): the full-text index, the vector store, and the outbox
+of embedding work that fills the vector store, with the worker thread that drains it. All live under
+``<data_dir>/cache/`` (the outbox is ``<data_dir>/outbox.jsonl``) and all can be deleted: they are
+rebuilt from the log.
 
 - **Full text** is a projection of the log with a lock of its own (``kwtree.caches.fulltext_projection``):
   writes note what they changed; a search first brings the index up to the tree's state, never waiting for
-  the log's writer lock. ``Indexes.fulltext`` is it; the methods here hand its searches on.
-- **Vectors** (``kwtree.caches.vector_projection``, ``Indexes.vectors``) are eventually consistent: every
+  the log's writer lock. ``TreeCaches.fulltext`` is it.
+- **Vectors** (``kwtree.caches.vector_projection``, ``TreeCaches.vectors``) are eventually consistent: every
   committed text enqueues its embedding in the outbox; a worker thread (or ``kwtree worker``) embeds in
   batches; the scan at open enqueues every live entity whose current text has no vector (only those written
   after the store's recorded position, when its files are as that position found them), so a lost outbox
@@ -47,7 +48,7 @@ from kwtree.stores.directory import CACHE_DIR, OUTBOX_NAME
 from kwtree.stores.files import PRIVATE_FILE_MODE
 from kwtree.stores.vector_files import META_FILE
 
-__all__ = ["Indexes"]
+__all__ = ["TreeCaches"]
 
 log = logging.getLogger("kwtree.cache")
 
@@ -55,7 +56,7 @@ T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
 
 
-class Indexes:
+class TreeCaches:
     """The caches of one open tree: its full-text index (``fulltext``), its vector store
     (``vectors``), the outbox of embedding work and the worker thread that drains it."""
 
