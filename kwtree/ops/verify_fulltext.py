@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Protocol
 
-from kwtree.caches.texts import position, search_text
+from kwtree.caches.texts import search_text
 from kwtree.engine.state import State
 from kwtree.normalize import terms
 from kwtree.stores.directory import CACHE_DIR
@@ -99,7 +99,7 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
 
 
 def _compare(index: FullTextIndex, where: Path, state: State, findings: _Findings) -> list[str]:
-    if index.available and index.watermark != position(state):
+    if index.available and index.watermark != state.last_op_id:
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
     problems = checksum_problems(where / "index")
     if not index.available and not problems and not os.access(where, os.W_OK):
