@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kwtree.caches import lexical
-from kwtree.caches.texts import EntityKey, position, search_text, written_after
+from kwtree.caches.texts import EntityKey, search_text, written_after
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError
 from kwtree.models import is_forgotten
@@ -189,7 +189,7 @@ class FullTextProjection:
         index = self._index
         if index is None:
             return False
-        return bool(self._read(lambda state: self._unchanged(state) and index.watermark == position(state)))
+        return bool(self._read(lambda state: self._unchanged(state) and index.watermark == state.last_op_id))
 
     def _unchanged(self, state: State) -> bool:
         with self._state_lock:
@@ -224,7 +224,7 @@ class FullTextProjection:
         index = self._fulltext
         if not self._private:
             index.refresh()  # as the last process to commit it left it
-        last = self._read(position)
+        last = self._read(lambda state: state.last_op_id)
         if index.watermark == last:
             return False
         if index.watermark is not None and (last is None or index.watermark > last):
@@ -249,7 +249,7 @@ class FullTextProjection:
                 entity is not None and is_forgotten(entity)
                 for entity in ((state.infos if kind == "info" else state.keywords).get(entity_id)
                                for (kind, entity_id), text in texts.items() if text is None))
-            return position(state), texts, forgotten
+            return state.last_op_id, texts, forgotten
 
         watermark, texts, forgotten = self._read(plan)
         if forgotten:
@@ -278,7 +278,7 @@ class FullTextProjection:
         later ones): deleting the caches would then change what a read-only tree finds."""
         with self._private_lock:
             if not self._private:
-                last = self._read(position)
+                last = self._read(lambda state: state.last_op_id)
                 opened = self._index is not None
                 shared = self._fulltext
                 if opened and shared.watermark != last:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kwtree.engine.state import State
 from kwtree.models import ROOT_ID, info_text
 
-__all__ = ["EntityKey", "entity_text", "position", "search_text", "written_after"]
+__all__ = ["EntityKey", "entity_text", "search_text", "written_after"]
 
 EntityKey = tuple[str, str]  # (kind, id)
 
@@ -37,21 +37,9 @@ def search_text(state: State, kind: str, entity_id: str) -> str | None:
     return " ".join([text, *path])
 
 
-def position(state: State) -> str | None:
-    """The watermark a cache records once it reflects ``state``: its last op id, or the id of
-    a later note (a git merge or a re-chaining of the log), so that ``written_after`` knows
-    whether the log was rewritten since."""
-    op, note = state.last_op_id, state.last_note_id
-    return note if op is None or (note is not None and note > op) else op
-
-
 def written_after(state: State, watermark: str | None) -> set[EntityKey]:
-    """Every entity written after ``watermark`` (all of them when None, or when a note came
-    after it: a merge inserts the other branch's operations below the watermark, in op-id
-    order), and the subtree of every keyword among them (a rename or move changes its
-    descendants' paths)."""
-    if state.last_note_id is not None and watermark is not None and state.last_note_id > watermark:
-        watermark = None
+    """Every entity written after ``watermark`` (all of them when None), and the subtree of
+    every keyword among them (a rename or move changes its descendants' paths)."""
     changed: set[EntityKey] = set()
     for info in state.infos.values():
         if watermark is None or info.op_id > watermark:

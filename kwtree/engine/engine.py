@@ -320,8 +320,6 @@ class Engine:
         state = self.state
         if state.last_op_id is not None:
             self._clock.observe(state.last_op_id, state.last_timestamp)
-        if state.last_note_id is not None:  # a merge note's id is above every merged op's: stay above it
-            self._clock.observe(state.last_note_id, state.last_timestamp)
 
     def catch_up(self, until: Position | None = None) -> int:
         """Apply the operations other processes appended since the last look; returns how

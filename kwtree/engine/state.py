@@ -50,7 +50,6 @@ class State:
         "keyword_journal",
         "keywords",
         "keywords_by_info",
-        "last_note_id",
         "last_op_id",
         "last_timestamp",
         "links",
@@ -78,9 +77,6 @@ class State:
         self.rel_in: dict[str, dict[tuple[str, str], Relation]] = {}
         self.op_count = 0
         self.last_op_id: str | None = None
-        #: op id of the last note folded in (a merge, a re-chaining): the log was rewritten
-        #: there, so operations with lower ids may have come in (kwtree.caches.texts)
-        self.last_note_id: str | None = None
         self.last_timestamp = 0.0
         #: ids of keywords written since a consumer (the agent's text index) last took the
         #: list; None until a consumer asks for it, so replay pays nothing for it
@@ -102,7 +98,6 @@ class State:
         copy.rel_in = {key: dict(rels) for key, rels in self.rel_in.items()}
         copy.op_count = self.op_count
         copy.last_op_id = self.last_op_id
-        copy.last_note_id = self.last_note_id
         copy.last_timestamp = self.last_timestamp
         return copy
 
@@ -377,9 +372,9 @@ def apply_rows(state: State, op_id: str, timestamp: float, entities: Iterable[En
     (entities get their replayed version, level and effective parent set before they are
     stored). Replay calls it with the rows it decoded, without building an ``Operation``.
 
-    A note (format 3, ``kwtree.models.Note``) changes nothing but ``last_note_id``: not
-    ``op_count``, ``last_op_id`` or ``last_timestamp``, so a rewriter that records one
-    (compaction, forget, repair, a git merge) leaves every public read as it was.
+    A note (format 3, ``kwtree.models.Note``) changes nothing: not even ``op_count``,
+    ``last_op_id`` or ``last_timestamp``, so a rewriter that records one (compaction, forget,
+    repair) leaves every public read as it was.
 
     ``last_timestamp`` is the newest timestamp folded in, not the last one: a log merged from
     two writers may hold a later op id with an earlier timestamp (two writers in one
@@ -389,8 +384,7 @@ def apply_rows(state: State, op_id: str, timestamp: float, entities: Iterable[En
     for entity in entities:
         put[type(entity)](state, entity)
     if entity is NOTE:
-        state.last_note_id = op_id  # a note (its one row) says something about the log: no entity, no version
-        return
+        return  # a note (its one row) says something about the log: no entity, no version of the state
     state.op_count += 1
     state.last_op_id = op_id
     if timestamp > state.last_timestamp:
