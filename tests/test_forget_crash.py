@@ -35,7 +35,7 @@ STEPS = {
     "rewriting": ("kwtree.stores.logswap", "write_segment", "after", 1),  # in log.compacting/, mid-rewrite
     "written": ("kwtree.stores.logswap", "swap_in", "before", 1),
     "swapped": ("kwtree.stores.logswap", "swap_in", "after", 1),
-    "purging": ("kwtree.caches.tree_caches", "erase_vectors", "before", 1),
+    "purging": ("kwtree.caches.vector_projection", "erase_vectors", "before", 1),
 }
 #: The steps of a forget whose log rewrite finds a live abstract quoting an older text: the
 #: second forget operation is being decided, then it is durable and the rewrite runs again.
