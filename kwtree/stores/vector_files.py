@@ -1,5 +1,6 @@
-"""The vector store's files, read: its JSON metas, sizes and identities, checksums and the
-keys file (``keys.jsonl``, one line per vector row).
+"""The vector store's files, read: its JSON metas, sizes, identities and stamps, checksums, the
+batches it takes, what it reports (``VectorStoreStats``) and the keys file (``keys.jsonl``, one
+line per vector row).
 
 A key line is ``[entity_id, content_hash, check]``: ``check`` is the CRC-32 of the row's vector
 bytes as 8 hex digits (``row_check``), so a row whose vector was garbled, or whose line now sits
@@ -15,6 +16,7 @@ import logging
 import re
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,9 @@ import orjson
 
 from kwtree.errors import InvalidInputError
 
-__all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "FileStamp", "checked_batch",
-           "erased_key_line", "file_crc", "file_id_and_size", "file_size", "file_stamp", "model_directory",
-           "parse_keys", "read_json", "row_check"]
+__all__ = ["KEYS_FILE", "LOCK_FILE", "META_FILE", "PARSE_CHUNK", "VECTORS_FILE", "FileStamp", "VectorStoreStats",
+           "checked_batch", "erased_key_line", "file_crc", "file_id_and_size", "file_size", "file_stamp",
+           "model_directory", "parse_keys", "read_json", "row_check"]
 
 log = logging.getLogger("kwtree.cache")
 
@@ -44,6 +46,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class VectorStoreStats:
+    """What a store holds and how its index came to be (for verify, metrics and tests)."""
+
+    rows: int
+    indexed_rows: int  # rows in the in-memory hnswlib index (0 when none is built)
+    loaded_rows: int  # rows the in-memory index took from hnsw.bin rather than building
+    capacity: int  # the in-memory index's max_elements (0 when none)
+    persisted_rows: int  # rows covered by the hnsw.bin this process last loaded or saved
 
 
 #: What tells a file's bytes apart without reading them: device, inode, size, and the times of

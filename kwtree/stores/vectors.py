@@ -47,7 +47,6 @@ import os
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -73,6 +72,7 @@ from kwtree.stores.vector_files import (
     META_FILE,
     VECTORS_FILE,
     FileStamp,
+    VectorStoreStats,
     checked_batch,
     file_crc,
     file_id_and_size,
@@ -121,17 +121,6 @@ PERSIST_LAG_ROWS = 500
 _UNCHECKED, _SOUND, _DAMAGED = 0, 1, 2
 
 
-@dataclass(frozen=True, slots=True)
-class VectorStoreStats:
-    """What a store holds and how its index came to be (for verify, metrics and tests)."""
-
-    rows: int
-    indexed_rows: int  # rows in the in-memory hnswlib index (0 when none is built)
-    loaded_rows: int  # rows the in-memory index took from hnsw.bin rather than building
-    capacity: int  # the in-memory index's max_elements (0 when none)
-    persisted_rows: int  # rows covered by the hnsw.bin this process last loaded or saved
-
-
 class VectorStore:
     """Embeddings of one model in ``directory``; see the module docstring for the files.
 
@@ -177,6 +166,8 @@ class VectorStore:
         self._checks: list[str | None] = []  # each row's check, as its key line records it
         self._row_state = bytearray()  # per row: _UNCHECKED, _SOUND or _DAMAGED
         self._damage_logged = False
+        #: The row files' stamps when every row in them was known sound (see checked_stamp).
+        self._vouched: tuple[FileStamp, FileStamp] | None = None
         self._known: set[tuple[str, str]] = set()
         self._keys_end = 0  # byte offset in keys.jsonl just after the last row taken
         self._matrix: np.ndarray | None = None  # memmap of the rows, rebuilt when they grow
@@ -399,11 +390,13 @@ class VectorStore:
                 lines = b"".join(orjson.dumps([*key, check]) + b"\n"
                                  for key, check in zip(new_keys, checks, strict=True))
                 try:
+                    vouched = self._stamps() == self._vouched  # (nothing but this store wrote since)
                     self._trim_torn_tail()
                     vec_fd, keys_fd = self._append_fds()
                     # Vectors before keys: a whole key line always has its vector behind it.
                     write_all(vec_fd, block)
                     write_all(keys_fd, lines)
+                    self._vouched = self._stamps() if vouched else None
                 except OSError as exc:
                     # Cut what this batch wrote (shrinking needs no space), so that the store
                     # holds whole rows only and takes the batch again once space returns.
@@ -525,23 +518,19 @@ class VectorStore:
             return set(self._known)
 
     def checked_stamp(self) -> tuple[FileStamp, FileStamp] | None:
-        """The stamps (``vector_files.file_stamp``) of keys.jsonl and vectors.f32 while they
-        hold exactly the rows this store has taken, each sound (rows not checked yet are
-        checked now) and none erased by another process: a caller's proof, for ``trust``,
-        that the store is sound. None when that cannot be told (a row fails its check,
-        another process appends or erased meanwhile, a torn tail, no rows)."""
+        """The stamps (``vector_files.file_stamp``) of keys.jsonl and vectors.f32 while they are
+        what this store vouched for (every row checked by ``mend``, or taken by ``trust``) plus
+        its own appends: a proof, for ``trust``, that every row is sound. None when anything
+        else changed them since (another process's rows, damage), or they hold no rows."""
         with self._mutex:
             self._check_open()
             try:
-                before = self._stamps()
                 self._read_new_rows()
-                if (self._damaged_rows(0, len(self._keys))
-                        or erased_since(self.directory, self._keys_end, self._keys, self._checks)):
-                    return None
-                after = self._stamps()
+                stamps = self._stamps()
             except OSError:
                 return None
-            return after if after == before and self._holds_exactly(after) else None
+            sound = stamps == self._vouched and self._holds_exactly(stamps) and not self._damaged_rows(0, len(self))
+            return stamps if sound else None
 
     def trust(self, stamps: tuple[FileStamp, FileStamp]) -> bool:
         """If keys.jsonl and vectors.f32 are still as ``checked_stamp`` found them (in this
@@ -555,9 +544,10 @@ class VectorStore:
             except OSError:
                 return False
             self._row_state = self._row_state.replace(bytes([_UNCHECKED]), bytes([_SOUND]))
+            self._vouched = stamps
             return True
 
-    def _stamps(self) -> tuple[FileStamp, FileStamp]:
+    def _stamps(self) -> tuple[FileStamp, FileStamp]:  # (keys first: their vectors came before)
         return file_stamp(self._keys_path), file_stamp(self._vectors_path)
 
     def _holds_exactly(self, stamps: tuple[FileStamp, FileStamp]) -> bool:
@@ -628,10 +618,13 @@ class VectorStore:
             try:
                 with self._locked():
                     self._read_new_rows()
+                    if self._stamps() != self._vouched:  # changed by others: every row is read again
+                        self._row_state = bytearray(len(self._keys))
                     damaged = self._damaged_rows(0, len(self._keys))
                     if damaged:
                         self._erase_rows(damaged)
                         done.append((VECTORS_FILE, f"erased {len(damaged)} rows whose vectors failed their checks"))
+                    self._vouched = self._stamps()
                     problem = self._saved_graph_problem(read_json(self._index_meta_path)) if graph else None
                     if problem is not None:
                         remove_graph(self.directory)
