@@ -239,7 +239,7 @@ def test_cache_files_are_every_file_of_the_caches_but_locks(cached_tree: Path) -
     files = cache_files(cached_tree)
     assert "outbox.jsonl" in files and "cache/fulltext/meta.json" in files
     assert {name.rsplit("/", 1)[-1] for name in files if "/vectors/" in name} == {
-        "meta.json", "vectors.f32", "keys.jsonl", "position.json"}  # (no graph: 6 vectors are searched row by row)
+        "meta.json", "vectors.f32", "keys.jsonl", "position.json", "versions.u64"}  # (no graph: 6 vectors)
     assert any(name.endswith(".store") for name in files)
     on_disk = {str(p.relative_to(cached_tree)) for p in (cached_tree / "cache").rglob("*") if p.is_file()}
     assert on_disk - set(files) == {name for name in on_disk if name.endswith("lock")}

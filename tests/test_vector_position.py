@@ -5,16 +5,21 @@ to the vector files and a git merge below the position are still found, on real 
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from kwtree import KeywordTree
 from kwtree.caches import vector_projection
 from kwtree.caches.embed import HashEmbedder
+from kwtree.cli.worker import serve_outbox
 from kwtree.ops import git as kwgit
+from kwtree.ops.verify import verify_directory
 from kwtree.stores import vectors as vector_store
 from kwtree.stores.vector_files import VECTORS_FILE
 
@@ -142,3 +147,108 @@ def test_a_garbled_position_means_a_full_scan(tree_dir: Path, counts: Counts) ->
     with KeywordTree(tree_dir, **OPTIONS) as tree:
         assert tree.wait_indexed(LIMIT)
         assert counts.checked >= len(ids) and counts.hashed >= len(ids)
+
+
+def _merge(ours: Path, theirs: Path, base: dict[str, bytes]) -> None:
+    """What ``git merge`` does to the log: the shared segments merged by kwtree's driver,
+    each side's new segments taken as they are."""
+    for name, segment in base.items():
+        merged = kwgit.merge_segments(segment, (ours / "log" / name).read_bytes(), (theirs / "log" / name).read_bytes())
+        (ours / "log" / name).write_bytes(merged)
+    for path in (theirs / "log").iterdir():
+        if path.name not in base:
+            shutil.copy(path, ours / "log" / path.name)
+
+
+def test_a_merge_of_logs_that_moved_on_to_new_segments_is_embedded(tmp_path: Path) -> None:
+    # Found in review: the merge note only follows the shared segment's operations, so a rule
+    # keyed on notes missed the other branch's newer segments below the position.
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    with KeywordTree(ours, segment_bytes=4096, **OPTIONS) as tree:
+        tree.create_info("the common root memory")
+        assert tree.wait_indexed(LIMIT)
+    shutil.copytree(ours, theirs, ignore=shutil.ignore_patterns("cache", "outbox*", "lock"))
+    base = {path.name: path.read_bytes() for path in (ours / "log").iterdir()}
+    with KeywordTree(theirs, **OPTIONS) as tree:  # theirs first: older op ids
+        zebras = [tree.create_info(f"zebra fact {n}: zebras graze on the savanna " + "and so on " * 30).id
+                  for n in range(8)]
+    with KeywordTree(ours, **OPTIONS) as tree:
+        for n in range(8):
+            tree.create_info(f"penguin fact {n}: penguins swim in cold water " + "and so on " * 30)
+        assert tree.wait_indexed(LIMIT)
+    assert len(list((ours / "log").iterdir())) > len(base)  # ours moved on to a new segment
+    _merge(ours, theirs, base)
+    with KeywordTree(ours, **OPTIONS) as tree:
+        assert tree.wait_indexed(LIMIT)
+        assert set(zebras) <= set(_vector_ids(tree, "zebras graze on the savanna"))
+
+
+def test_a_switch_to_a_branch_with_older_operations_is_embedded(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    with KeywordTree(ours, **OPTIONS) as tree:
+        tree.create_info("the common root memory")
+        assert tree.wait_indexed(LIMIT)
+    shutil.copytree(ours, theirs, ignore=shutil.ignore_patterns("cache", "outbox*", "lock"))
+    with KeywordTree(theirs, **OPTIONS, worker=False) as tree:
+        zebra = tree.create_info("zebras graze on the savanna")  # an older id than ours' position
+    with KeywordTree(ours, **OPTIONS) as tree:
+        tree.create_info("penguins swim in cold water")
+        assert tree.wait_indexed(LIMIT)  # the position is recorded here
+    with KeywordTree(theirs, **OPTIONS, worker=False) as tree:
+        tree.create_info("yaks live in the mountains")  # theirs' last op is above ours' position
+    # `git checkout` of theirs' branch in ours: the tracked files change, cache/ stays
+    shutil.rmtree(ours / "log")
+    shutil.copytree(theirs / "log", ours / "log")
+    shutil.copy(theirs / "manifest.json", ours / "manifest.json")
+    with KeywordTree(ours, **OPTIONS) as tree:
+        assert tree.wait_indexed(LIMIT)
+        assert zebra.id in _vector_ids(tree, "zebras graze on the savanna")
+
+
+def test_damage_under_an_open_writer_is_never_recorded_as_sound(tree_dir: Path) -> None:
+    # Found in review: a position recorded after damage done while the tree was open vouched
+    # for the garbled row, and every later open searched it.
+    ids = _filled(tree_dir)
+    (store,) = (tree_dir / "cache" / "vectors").iterdir()
+    with KeywordTree(tree_dir, **OPTIONS) as tree:
+        assert tree.wait_indexed(LIMIT)  # the open's scan trusts the rows
+        kept = _vector_ids(tree, "green tea")
+        row_bytes = 4 * HashEmbedder().dim
+        with open(store / VECTORS_FILE, "r+b") as f:  # in place: the first row := the second's vector
+            f.seek(row_bytes)
+            second = f.read(row_bytes)
+            f.seek(0)
+            f.write(second)
+        tree.create_info("a later memory about kites")  # a write: its embedding, then a new position
+        assert tree.wait_indexed(LIMIT)
+    with KeywordTree(tree_dir, **OPTIONS) as tree:
+        assert tree.wait_indexed(LIMIT)
+        assert _vector_ids(tree, "green tea") == kept
+    assert ids and verify_directory(tree_dir).ok
+
+
+def test_a_kwtree_worker_records_the_position_for_the_next_open(tree_dir: Path, counts: Counts) -> None:
+    _filled(tree_dir)
+    stop = threading.Event()
+    worker = threading.Thread(target=serve_outbox, args=(tree_dir, HashEmbedder()), kwargs={"stop": stop})
+    worker.start()
+    try:
+        with KeywordTree(tree_dir, **OPTIONS, worker=False) as tree:  # a hook: the worker embeds its write
+            late = tree.create_info("a memory the worker embeds, about kites")
+        deadline = time.monotonic() + LIMIT
+        while _recorded_op(tree_dir) != late.op_id:  # the worker embedded it and recorded the position
+            assert time.monotonic() < deadline, "the worker did not record a position past the hook's memory"
+            time.sleep(0.05)
+        counts.hashed = counts.checked = 0
+        with KeywordTree(tree_dir, **OPTIONS) as tree:
+            assert tree.wait_indexed(LIMIT)
+            assert counts.checked == 0
+    finally:
+        stop.set()
+        worker.join(LIMIT)
+
+
+def _recorded_op(tree_dir: Path) -> str | None:
+    """The op id of the vector store's recorded position, if any."""
+    found = list((tree_dir / "cache" / "vectors").glob(f"*/{vector_projection.POSITION_FILE}"))
+    return orjson.loads(found[0].read_bytes())["op"] if found else None

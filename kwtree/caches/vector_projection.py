@@ -5,16 +5,20 @@ position it reflects and, at the next open, looks only at what was written after
   older text is never returned by a search (``hits`` accepts a row only while its content
   hash is the entity's current one).
 - **The scan** (``missing``) lists every live entity whose current text has no vector: the
-  work a lost outbox row or a deleted cache left undone. It records a **position** in the
-  store's ``position.json`` when it found nothing missing: ``{"op", "files", "check"}``, the
-  state's position (``kwtree.caches.texts.position``) and the stamps of the row files
-  (``VectorStore.checked_stamp``: every row sound, nothing erased, no other writer
-  mid-append). A later scan whose files still have those stamps trusts their rows (no vector
-  is read) and hashes only the entities written after the position; any change to the files
-  it did not make (damage, a forget's erasure, another writer's rows) or a garbled position
-  means a full scan, with every row checked (``VectorStore.mend``). A position is only ever
-  claimed for a state whose every live text had its vector, so a lost outbox item is never
-  hidden by it: its entity was written after the position.
+  work a lost outbox row or a deleted cache left undone. It records a **position** when it
+  found nothing missing, and so does ``advance`` once a backlog is embedded: ``position.json``
+  holds the last op id of the state, the stamps of the row files (``VectorStore.checked_stamp``:
+  every row sound, the files exactly what this store read and wrote) and a check;
+  ``versions.u64`` the versions of the entities written up to that op
+  (``kwtree.caches.texts.versions_upto``). A later scan whose files still have those stamps
+  trusts their rows (no vector is read) and hashes only the entities written after the
+  position — all of them when a version at or below it is not among the recorded ones (a git
+  merge puts the other branch's operations below it; a branch switch brings older versions
+  back). Any change to the files this store did not make (damage, a forget's erasure, another
+  writer's rows), or a position that fails its check, means a full scan with every row
+  checked (``VectorStore.mend``). A position is only ever claimed for a state whose every
+  live text had its vector, so a lost outbox item is never hidden by it: its entity was
+  written after the position.
 - **A tree that may not write** (``read_only``, ``as_of``) opens the store read-only,
   searches what writers embedded and scans nothing.
 """
@@ -34,7 +38,7 @@ import numpy as np
 import orjson
 
 from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
-from kwtree.caches.texts import EntityKey, entity_text, position, written_after
+from kwtree.caches.texts import EntityKey, entity_text, versions_upto, written_after
 from kwtree.engine.state import State
 from kwtree.errors import LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir, write_atomically
@@ -42,7 +46,7 @@ from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vector_files import FileStamp, model_directory, read_json
 from kwtree.stores.vectors import VectorStore
 
-__all__ = ["POSITION_FILE", "Hits", "VectorProjection", "WorkItem"]
+__all__ = ["POSITION_FILE", "VERSIONS_FILE", "Hits", "VectorProjection", "WorkItem"]
 
 log = logging.getLogger("kwtree.cache")
 
@@ -51,10 +55,13 @@ Reader = Callable[[Callable[[State], T]], T]
 Hits = list[tuple[str, float]]  # (entity id, similarity), best first
 WorkItem = tuple[str, str, str, str]  # (kind, id, content hash, model): an outbox item
 POSITION_FILE = "position.json"
+VERSIONS_FILE = "versions.u64"  # the position's versions (``texts.versions_upto``), raw little-endian uint64
 #: Most entries the content-hash cache holds (~150 B each); beyond, hashes are computed each time.
 _DIGEST_CACHE_LIMIT = 200_000
 _SCAN_CHUNK = 500  # entities hashed per hold of the state lock by the scan
 Stamps = tuple[FileStamp, FileStamp]
+#: A recorded position: the op id, the row files' stamps, the versions written up to it.
+Position = tuple[str, Stamps, np.ndarray]
 
 
 class VectorProjection:
@@ -79,8 +86,9 @@ class VectorProjection:
         self._digests: dict[EntityKey, tuple[object, str | None]] = {}
         #: The position up to which every live text is known to have its vector (None: unknown),
         #: and whether this tree's scan ran (then every row is checked, or trusted).
-        self._base: str | None = None
+        self._base: Position | None = None
         self._scanned = False
+        self._scanning = threading.Lock()  # one scan or advance at a time (the worker, a search's recovery)
         self.unsaved = False  # vectors were added since the graph was last persisted
 
     @property
@@ -199,18 +207,44 @@ class VectorProjection:
         ReadOnlyError in a tree that does not write."""
         if not self.writes:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
-        recorded = None if full else self._recorded()
-        since = recorded[0] if recorded is not None and self.store.trust(recorded[1]) else None
-        if since is None:
-            for _, done in self.store.mend(graph=False):  # (a saved graph is checked when it is loaded)
-                log.warning("vector cache %s: %s", self.directory, done)
-        self._base, self._scanned = since, True
-        known = self.store.known()
+        with self._scanning:
+            recorded = None if full else self._recorded()
+            trusted = recorded is not None and self.store.trust(recorded[1])
+            if not trusted:
+                for _, done in self.store.mend(graph=False):  # (a saved graph is checked when it is loaded)
+                    log.warning("vector cache %s: %s", self.directory, done)
+            since = recorded if trusted else None
+            self._base, self._scanned = since, True
+            at, work = self._unstored_since(since, self.store.known())
+            if not work and (since is None or at != since[0]):  # (a position still current stays as it is)
+                self._record(at)
+            return work
+
+    def advance(self) -> None:
+        """Once the work a scan found is embedded: record the state's position if every live
+        text written after the last recorded one (every live text, when none was) has its
+        vector. Hashes only what the scan has not (digests are kept); nothing when this tree
+        has not scanned since it opened."""
+        if not self._scanned or not self.writes:
+            return
+        with self._scanning:
+            base = self._base
+            at, work = self._unstored_since(base, self.store.known())
+            if not work and (base is None or at != base[0]):
+                self._record(at)
+
+    def _unstored_since(self, since: Position | None,
+                        known: Collection[tuple[str, str]]) -> tuple[str | None, list[WorkItem]]:
+        """The state's position, and outbox items for the live entities written after
+        ``since`` (all of them when None, or when versions at or below it came in since)
+        whose text has no vector among ``known``. The state lock is held per chunk, so reads
+        and writes need not wait for the whole pass (an entity written meanwhile is queued
+        by its write, and is after the position returned)."""
 
         def keys(state: State) -> tuple[str | None, list[EntityKey]]:
-            at = position(state)
-            if since is not None and at is not None and since <= at:
-                return at, sorted(written_after(state, since))
+            at = state.last_op_id
+            if since is not None and at is not None and since[0] <= at:
+                return at, sorted(written_after(state, since[0], since[2]))
             return at, [("info", entity_id) for entity_id in state.infos] + [
                 ("keyword", entity_id) for entity_id in state.keywords]
 
@@ -222,61 +256,50 @@ class VectorProjection:
                     found.append((kind, entity_id, digest, self.model))
             return found
 
-        # The state lock is taken per chunk, so reads and writes need not wait for the whole
-        # scan (an entity written meanwhile is queued by its write, and is after ``at``).
         at, todo = self._read(keys)
         work: list[WorkItem] = []
         for start in range(0, len(todo), _SCAN_CHUNK):
             work += self._read(functools.partial(unstored, chunk=todo[start : start + _SCAN_CHUNK]))
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
-        if not work and (since is None or at != since):  # (a position still current stays as it is)
-            self._record(at)
-        return work
-
-    def advance(self) -> None:
-        """Once the work a scan found is embedded: record the state's position if every live
-        text written after the last recorded one (every live text, when none was) has its
-        vector. Hashes only what the scan has not (digests are kept); nothing when this tree
-        has not scanned since it opened."""
-        base = self._base
-        if not self._scanned or not self.writes:
-            return
-
-        def check(state: State) -> tuple[str | None, bool]:
-            at = position(state)
-            if at is None or (base is not None and at < base):
-                return at, False
-            return at, not self.unembedded(state, written_after(state, base))
-
-        at, complete = self._read(check)
-        if complete and at != base:
-            self._record(at)
+        return at, work
 
     def _record(self, at: str | None) -> None:
+        """Record ``at`` as the store's position (the caller found every live text written
+        up to it embedded), with the stamps of files whose rows are all sound and the versions
+        written up to it; nothing when the store cannot vouch for its files."""
         stamps = self.store.checked_stamp() if at is not None else None
-        if stamps is None:
+        if at is None or stamps is None:
             return
-        body = [at, [list(stamp) if stamp is not None else None for stamp in stamps]]
-        try:
-            write_atomically(self.directory / POSITION_FILE, orjson.dumps(
-                {"op": body[0], "files": body[1], "check": zlib.crc32(orjson.dumps(body))}), self._file_mode)
+        versions = self._read(lambda state: versions_upto(state, at))
+        files = [list(stamp) if stamp is not None else None for stamp in stamps]
+        check = zlib.crc32(orjson.dumps([at, files]), zlib.crc32(versions.tobytes()))
+        try:  # the versions first: a position.json never names versions it does not find
+            write_atomically(self.directory / VERSIONS_FILE, versions.tobytes(), self._file_mode)
+            write_atomically(self.directory / POSITION_FILE,
+                             orjson.dumps({"op": at, "files": files, "check": check}), self._file_mode)
         except OSError as exc:  # a cache: the next scan is a full one
             log.debug("could not record the vector cache's position: %s", exc)
             return
-        self._base = at
+        self._base = (at, stamps, versions)
 
-    def _recorded(self) -> tuple[str, Stamps] | None:
-        """The position ``position.json`` records, or None if it is missing or not one it wrote."""
+    def _recorded(self) -> Position | None:
+        """The position ``position.json`` and ``versions.u64`` record, or None if they are
+        missing, do not match, or are not what it wrote."""
         found = read_json(self.directory / POSITION_FILE)
         if found is None:
             return None
         op, files = found.get("op"), found.get("files")
         if (not isinstance(op, str) or not isinstance(files, list) or len(files) != 2
-                or found.get("check") != zlib.crc32(orjson.dumps([op, files]))
                 or not all(isinstance(stamp, list) and len(stamp) == 5 and all(type(n) is int for n in stamp)
                            for stamp in files)):
             return None
-        return op, (tuple(files[0]), tuple(files[1]))
+        try:
+            raw = (self.directory / VERSIONS_FILE).read_bytes()
+        except OSError:
+            return None
+        if len(raw) % 8 or found.get("check") != zlib.crc32(orjson.dumps([op, files]), zlib.crc32(raw)):
+            return None
+        return op, (tuple(files[0]), tuple(files[1])), np.frombuffer(raw, dtype="<u8")
 
     # --- rebuilding and erasing ----------------------------------------------------------------
 
@@ -286,7 +309,7 @@ class VectorProjection:
         write."""
         if not self.writes:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
-        with self._embedding, self._open_lock:  # (no embedding appends to the files meanwhile)
+        with self._scanning, self._embedding, self._open_lock:  # (no embedding appends to the files meanwhile)
             store, self._store = self._store, None
             self._base, self._scanned = None, False
             if store is not None:
@@ -299,7 +322,7 @@ class VectorProjection:
         returns how many rows went. Raises ReadOnlyError in a tree that does not write."""
         if not self.writes:
             raise ReadOnlyError("a tree that may not write cannot erase its caches")
-        with self._embedding, self._open_lock:
+        with self._scanning, self._embedding, self._open_lock:
             store, self._store = self._store, None
             self._base, self._scanned = None, False
             if store is not None:

@@ -44,7 +44,7 @@ def serve_outbox(
             embedder = tree_embedder(engine.recorded_embedder, None, new=False)[0]
         # The worker never writes the log, but it does write the vector store and the outbox,
         # which a read-only tree's own caches never do.
-        indexes = TreeCaches(Path(data_dir), embedder, engine.read, writes=False, worker=False,
+        caches = TreeCaches(Path(data_dir), embedder, engine.read, writes=False, worker=False,
                           embed_async=True, write_vectors=True, file_mode=engine.file_mode)
         outbox = Outbox(Path(data_dir) / OUTBOX_NAME, lease_seconds=lease_seconds, file_mode=engine.file_mode)
         worker = new_worker_id()
@@ -52,19 +52,24 @@ def serve_outbox(
         def process(items: list[Item]) -> dict[str, str | None]:
             nonlocal processed
             engine.catch_up()  # the texts may have been written after this process last looked
-            result = indexes.embed([(item.kind, item.id, item.hash) for item in items])
+            result = caches.embed([(item.kind, item.id, item.hash) for item in items])
             processed += len(items)
             tick.remaining(outbox.backlog() - len(items))  # (these are still open until recorded)
             return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
         def start() -> None:
-            indexes.repair(full=False)
+            caches.repair(full=False)
             tick.remaining(outbox.backlog())
             tick.start()
 
         def idle() -> None:
             engine.catch_up()
-            if once and not outbox.backlog():
+            if outbox.backlog():
+                return
+            if caches.vectors.unsaved:  # a backlog is done: save the graph, record the position
+                caches.vectors.persist()
+                caches.vectors.advance()
+            if once:
                 stop.set()
                 tick.finish()
 
@@ -75,7 +80,7 @@ def serve_outbox(
         finally:
             retire_worker(worker)
             outbox.close()
-            indexes.close()
+            caches.close()
     finally:
         engine.close()
     return processed
