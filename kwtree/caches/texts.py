@@ -4,13 +4,14 @@ and which entities changed after an index's watermark. Pure functions of the Sta
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 
 from kwtree.engine.state import State
-from kwtree.models import ROOT_ID, info_text
+from kwtree.models import ROOT_ID, Info, Keyword, info_text
 
-__all__ = ["EntityKey", "entity_text", "search_text", "versions_upto", "written_after"]
+__all__ = ["EntityKey", "entity_text", "search_text", "versions_hold", "versions_upto", "written_after"]
 
 EntityKey = tuple[str, str]  # (kind, id)
 
@@ -41,28 +42,34 @@ def search_text(state: State, kind: str, entity_id: str) -> str | None:
     return " ".join([text, *path])
 
 
-def versions_upto(state: State, watermark: str) -> np.ndarray:
-    """Digests (sorted uint64) of the current version of every keyword and info that was
-    written at or before ``watermark``: what a cache records beside its watermark, so that a
-    later ``written_after`` can tell whether versions at or below it came in since (a git merge
-    puts the other branch's operations below it, in op-id order; a branch switch brings older
-    ones back)."""
+def versions_upto(state: State, watermark: str, keys: Iterable[EntityKey] | None = None) -> np.ndarray:
+    """Digests (sorted uint64) of the current version of every keyword and info (of ``keys``,
+    when given) that was written at or before ``watermark``: what a cache records beside its
+    watermark, so that a later ``versions_hold`` can tell whether versions at or below it came
+    in since (a git merge puts the other branch's operations below it, in op-id order; a branch
+    switch brings older ones back)."""
+    if keys is None:
+        found: Iterable[tuple[str, Info | Keyword]] = [
+            *(("info", info) for info in state.infos.values()),
+            *(("keyword", keyword) for keyword in state.keywords.values())]
+    else:
+        found = [(kind, entity) for kind, entity_id in keys
+                 if (entity := (state.infos if kind == "info" else state.keywords).get(entity_id)) is not None]
     digests = [hashlib.blake2b(f"{kind}/{entity.id}/{entity.op_id}".encode(), digest_size=8).digest()
-               for kind, entities in (("info", state.infos), ("keyword", state.keywords))
-               for entity in entities.values() if entity.op_id <= watermark]
+               for kind, entity in found if entity.op_id <= watermark]
     return np.sort(np.frombuffer(b"".join(digests), dtype="<u8"))
 
 
-def written_after(state: State, watermark: str | None, versions: np.ndarray | None = None) -> set[EntityKey]:
+def versions_hold(state: State, watermark: str, recorded: np.ndarray) -> bool:
+    """Whether every current version written at or before ``watermark`` is among the versions
+    ``recorded`` there (``versions_upto``): False when the log holds operations below the
+    watermark that the cache never saw."""
+    return bool(np.isin(versions_upto(state, watermark), recorded).all())
+
+
+def written_after(state: State, watermark: str | None) -> set[EntityKey]:
     """Every entity written after ``watermark`` (all of them when None), and the subtree of
-    every keyword among them (a rename or move changes its descendants' paths). With the
-    ``versions`` recorded at the watermark (``versions_upto``): all of them too when a version
-    at or below it is not among those (the log holds operations below the watermark that the
-    cache never saw)."""
-    if watermark is not None and versions is not None:
-        now = versions_upto(state, watermark)
-        if not np.isin(now, versions, assume_unique=False).all():
-            watermark = None
+    every keyword among them (a rename or move changes its descendants' paths)."""
     changed: set[EntityKey] = set()
     for info in state.infos.values():
         if watermark is None or info.op_id > watermark:

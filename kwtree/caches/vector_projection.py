@@ -4,21 +4,22 @@ position it reflects and, at the next open, looks only at what was written after
 - **Embedding** (``embed``) stores the vector of each entity's current text; a vector of an
   older text is never returned by a search (``hits`` accepts a row only while its content
   hash is the entity's current one).
-- **The scan** (``missing``) lists every live entity whose current text has no vector: the
-  work a lost outbox row or a deleted cache left undone. It records a **position** when it
-  found nothing missing, and so does ``advance`` once a backlog is embedded: ``position.json``
-  holds the last op id of the state, the stamps of the row files (``VectorStore.checked_stamp``:
-  every row sound, the files exactly what this store read and wrote) and a check;
-  ``versions.u64`` the versions of the entities written up to that op
-  (``kwtree.caches.texts.versions_upto``). A later scan whose files still have those stamps
-  trusts their rows (no vector is read) and hashes only the entities written after the
-  position — all of them when a version at or below it is not among the recorded ones (a git
-  merge puts the other branch's operations below it; a branch switch brings older versions
-  back). Any change to the files this store did not make (damage, a forget's erasure, another
-  writer's rows), or a position that fails its check, means a full scan with every row
-  checked (``VectorStore.mend``). A position is only ever claimed for a state whose every
-  live text had its vector, so a lost outbox item is never hidden by it: its entity was
-  written after the position.
+- **The scan** (``missing``) lists every live entity whose current text has no vector: the work
+  a lost outbox row or a deleted cache left undone. It records a **position** when it found
+  nothing missing, and so does ``advance`` once a backlog is embedded: ``position.json`` holds
+  the last op id of the state, the stamps of the row files (``VectorStore.checked_stamp``: every
+  row sound, the files exactly what this store read and wrote) and a check; ``versions.u64`` the
+  versions of the entities written up to that op (``kwtree.caches.texts.versions_upto``;
+  ``advance`` adds the versions written since the last position to those recorded there, each of
+  them embedded when it was current). A later scan whose files still have those stamps trusts
+  their rows (no vector is read) and hashes only the entities written after the position — all
+  of them when a version at or below it is not among the recorded ones (a git merge puts the
+  other branch's operations below it; a branch switch brings older versions back). Any change to
+  the files this store did not make (damage, a forget's erasure, another writer's rows), or a
+  position that fails its check, means a full scan with every row checked
+  (``VectorStore.mend``). A position is only ever claimed for a state whose every live text had
+  its vector, so a lost outbox item is never hidden by it: its entity was written after the
+  position.
 - **A tree that may not write** (``read_only``, ``as_of``) opens the store read-only,
   searches what writers embedded and scans nothing.
 """
@@ -38,7 +39,7 @@ import numpy as np
 import orjson
 
 from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
-from kwtree.caches.texts import EntityKey, entity_text, versions_upto, written_after
+from kwtree.caches.texts import EntityKey, entity_text, versions_hold, versions_upto, written_after
 from kwtree.engine.state import State
 from kwtree.errors import LockTimeoutError, ReadOnlyError, StorageError
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir, write_atomically
@@ -215,38 +216,42 @@ class VectorProjection:
                     log.warning("vector cache %s: %s", self.directory, done)
             since = recorded if trusted else None
             self._base, self._scanned = since, True
-            at, work = self._unstored_since(since, self.store.known())
+            at, todo, work = self._unstored_since(since, self.store.known(), check_versions=True)
             if not work and (since is None or at != since[0]):  # (a position still current stays as it is)
-                self._record(at)
+                self._record(at, since, todo)
             return work
 
     def advance(self) -> None:
         """Once the work a scan found is embedded: record the state's position if every live
         text written after the last recorded one (every live text, when none was) has its
-        vector. Hashes only what the scan has not (digests are kept); nothing when this tree
-        has not scanned since it opened."""
+        vector. Hashes only what the scan has not (digests are kept), and records the versions
+        written since beside the recorded ones (the next open's scan checks them all); nothing
+        when this tree has not scanned since it opened, or nothing was written since."""
         if not self._scanned or not self.writes:
             return
         with self._scanning:
             base = self._base
-            at, work = self._unstored_since(base, self.store.known())
+            if base is not None and self._read(lambda state: state.last_op_id) == base[0]:
+                return
+            at, todo, work = self._unstored_since(base, self.store.known(), check_versions=False)
             if not work and (base is None or at != base[0]):
-                self._record(at)
+                self._record(at, base, todo)
 
-    def _unstored_since(self, since: Position | None,
-                        known: Collection[tuple[str, str]]) -> tuple[str | None, list[WorkItem]]:
-        """The state's position, and outbox items for the live entities written after
-        ``since`` (all of them when None, or when versions at or below it came in since)
-        whose text has no vector among ``known``. The state lock is held per chunk, so reads
-        and writes need not wait for the whole pass (an entity written meanwhile is queued
-        by its write, and is after the position returned)."""
+    def _unstored_since(self, since: Position | None, known: Collection[tuple[str, str]], *,
+                        check_versions: bool) -> tuple[str | None, list[EntityKey] | None, list[WorkItem]]:
+        """The state's position, the entities looked at (None: every one), and outbox items
+        for the live entities among them whose text has no vector among ``known``: those
+        written after ``since``, or all of them when ``since`` is None (or, with
+        ``check_versions``, when versions at or below it came in since). The state lock is
+        held per chunk, so reads and writes need not wait for the whole pass (an entity
+        written meanwhile is queued by its write, and is after the position returned)."""
 
-        def keys(state: State) -> tuple[str | None, list[EntityKey]]:
+        def keys(state: State) -> tuple[str | None, list[EntityKey] | None]:
             at = state.last_op_id
-            if since is not None and at is not None and since[0] <= at:
-                return at, sorted(written_after(state, since[0], since[2]))
-            return at, [("info", entity_id) for entity_id in state.infos] + [
-                ("keyword", entity_id) for entity_id in state.keywords]
+            if (since is None or at is None or since[0] > at
+                    or (check_versions and not versions_hold(state, since[0], since[2]))):
+                return at, None
+            return at, sorted(written_after(state, since[0]))
 
         def unstored(state: State, chunk: list[EntityKey]) -> list[WorkItem]:
             found = []
@@ -256,21 +261,29 @@ class VectorProjection:
                     found.append((kind, entity_id, digest, self.model))
             return found
 
-        at, todo = self._read(keys)
+        at, looked_at = self._read(keys)
+        todo = looked_at if looked_at is not None else self._read(
+            lambda state: [("info", entity_id) for entity_id in state.infos] + [
+                ("keyword", entity_id) for entity_id in state.keywords])
         work: list[WorkItem] = []
         for start in range(0, len(todo), _SCAN_CHUNK):
             work += self._read(functools.partial(unstored, chunk=todo[start : start + _SCAN_CHUNK]))
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
-        return at, work
+        return at, looked_at, work
 
-    def _record(self, at: str | None) -> None:
+    def _record(self, at: str | None, base: Position | None, looked_at: list[EntityKey] | None) -> None:
         """Record ``at`` as the store's position (the caller found every live text written
-        up to it embedded), with the stamps of files whose rows are all sound and the versions
-        written up to it; nothing when the store cannot vouch for its files."""
+        up to it embedded: those after ``base``, the entities ``looked_at``, or every one when
+        that is None), with the stamps of files whose rows are all sound and the versions
+        written up to it (``base``'s and those of ``looked_at``); nothing when the store
+        cannot vouch for its files."""
         stamps = self.store.checked_stamp() if at is not None else None
         if at is None or stamps is None:
             return
-        versions = self._read(lambda state: versions_upto(state, at))
+        if base is None or looked_at is None:
+            versions = self._read(lambda state: versions_upto(state, at))
+        else:
+            versions = np.union1d(base[2], self._read(lambda state: versions_upto(state, at, looked_at)))
         files = [list(stamp) if stamp is not None else None for stamp in stamps]
         check = zlib.crc32(orjson.dumps([at, files]), zlib.crc32(versions.tobytes()))
         try:  # the versions first: a position.json never names versions it does not find
