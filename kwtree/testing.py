@@ -338,7 +338,8 @@ def cache_damages(files: Sequence[str], max_files: int = 2) -> st.SearchStrategy
 
 
 def _copy_directory(source: Path, target: Path, *, caches: bool) -> Path:
-    ignored = ["lock"] if caches else ["lock", "cache", "outbox.jsonl", "outbox.lock"]
+    # (Nor the temporary files of atomic replacements: the tree's worker may be recording one.)
+    ignored = ["lock", ".*.tmp"] if caches else ["lock", ".*.tmp", "cache", "outbox.jsonl", "outbox.lock"]
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
     return target
 

@@ -87,8 +87,9 @@ def assert_every_open_refuses(directory: Path, segment: Path, line: int, *words:
 
 
 def copy_tree_dir(source: Path, target: Path) -> Path:
-    """Copy a data directory (log, manifest) without its lock file."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("lock"))
+    """Copy a data directory (log, manifest) without its lock file, nor the temporary files of
+    atomic replacements (a tree still open may be writing one, gone by the time it is copied)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("lock", ".*.tmp"))
     return target
 
 
