@@ -216,7 +216,7 @@ class VectorProjection:
                     log.warning("vector cache %s: %s", self.directory, done)
             since = recorded if trusted else None
             self._base, self._scanned = since, True
-            at, todo, work = self._unstored_since(since, self.store.known(), check_versions=True)
+            at, todo, work = self._unstored_since(since, check_versions=True)
             if not work and (since is None or at != since[0]):  # (a position still current stays as it is)
                 self._record(at, since, todo)
             return work
@@ -233,14 +233,14 @@ class VectorProjection:
             base = self._base
             if base is not None and self._read(lambda state: state.last_op_id) == base[0]:
                 return
-            at, todo, work = self._unstored_since(base, self.store.known(), check_versions=False)
+            at, todo, work = self._unstored_since(base, check_versions=False)
             if not work and (base is None or at != base[0]):
                 self._record(at, base, todo)
 
-    def _unstored_since(self, since: Position | None, known: Collection[tuple[str, str]], *,
+    def _unstored_since(self, since: Position | None, *,
                         check_versions: bool) -> tuple[str | None, list[EntityKey] | None, list[WorkItem]]:
         """The state's position, the entities looked at (None: every one), and outbox items
-        for the live entities among them whose text has no vector among ``known``: those
+        for the live entities among them whose text has no vector: those
         written after ``since``, or all of them when ``since`` is None (or, with
         ``check_versions``, when versions at or below it came in since). The state lock is
         held per chunk, so reads and writes need not wait for the whole pass (an entity
@@ -253,21 +253,13 @@ class VectorProjection:
                 return at, None
             return at, sorted(written_after(state, since[0]))
 
-        def unstored(state: State, chunk: list[EntityKey]) -> list[WorkItem]:
-            found = []
-            for kind, entity_id in chunk:
-                digest = self.digest(state, kind, entity_id)
-                if digest is not None and (entity_id, digest) not in known:
-                    found.append((kind, entity_id, digest, self.model))
-            return found
-
         at, looked_at = self._read(keys)
         todo = looked_at if looked_at is not None else self._read(
             lambda state: [("info", entity_id) for entity_id in state.infos] + [
                 ("keyword", entity_id) for entity_id in state.keywords])
         work: list[WorkItem] = []
         for start in range(0, len(todo), _SCAN_CHUNK):
-            work += self._read(functools.partial(unstored, chunk=todo[start : start + _SCAN_CHUNK]))
+            work += self._read(functools.partial(self.unembedded, keys=todo[start : start + _SCAN_CHUNK]))
             time.sleep(0)  # let waiting threads (a search, a write) take the interpreter first
         return at, looked_at, work
 
