@@ -66,10 +66,10 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.llm_env import llm_from_env
     from kwtree.agent.openai_client import OpenAILLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
-    from kwtree.facade.abstracts import KeywordAbstract
     from kwtree.facade.mem0 import Memory
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
+    from kwtree.memory.abstracts import KeywordAbstract
     from kwtree.memory.candidates import Candidate, ExtractContext, Extractor, PassedOver
     from kwtree.memory.commit import CommitDecision, CommitFallback, CommitOptions, CommitResult
     from kwtree.memory.dedup import DedupThresholds
@@ -105,7 +105,7 @@ _LAZY_NAMES = {
     "KeptInfo": "kwtree.ops.forget",
     "UnreachableCopy": "kwtree.ops.forget",
     "HashEmbedder": "kwtree.caches.embed",
-    "KeywordAbstract": "kwtree.facade.abstracts",
+    "KeywordAbstract": "kwtree.memory.abstracts",
     "KeywordTree": "kwtree.facade.tree",
     "LLMClient": "kwtree.agent.clients",
     "Limits": "kwtree.limits",

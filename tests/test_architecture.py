@@ -198,6 +198,25 @@ def test_the_agent_never_imports_storage_or_what_sits_above_it() -> None:
     assert bad == []
 
 
+def test_agent_memory_is_one_layer_composed_into_the_tree() -> None:
+    # Issue 28: agent memory was three of KeywordTree's seven base classes, reaching into the
+    # engine and the caches through attributes other bases set. It is one object now,
+    # ``tree.memory``, over the port it declares; the tree's methods of the same names only
+    # call it, and nothing in the memory package reaches the engine, the caches or storage.
+    from kwtree.facade.tree import KeywordTree
+    from kwtree.memory.layer import AgentMemory
+
+    assert [cls for cls in KeywordTree.__mro__ if cls.__module__.startswith("kwtree.memory")] == []
+    calls = sorted(name for name in vars(AgentMemory) if not name.startswith("_"))
+    assert len(calls) == 11
+    for name in calls:
+        assert getattr(KeywordTree, name).__wrapped__ is getattr(AgentMemory, name), name
+    outside = {"stores", "caches", "facade", "ops", "cli", "top", "integrations", "testing"}
+    bad = [_where(edge) for edge in IMPORTS if _area(edge.importer) == "memory"
+           and (_area(edge.imported) in outside or edge.imported == "kwtree.engine.engine")]
+    assert bad == []
+
+
 def test_stores_import_only_the_ground_floor_and_the_events_codec() -> None:
     allowed = {*GROUND_FLOOR, "kwtree.engine.events"}
     bad = [_where(edge) for edge in IMPORTS if _area(edge.importer) == "stores"

@@ -21,7 +21,7 @@ from kwtree import (
     KeywordTree,
     ReadOnlyError,
 )
-from kwtree.facade.memory import DEFAULT_SCOPE
+from kwtree.memory_schema import DEFAULT_SCOPE
 from kwtree.testing import known_ids
 
 CHAT = [
@@ -361,8 +361,8 @@ def test_a_commit_resolves_its_scope_and_branches_once_however_many_memories(
         tree: KeywordTree, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 28: one commit_session looked its scope up 18 times and its branches 29 times,
     # again for every memory it weighed.
-    from kwtree.facade import memory as facade_memory
     from kwtree.memory import commit as memory_commit
+    from kwtree.memory import session_commit
 
     lookups = {"scope": 0, "branch": 0}
 
@@ -375,9 +375,9 @@ def test_a_commit_resolves_its_scope_and_branches_once_however_many_memories(
 
         monkeypatch.setattr(module, name, wrapper)
 
-    counting(facade_memory, "scope_keyword", "scope")
+    counting(session_commit, "scope_keyword", "scope")
     counting(memory_commit, "scope_keyword", "scope")
-    counting(facade_memory, "find_branch", "branch")
+    counting(session_commit, "find_branch", "branch")
     counting(memory_commit, "find_branch", "branch")
     counted = []
     for session, many in (("first", 1), ("few", 2), ("many", 8)):  # (the first makes the scope's branches)

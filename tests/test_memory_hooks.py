@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from memory_helpers import doc_examples, fixed, memory, options, prints_its_comments
 
 from kwtree import CommitOptions, ExtractContext, InvalidInputError, KeywordTree
-from kwtree.facade.hooks import HEADINGS
+from kwtree.memory.layer import HEADINGS
 from kwtree.retrieval.context import estimate_tokens
 from kwtree.retrieval.fence import FENCE_CLOSE, FENCE_OPEN, NOTE
 

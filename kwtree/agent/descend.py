@@ -40,9 +40,10 @@ from kwtree.agent.mru import MRUCache
 from kwtree.agent.navigation import Navigator, RoundKeyword, RoundRequest
 from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
 from kwtree.engine.state import State
+from kwtree.errors import AgentError
 from kwtree.models import ROOT_ID
 
-__all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader"]
+__all__ = ["FALLBACKS", "DescendLoop", "Descent", "DescentStatus", "Reader", "refuse_fallback"]
 
 T = TypeVar("T")
 
@@ -103,6 +104,19 @@ class Descent:
                 "reason": self.reason,
             },
         }
+
+
+def refuse_fallback(descent: Descent, refuses: bool, doing: str, next_step: str) -> None:
+    """AgentError (raised before anything is written) when the walk fell back and the tree
+    ``refuses`` fallbacks (``on_agent_failure="raise"``); ``doing`` and ``next_step`` say what
+    was being done and what the caller can do instead."""
+    if descent.fallback is not None and refuses:
+        raise AgentError(
+            f"the agent failed while {doing} ({descent.fallback}: {descent.error}); nothing was written. "
+            f"{next_step[0].upper()}{next_step[1:]}, or open the tree with on_agent_failure=\"fallback\" to "
+            "accept the fallback",
+            descent.fallback, descent.error,
+        )
 
 
 class _Fallback(Exception):

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from kwtree.cli.table import Command, arg
 
 if TYPE_CHECKING:
-    from kwtree.facade.abstracts import KeywordAbstract
     from kwtree.facade.tree import KeywordTree
+    from kwtree.memory.abstracts import KeywordAbstract
 
 __all__ = ["COMMANDS"]
 
@@ -37,7 +37,7 @@ COMMANDS: tuple[Command, ...] = (
         "abstracts", "KeywordTree.abstracts",
         "build the missing or stale keyword abstracts (one operation) and list them; recall uses them as signposts",
         example="./memory --scope user:alice", opens="write",
-        call=lambda t, a: t.abstracts(a.keyword_id, scope=a.scope, rebuild=a.rebuild),
+        call=lambda t, a: t.memory.abstracts(a.keyword_id, scope=a.scope, rebuild=a.rebuild),
         args=(arg("keyword_id", metavar="ID", nargs="?", default=None,
                   help="only this keyword's subtree (default: the whole tree)"),
               arg("--scope", action="append", metavar="SCOPE",

@@ -55,7 +55,7 @@ def _commit(tree: KeywordTree, args: argparse.Namespace) -> CommitResult:
     session_id = args.session_id if args.session_id is not None else named
     if session_id is None:
         raise InvalidInputError("the session has no id: pass --session-id, or give the file a 'session_id'")
-    return tree.commit_session(messages, session_id=session_id, scope=args.scope,
+    return tree.memory.commit_session(messages, session_id=session_id, scope=args.scope,
                                options=CommitOptions(keep_turns=not args.no_turns, dry_run=args.dry_run))
 
 
@@ -71,7 +71,7 @@ def _show_commit(result: CommitResult, tree: KeywordTree, args: argparse.Namespa
 def _memories(tree: KeywordTree, args: argparse.Namespace) -> MemoryPage:
     from kwtree.cli.table import parse_metadata
 
-    return tree.list_memories(
+    return tree.memory.list_memories(
         args.scope, category=args.category, under=args.under, since=args.since, until=args.until,
         recorded_since=args.recorded_since, recorded_until=args.recorded_until,
         where=parse_metadata(args.where, "--where"), text=args.text, include_superseded=not args.current,
@@ -117,7 +117,7 @@ COMMANDS: tuple[Command, ...] = (
         "assemble", "KeywordTree.assemble",
         "the context block for one model call: profile, preferences, memories recalled for QUERY, last session",
         example="./memory \"what tea does Alice like?\" --scope user:alice --max-tokens 300", opens="read",
-        call=lambda t, a: t.assemble(a.query, a.scope, a.max_tokens),
+        call=lambda t, a: t.memory.assemble(a.query, a.scope, a.max_tokens),
         args=(arg("query", metavar="QUERY"), _SCOPE,
               arg("--max-tokens", type=int, default=1500, metavar="N", help="the budget (default: 1500)")),
         show=lambda r, t, a: print(r),
@@ -126,7 +126,7 @@ COMMANDS: tuple[Command, ...] = (
         "bootstrap", "KeywordTree.bootstrap",
         "the cold-start block of a new conversation: profile, preferences, what the last session left open",
         example="./memory --scope user:alice --max-tokens 300", opens="read",
-        call=lambda t, a: t.bootstrap(a.scope, a.max_tokens),
+        call=lambda t, a: t.memory.bootstrap(a.scope, a.max_tokens),
         args=(_SCOPE, arg("--max-tokens", type=int, default=800, metavar="N", help="the budget (default: 800)")),
         show=lambda r, t, a: print(r),
     ),

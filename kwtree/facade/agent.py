@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kwtree.agent import reorganize as planner
-from kwtree.agent.clients import LLMClient
-from kwtree.agent.descend import Descent, DescentStatus
+from kwtree.agent.descend import Descent, DescentStatus, refuse_fallback
 from kwtree.engine.engine import Decide
 from kwtree.engine.state import State
 from kwtree.errors import AgentError, DuplicateKeywordError
@@ -76,9 +75,6 @@ _PLACED = {
 
 class AgentMethods(TreeCore):
     """Search, placement, linking and reorganisation (see KeywordTree)."""
-
-    _llm_client: LLMClient | None
-    _on_agent_failure: str
 
     def search(self, query: str, llm_expand_query: bool = True, *,
                scope: str | Sequence[str] | None = None) -> SearchResult:
@@ -149,15 +145,8 @@ class AgentMethods(TreeCore):
         return parent, descent
 
     def _refuse_fallback(self, descent: Descent, doing: str, next_step: str) -> None:
-        """Raise AgentError (before anything is written) if the walk fell back and this tree
-        was opened with ``on_agent_failure="raise"``."""
-        if descent.fallback is not None and self._on_agent_failure == "raise":
-            raise AgentError(
-                f"the agent failed while {doing} ({descent.fallback}: {descent.error}); nothing was written. "
-                f"{next_step[0].upper()}{next_step[1:]}, or open the tree with on_agent_failure=\"fallback\" to "
-                "accept the fallback",
-                descent.fallback, descent.error,
-            )
+        """``refuse_fallback`` as this tree was opened (``on_agent_failure``)."""
+        refuse_fallback(descent, self._on_agent_failure == "raise", doing, next_step)
 
     def _outcome(self, descent: Descent, keyword_ids: tuple[str, ...],
                  chosen_parent: str | None = None) -> AgentOutcome:

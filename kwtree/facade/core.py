@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
+from kwtree.agent.clients import LLMClient
 from kwtree.agent.descend import DescendLoop
 from kwtree.caches.embed import Embedder
 from kwtree.caches.tree_caches import TreeCaches
@@ -39,6 +40,10 @@ class TreeCore:
     #: The caches' embedder, whether they run a worker thread, whether writes embed later.
     _index_options: tuple[Embedder, bool, bool]
     _agent: DescendLoop
+    #: The LLM the agent and agent memory ask (None: offline), and what a failed step does
+    #: (``KeywordTree(on_agent_failure=...)``: "fallback" or "raise").
+    _llm_client: LLMClient | None
+    _on_agent_failure: str
     _limits: Limits
     _actor: str
     #: Told how the long work of this tree's calls goes (``KeywordTree(progress=...)``).

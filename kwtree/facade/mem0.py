@@ -200,7 +200,7 @@ class Memory:
         """Erase every memory, as mem0's ``reset`` empties its store: each scope is forgotten
         (``KeywordTree.forget(scope=...)``: its memories and archived sessions leave the log,
         the indexes and later snapshots). The Memory stays open and usable."""
-        for scope in self.tree.scopes():
+        for scope in self.tree.memory.scopes():
             if "/" not in scope:  # a top-level scope takes the ones nested in it along
                 self.tree.forget(scope=scope)
 
@@ -237,7 +237,7 @@ class Memory:
         extra = dict(clean_metadata(metadata)) if metadata is not None else None
         options = CommitOptions(metadata=extra) if clean_flag(infer, "infer") else verbatim_options(extra)
         session_id = f"{'add' if infer else 'verbatim'}-{digest(cleaned)[:16]}"
-        result = self.tree.commit_session(cleaned, session_id=session_id, scope=scope, options=options)
+        result = self.tree.memory.commit_session(cleaned, session_id=session_id, scope=scope, options=options)
         op_ids = [result.op_id] if result.op_id is not None else []
         added: dict[str, Any] = {"results": self._events(result), "op_ids": op_ids}
         if result.fallbacks:
@@ -391,7 +391,7 @@ class Memory:
         if list(wanted) == fields[:len(wanted)]:  # user, user+agent, user+agent+run: one scope holds them all
             return [path]
         found: list[str] = []
-        for scope in self.tree.scopes():  # each before the scopes nested in it
+        for scope in self.tree.memory.scopes():  # each before the scopes nested in it
             if _covers(scope, wanted) and not any(scope.startswith(f"{kept}/") for kept in found):
                 found.append(scope)
         return found
@@ -399,7 +399,7 @@ class Memory:
     def _memories(self, scopes: list[str]) -> list[Info]:
         found: dict[str, Info] = {}
         for start in range(0, len(scopes), MAX_SCOPES):
-            found.update((info.id, info) for info in self.tree.memories(scopes[start:start + MAX_SCOPES]))
+            found.update((info.id, info) for info in self.tree.memory.memories(scopes[start:start + MAX_SCOPES]))
         return sorted(found.values(), key=lambda info: (info.created_at, info.id))
 
     def _recall(self, query: str, k: int, scopes: list[str], floor: float, include_superseded: bool) -> list[Hit]:
@@ -415,17 +415,17 @@ class Memory:
     # --- the shapes ---------------------------------------------------------------------------
 
     def _scope_of(self, info: Info) -> str:
-        scope = self.tree.memory_scope(info.id)
+        scope = self.tree.memory.memory_scope(info.id)
         return scope or ""
 
     def _require(self, memory_id: object) -> None:
         clean_id(memory_id, "memory_id")
-        if self.tree.memory_scope(memory_id) is None:  # type: ignore[arg-type]
+        if self.tree.memory.memory_scope(memory_id) is None:  # type: ignore[arg-type]
             raise NotFoundError(f"no memory {memory_id} (an unknown or deleted id, or an archived turn); "
                                 f"get_all() lists the memories")
 
     def _item_of(self, info: Info, hit: Hit | None = None) -> dict[str, Any] | None:
-        scope = self.tree.memory_scope(info.id)
+        scope = self.tree.memory.memory_scope(info.id)
         if scope is None:
             return None
         shown_meta = {key: info.metadata[key] for key in _SHOWN_FIELDS if key in info.metadata}

@@ -27,15 +27,13 @@ from kwtree.engine.follower import BackgroundFollower
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
-from kwtree.facade.abstracts import AbstractMethods
 from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
-from kwtree.facade.forget import ForgetMethods
-from kwtree.facade.hooks import HookMethods
 from kwtree.facade.maintenance import MaintenanceMethods
-from kwtree.facade.memory import MemoryMethods
+from kwtree.facade.memory_port import TreePort, memory_call
 from kwtree.facade.opening import clean_as_of, log_store
 from kwtree.facade.retrieval import RetrievalMethods
 from kwtree.limits import DEFAULT_LIMITS, Limits
+from kwtree.memory.layer import AgentMemory
 from kwtree.models import (
     DIRECTIONS,
     DURABILITY_MODES,
@@ -93,8 +91,7 @@ def check_options(options: Mapping[str, object], who: str, given: Mapping[str, s
                                 f"KeywordTree's: {', '.join(name for name in known if name not in given)}")
 
 
-class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, RetrievalMethods, MaintenanceMethods,
-                  ForgetMethods):
+class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).
@@ -206,6 +203,10 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
         )
         self._llm_client = llm_client
         self._on_agent_failure = clean_choice(on_agent_failure, "on_agent_failure", ON_AGENT_FAILURE)
+        #: This tree's agent memory (``kwtree.memory.layer.AgentMemory``): the methods below of
+        #: the same names call it.
+        self.memory = AgentMemory(TreePort(self, lambda query, k, scope, min_score, provenance: self.recall(
+            query, k, scope=scope, min_score=min_score, provenance=provenance)))
         if embedder is not None and not (isinstance(getattr(embedder, "model", None), str)
                                          and type(getattr(embedder, "dim", None)) is int
                                          and callable(getattr(embedder, "embed", None))):
@@ -258,6 +259,20 @@ class KeywordTree(HookMethods, MemoryMethods, AbstractMethods, AgentMethods, Ret
             if isinstance(exc, OSError):
                 raise open_error(data_path, exc) from exc
             raise
+
+    # --- agent memory (``tree.memory``) ----------------------------------------------------
+
+    commit_session = memory_call(AgentMemory.commit_session)
+    after_turn = memory_call(AgentMemory.after_turn)
+    end_session = memory_call(AgentMemory.end_session)
+    memories = memory_call(AgentMemory.memories)
+    list_memories = memory_call(AgentMemory.list_memories)
+    scopes = memory_call(AgentMemory.scopes)
+    memory_scope = memory_call(AgentMemory.memory_scope)
+    scope_keyword = memory_call(AgentMemory.scope_keyword)
+    bootstrap = memory_call(AgentMemory.bootstrap)
+    assemble = memory_call(AgentMemory.assemble)
+    abstracts = memory_call(AgentMemory.abstracts)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ def session_start(tree: KeywordTree, payload: dict[str, Any], scope: str,
                   max_tokens: int = 800) -> dict[str, Any] | None:
     """The ``SessionStart`` hook's output: the scope's ``bootstrap`` block as additional
     context; None when the scope holds nothing yet."""
-    return _context("SessionStart", tree.bootstrap(scope, max_tokens))
+    return _context("SessionStart", tree.memory.bootstrap(scope, max_tokens))
 
 
 def submitted_prompt(tree: KeywordTree, payload: dict[str, Any], scope: str,
@@ -132,7 +132,7 @@ def submitted_prompt(tree: KeywordTree, payload: dict[str, Any], scope: str,
     """The ``UserPromptSubmit`` hook's output: the scope's ``assemble`` block for the prompt;
     None when nothing is relevant (or the prompt is empty)."""
     prompt = prompt_of(payload)
-    return _context("UserPromptSubmit", tree.assemble(prompt, scope, max_tokens)) if prompt.strip() else None
+    return _context("UserPromptSubmit", tree.memory.assemble(prompt, scope, max_tokens)) if prompt.strip() else None
 
 
 def prompt_of(payload: dict[str, Any]) -> str:
@@ -146,4 +146,4 @@ def prompt_of(payload: dict[str, Any]) -> str:
 def stop(tree: KeywordTree, payload: dict[str, Any], scope: str) -> CommitResult:
     """The ``Stop`` hook: ``after_turn`` of the transcript under the hook's session id."""
     messages = transcript_messages(_field(payload, "transcript_path"))
-    return tree.after_turn(messages, _field(payload, "session_id"), scope)
+    return tree.memory.after_turn(messages, _field(payload, "session_id"), scope)

@@ -199,7 +199,7 @@ class KwtreeStore(BaseStore):
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        top = self._namespace(prefix) if prefix else self.tree.scope_keyword(self.scope)
+        top = self._namespace(prefix) if prefix else self.tree.memory.scope_keyword(self.scope)
         if top is None or op.limit <= 0:
             return []
         found: list[tuple[Info, float | None]] = []
@@ -218,7 +218,7 @@ class KwtreeStore(BaseStore):
         return [self._search_item(info, score) for info, score in page]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        scope_kw = self.tree.scope_keyword(self.scope)
+        scope_kw = self.tree.memory.scope_keyword(self.scope)
         if scope_kw is None:
             return []
         namespaces = [namespace for namespace, keyword in self._walk(scope_kw.id, ())
@@ -240,7 +240,7 @@ class KwtreeStore(BaseStore):
                 yield from self._walk(child.id, (*above, label))
 
     def _namespace(self, namespace: tuple[str, ...]) -> Keyword | None:
-        keyword = self.tree.scope_keyword(self.scope)
+        keyword = self.tree.memory.scope_keyword(self.scope)
         for label in namespace:
             if keyword is None:
                 return None

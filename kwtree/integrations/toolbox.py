@@ -227,7 +227,7 @@ class ToolBox:
         chosen = self.guard.write_scope(scope)
         if chosen is None:
             raise InvalidInputError("assemble: scope is required (whose memory, e.g. 'user:alice')")
-        text = self.tree.assemble(query, chosen, max_tokens, provenance=provenance)
+        text = self.tree.memory.assemble(query, chosen, max_tokens, provenance=provenance)
         return {"text": text or f"(scope {quote(chosen)} holds no memory yet)"}
 
     def _search(self, query: str, scope: object = None) -> dict[str, Any]:
@@ -363,12 +363,12 @@ class ToolBox:
         messages = [{"role": "user", "content": text}]
         session = f"remember-{digest(messages)[:16]}"
         options = verbatim_options(provenance=_AGENT_PROVENANCE)
-        result = self.tree.commit_session(messages, session_id=session, scope=chosen, options=options)
+        result = self.tree.memory.commit_session(messages, session_id=session, scope=chosen, options=options)
         held: list[str] = []
         if result.op_id is None:  # remembered before: which memory holds it (none: forgotten or deleted since)
-            held = [info.id for info in self.tree.memories(chosen) if info.content == text.strip()]
+            held = [info.id for info in self.tree.memory.memories(chosen) if info.content == text.strip()]
             if not held:  # so remember it again, anew
-                result = self.tree.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}",
+                result = self.tree.memory.commit_session(messages, session_id=f"{session}-{self.tree.last_op_id}",
                                                   scope=chosen, options=options)
         ids = [decision.info_id for decision in result.decisions if decision.info_id is not None] or held
         return {"op_id": result.op_id, "scope": chosen, "memory_ids": ids, "already_stored": result.op_id is None}
@@ -378,7 +378,7 @@ class ToolBox:
         from kwtree.memory.commit import CommitOptions
 
         chosen = self.guard.write_scope(scope) or DEFAULT_SCOPE
-        result = self.tree.commit_session(messages, session_id=session_id, scope=chosen,
+        result = self.tree.memory.commit_session(messages, session_id=session_id, scope=chosen,
                                           options=CommitOptions(dry_run=dry_run))
         committed: dict[str, Any] = {
             "op_id": result.op_id, "scope": chosen, "dry_run": result.dry_run,
@@ -398,7 +398,7 @@ class ToolBox:
                         description: str = "", scope: str | None = None) -> dict[str, Any]:
         chosen = self.guard.write_scope(scope)
         if chosen is not None and parent_id is None:
-            top = self.tree.scope_keyword(chosen)
+            top = self.tree.memory.scope_keyword(chosen)
             keyword = (self.guard.create_in_scope(chosen, name, aliases, description) if top is None
                        else self.tree.create_keyword(name, top.id, aliases, description))
         else:

@@ -14,6 +14,9 @@ whole list when there are more, so a new memory anywhere can change the choice),
   terms the chosen ones already hold, within ``OVERVIEW_CHARS``, then the children's names.
   It only ever copies sentences: it cannot state what the memories do not say, nor merge two
   facts into one sentence, and on chit-chat it picks the chattiest line.
+- **A subtree** (``build_abstracts``, ``AgentMemory.abstracts``): the keywords whose abstract
+  is missing or stale are read under the state lock, summarised outside it and written as ONE
+  operation of kind ``"abstract"`` (the decider ``kwtree.writes.abstracts.write_abstracts``).
 - **With an LLM** (``llm_summary``): ONE ``client.chat(messages, ABSTRACT_SCHEMA)`` call per
   keyword. The request is a JSON document (``kwtree.agent.prompts.build_messages``) whose
   memories are strings in a list, after a system prompt saying they are data: an instruction
@@ -28,15 +31,29 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kwtree.agent.clients import LLMClient
 from kwtree.agent.prompts import build_messages
 from kwtree.engine.state import State
-from kwtree.errors import LLMResponseError
+from kwtree.errors import AgentError, LLMResponseError
+from kwtree.memory.port import MemoryPort
+from kwtree.memory_schema import ABSTRACT_BY, ABSTRACT_DIGEST, ABSTRACT_INFOS, ABSTRACT_OVERVIEW, ABSTRACT_TEXT
+from kwtree.models import ROOT_ID
 from kwtree.normalize import terms
+from kwtree.retrieval.scopes import scope_subtree
+from kwtree.writes import require_keyword
+from kwtree.writes.abstracts import (
+    ABSTRACT_KIND,
+    Built,
+    holds_memories,
+    stored_abstract,
+    subtree_digest,
+    write_abstracts,
+)
 
 __all__ = [
-    "ABSTRACT_SCHEMA", "Sources", "extractive", "llm_summary", "read_sources",
+    "ABSTRACT_SCHEMA", "KeywordAbstract", "Sources", "build_abstracts", "extractive", "llm_summary", "read_sources",
 ]
 
 #: At most this many memories are read for one keyword, each cut at this many characters.
@@ -172,3 +189,105 @@ def llm_summary(client: LLMClient, sources: Sources) -> tuple[str, str, dict[str
                                                                            "overview": overview[:4000]}}
     return _cut(" ".join(abstract.split()), ABSTRACT_CHARS * 2), _cut(" ".join(overview.split()), OVERVIEW_CHARS * 2), \
         audit
+
+
+# --- building the abstracts of a subtree ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordAbstract:
+    """A keyword's abstract (L0) and overview (L1) as stored after the call. ``stale``: its
+    subtree's memories changed since it was built (``of`` is the digest it summarises);
+    ``built``: this call wrote it (in operation ``op_id``); ``by``: ``"extractive"`` or
+    ``"llm"``; ``infos``: how many memories it read; ``note``: why the LLM's was not used
+    (None when it was, or none was asked)."""
+
+    keyword_id: str
+    name: str
+    abstract: str
+    overview: str
+    of: str
+    by: str
+    infos: int
+    stale: bool
+    built: bool
+    op_id: str | None
+    note: str | None = None
+
+
+def _targets(state: State, keyword_id: str | None, scopes: tuple[str, ...] | None) -> list[str]:
+    """The keywords that hold memories in ``keyword_id``'s subtree (the whole tree by
+    default), inside ``scopes``, deepest first (a parent after its children)."""
+    start = ROOT_ID if keyword_id is None else keyword_id
+    inside = None if scopes is None else scope_subtree(state, scopes)
+    found = [kid for kid in state.subtree(start) if (inside is None or kid in inside) and holds_memories(state, kid)]
+    return found[::-1]
+
+
+def _plan(state: State, targets: list[str], rebuild: bool) -> list[tuple[str, str, Sources | None]]:
+    """Each target with its subtree's digest and, when it must be built, its sources."""
+    plan = []
+    for kid in targets:
+        digest = subtree_digest(state, kid)
+        stored = stored_abstract(state.keywords[kid])
+        needed = rebuild or stored is None or stored.get(ABSTRACT_DIGEST) != digest
+        plan.append((kid, digest, read_sources(state, kid) if needed else None))
+    return plan
+
+
+def _listed(state: State, kid: str, digest: str, built: bool, op_id: str | None, note: str | None) -> KeywordAbstract:
+    keyword = state.keywords[kid]
+    stored = stored_abstract(keyword) or {}
+    infos = stored.get(ABSTRACT_INFOS, 0)
+    return KeywordAbstract(kid, keyword.name, str(stored.get(ABSTRACT_TEXT, "")),
+                           str(stored.get(ABSTRACT_OVERVIEW, "")), str(stored.get(ABSTRACT_DIGEST, "")),
+                           str(stored.get(ABSTRACT_BY, "")), infos if type(infos) is int else 0,
+                           stored.get(ABSTRACT_DIGEST) != digest, built, op_id, note)
+
+
+def build_abstracts(port: MemoryPort, keyword_id: str | None, scopes: tuple[str, ...] | None,
+                    rebuild: bool) -> list[KeywordAbstract]:
+    """``AgentMemory.abstracts`` (see its promises) on the tree behind ``port``, its arguments
+    checked."""
+    port.check_open()
+    if keyword_id is not None:
+        keyword_id = port.read(lambda state: require_keyword(state, keyword_id).id)
+    plan = port.read(lambda state: _plan(state, _targets(state, keyword_id, scopes), rebuild))
+    notes: dict[str, str] = {}
+    built: list[Built] = []
+    calls: list[dict[str, Any]] = []
+    if port.writable:
+        for kid, digest, sources in plan:
+            if sources is not None:
+                built.append(_summarise(port, kid, digest, sources, notes, calls))
+    op = None
+    if built:
+        audit = {"abstracts": {"keywords": len(built), "llm": port.llm_client is not None, "calls": calls}}
+        op = port.commit(ABSTRACT_KIND, lambda state, stamp: write_abstracts(state, stamp, built), audit)
+    written = {item.keyword_id for item in built} if op is not None else set()
+    op_id = op.op_id if op is not None else None
+    return port.read(lambda state: [
+        _listed(state, kid, digest, kid in written, op_id if kid in written else None, notes.get(kid))
+        for kid, digest, _ in plan if state.live_keyword(kid) is not None])
+
+def _summarise(port: MemoryPort, kid: str, digest: str, sources: Sources, notes: dict[str, str],
+               calls: list[dict[str, Any]]) -> Built:
+    """One keyword's abstract: the LLM's, or the extractive one (with a note when the LLM's
+    could not be used)."""
+    client = port.llm_client
+    if client is not None:
+        try:
+            abstract, overview, call = llm_summary(client, sources)
+        except Exception as exc:  # the extractive summary replaces it, with a note
+            problem = f"{type(exc).__name__}: {exc}"[:300]
+            if port.refuses_fallbacks:
+                raise AgentError(f"the LLM could not summarise keyword {sources.name!r} ({problem}); nothing was "
+                                 "written. Retry, or open the tree with on_agent_failure=\"fallback\" to accept "
+                                 "the extractive summary", "agent_failure", problem) from exc
+            notes[kid] = f"the LLM's abstract could not be used ({problem}); the extractive one was written"
+            calls.append({"keyword_id": kid, "error": problem})
+        else:
+            calls.append({"keyword_id": kid, **call})
+            return Built(kid, abstract, overview, digest, "llm", len(sources.texts))
+    abstract, overview = extractive(sources)
+    return Built(kid, abstract, overview, digest, "extractive", len(sources.texts))

@@ -1,7 +1,7 @@
 """The decider that writes a whole session as ONE operation, and the shapes of its request
 and answer (``CommitOptions``, ``CommitResult``, ``CommitDecision``).
 
-``KeywordTree.commit_session`` (``kwtree/facade/memory.py``) prepares a :class:`CommitPlan`
+``AgentMemory.commit_session`` (``kwtree/memory/session_commit.py``) prepares a :class:`CommitPlan`
 outside the write lock (extraction, placement by the descend loop, the dedup prefilter, the
 LLM's dedup verdicts); :func:`commit_changes` then decides, inside the lock and against the
 fresh state, every change: the scope keyword and its branches on first use, the session

@@ -1,7 +1,7 @@
 """What a commit does when its LLM fails.
 
 ``commit_session`` asks the LLM up to three things, all while the commit is prepared and
-before the write lock is taken (``kwtree/facade/memory.py``): the candidates (``extraction``,
+before the write lock is taken (``kwtree/memory/session_commit.py``): the candidates (``extraction``,
 ``kwtree.memory.llm_extract``), where each new keyword goes (``placement``, the descend loop)
 and whether a candidate repeats a memory already held (``dedup``). On a tree opened with
 ``on_agent_failure="fallback"`` (the default), a step the LLM could not do is done the way a

@@ -1,16 +1,19 @@
-"""KeywordTree's lifecycle hooks for agent runtimes: ``bootstrap``, ``assemble``,
-``after_turn``, ``end_session``, and the reads they stand on (``memories``,
-``memory_scope``).
+"""Agent memory as one layer: :class:`AgentMemory`, composed into every tree as ``tree.memory``
+(``KeywordTree``'s methods of the same names delegate to it). It commits conversations as
+memories (``commit_session``, ``after_turn``, ``end_session``), reads them by scope
+(``memories``, ``list_memories``, ``scopes``, ``memory_scope``, ``scope_keyword``), builds the
+prompt blocks (``bootstrap``, ``assemble``) and the keywords' abstracts (``abstracts``). It
+reaches the engine, the caches and the descend loop only through the port it declares,
+:class:`kwtree.memory.port.MemoryPort`.
 
-A base class of KeywordTree, kept here so each module stays readable in one sitting. The hooks
-are called around the model call, never inside it::
+The hooks are called around the model call, never inside it::
 
-    prompt = tree.assemble(user_text, scope)           # before: what the model should know
-    answer = model(prompt, messages)                   # the model call: no kwtree inside
+    prompt = tree.memory.assemble(user_text, scope)     # before: what the model should know
+    answer = model(prompt, messages)                    # the model call: no kwtree inside
     messages += [user_turn, answer_turn]
-    tree.after_turn(messages, session_id, scope)       # after: commit the new turns
+    tree.memory.after_turn(messages, session_id, scope) # after: commit the new turns
     ...
-    tree.end_session(messages, session_id, scope)      # when the conversation ends
+    tree.memory.end_session(messages, session_id, scope) # when the conversation ends
 
 The prompt blocks are built from ``kwtree.memory.shelf`` (what a scope holds) and ``recall``,
 and rendered as ``kwtree.retrieval.context.Block`` renders every block: fenced as recalled data,
@@ -30,12 +33,13 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
-from kwtree.facade.memory import MemoryMethods
-from kwtree.facade.retrieval import RetrievalMethods
+from kwtree.memory.abstracts import KeywordAbstract, build_abstracts
 from kwtree.memory.candidates import Message
-from kwtree.memory.commit import CommitResult
+from kwtree.memory.commit import CommitOptions, CommitResult
 from kwtree.memory.filters import check_filters
 from kwtree.memory.listing import MemoryPage, MemoryQuery, list_memories
+from kwtree.memory.port import MemoryPort
+from kwtree.memory.session_commit import commit_session
 from kwtree.memory.shelf import all_scopes, branch_infos, latest_summary, scope_memories, scope_of
 from kwtree.memory_schema import (
     KIND,
@@ -56,7 +60,7 @@ from kwtree.retrieval.scopes import scope_keyword as find_scope_keyword
 from kwtree.retrieval.timeline import clean_window
 from kwtree.validate import clean_flag, clean_id, clean_int, clean_label, clean_provenances, clean_text
 
-__all__ = ["HEADINGS", "HookMethods"]
+__all__ = ["HEADINGS", "AgentMemory"]
 
 #: The headings of the prompt blocks, in the order ``assemble`` fills them.
 HEADINGS = {"profile": "## Profile", "preferences": "## Preferences", "recalled": "## Relevant memories",
@@ -121,17 +125,54 @@ def _summary_lines(summary: Info, when: float | None) -> tuple[list[str], list[s
     return lines, keys
 
 
-class HookMethods(MemoryMethods, RetrievalMethods):
-    """Lifecycle hooks for agent runtimes (see KeywordTree and docs/agent-memory.md)."""
+class AgentMemory:
+    """A tree's agent memory (``tree.memory``; see docs/agent-memory.md), over ``port``."""
+
+    def __init__(self, port: MemoryPort) -> None:
+        self._port = port
+
+    def commit_session(self, messages: Sequence[Message], *, session_id: str, scope: str | None = None,
+                       options: CommitOptions | None = None) -> CommitResult:
+        """Archive a session and turn it into memories, as ONE operation (kind
+        ``"commit_session"``) that ``undo(op_id)`` reverses.
+
+        The session becomes a keyword under the scope's ``sessions`` branch (the scope
+        keyword and its branches are created on first use), with a summary info and (with
+        ``options.keep_turns``) one info per message. The extractor's candidates are routed by
+        their category's policy (``kwtree.memory.policies``), deduplicated against the scope's
+        memories (create / skip / merge / supersede, each with its reason in
+        ``CommitResult.decisions`` and the operation's audit) and new keywords placed by the
+        agent inside the category's branch. Committing the same ``session_id`` again extracts
+        only the messages after those already committed; the earlier ones must be resent
+        unchanged (InvalidInputError otherwise, naming the first that differs). ``scope``
+        defaults to ``DEFAULT_SCOPE`` ("user:default"). With ``options.dry_run`` nothing is
+        written and the result is the plan. Durable on return (as every write); embeddings
+        follow through the outbox.
+
+        The LLM (the tree's ``llm_client``) is asked before the write lock is taken. When it
+        fails a step (extraction, placement, dedup: refused, unreachable, overloaded after its
+        retries, timed out, or answered something unusable), the default
+        ``on_agent_failure="fallback"`` does that step as a tree without an LLM does (the
+        offline rules, the offline navigator, the thresholds) and commits the session all the
+        same, each such step a ``CommitFallback`` in ``CommitResult.fallbacks`` and in the
+        operation's audit; after the first call that got no answer the LLM is not asked again
+        in this commit.
+
+        Raises InvalidInputError naming the field for bad messages, session_id, scope,
+        options or extractor output; AgentError when the agent or the LLM failed on a tree
+        opened with ``on_agent_failure="raise"`` (or a caller's extractor raised something
+        other than an LLMError); ReadOnlyError on a tree that may not write (a dry run is
+        allowed). A failed call writes nothing."""
+        return commit_session(self._port, messages, session_id=session_id, scope=scope, options=options)
 
     def memories(self, scope: str | Sequence[str]) -> list[Info]:
         """The memories of ``scope`` (a scope path or a list of them; nested scopes included),
         oldest first: the infos ``commit_session`` extracted and those stored verbatim, not the
         archived turns and session summaries under each scope's ``sessions`` branch. A scope
         that does not exist yet holds none. InvalidInputError naming ``scope`` when malformed."""
-        self._check_open()
+        self._port.check_open()
         scopes = _scopes(scope)
-        return self._read(lambda state: scope_memories(state, scopes))
+        return self._port.read(lambda state: scope_memories(state, scopes))
 
     def list_memories(self, scope: str | Sequence[str] | None = None, *, category: str | None = None,
                       under: str | None = None, since: When = None, until: When = None,
@@ -148,7 +189,7 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         skipped, at most ``limit`` (1-10000) kept; ``MemoryPage.total`` and ``remaining`` say
         how many matched in all and how many lie after the page. InvalidInputError naming the
         malformed argument, NotFoundError when ``under`` is no live keyword."""
-        self._check_open()
+        self._port.check_open()
         scopes = clean_scopes(scope)
         if category is not None:
             category = clean_label(category, "category")
@@ -171,28 +212,28 @@ class HookMethods(MemoryMethods, RetrievalMethods):
             return list_memories(state, dataclasses.replace(query, under=frozenset(state.subtree(under_id))),
                                  start, size)
 
-        return self._read(read)
+        return self._port.read(read)
 
     def scopes(self) -> list[str]:
         """The path of every scope the tree holds ("user:alice", "user:alice/run:42" ...), each
         before the scopes nested in it."""
-        self._check_open()
-        return self._read(all_scopes)
+        self._port.check_open()
+        return self._port.read(all_scopes)
 
     def memory_scope(self, info_id: str) -> str | None:
         """The scope path the memory ``info_id`` belongs to, or None when it is not a live
         memory of any scope (an archived turn or summary, an info outside every scope, a
         deleted or unknown id)."""
-        self._check_open()
+        self._port.check_open()
         clean_id(info_id, "info_id")
-        return self._read(lambda state: scope_of(state, info_id))
+        return self._port.read(lambda state: scope_of(state, info_id))
 
     def scope_keyword(self, scope: str) -> Keyword | None:
         """The live keyword that holds ``scope`` (a scope path such as "user:alice"), or None
         while the scope does not exist. InvalidInputError naming ``scope`` when malformed."""
-        self._check_open()
+        self._port.check_open()
         path = clean_scope(scope)
-        return self._read(lambda state: find_scope_keyword(state, path))
+        return self._port.read(lambda state: find_scope_keyword(state, path))
 
     def bootstrap(self, scope: str | Sequence[str], max_tokens: int = 800, *,
                   provenance: str | Sequence[str] | None = None) -> str:
@@ -202,7 +243,7 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         ``max_tokens`` (estimated as ``estimate_tokens`` documents). ``provenance`` (one of
         ``kwtree.PROVENANCES`` or a list; None: all) shows only what those said. Empty when
         the scope holds nothing. Reads only."""
-        self._check_open()
+        self._port.check_open()
         scopes = _scopes(scope)
         shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
         said_by = clean_provenances(provenance)
@@ -222,12 +263,12 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         ``provenance`` (one of ``kwtree.PROVENANCES`` or a list; None: all) shows only what
         those said, in every section. Empty when the scope holds nothing. Reads only;
         InvalidInputError naming the argument for bad input."""
-        self._check_open()
+        self._port.check_open()
         scopes = _scopes(scope)
         shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
         said_by = clean_provenances(provenance)
-        hits = self.recall(query, k=_RECALL_K, scope=list(scopes), min_score=min_score,
-                           provenance=None if said_by is None else sorted(said_by))
+        hits = self._port.recall(query, _RECALL_K, list(scopes), min_score,
+                                 None if said_by is None else sorted(said_by))
         self._add_profile(shelf, scopes, said_by)
         recalled = [hit.info for hit in hits if hit.info.metadata.get(KIND) != SUMMARY_KIND]
         shelf.add(HEADINGS["recalled"], [memory_line(info) for info in recalled], [info.content for info in recalled])
@@ -262,16 +303,35 @@ class HookMethods(MemoryMethods, RetrievalMethods):
         naming the field."""
         if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
             return messages
-        cut = self._limits.cut_text
+        cut = self._port.limits.cut_text
         return [{**message, "content": cut(message["content"], "content_bytes")}
                 if isinstance(message, Mapping) and isinstance(message.get("content"), str) else message
                 for message in messages]
+
+    def abstracts(self, keyword_id: str | None = None, *, scope: str | Sequence[str] | None = None,
+                  rebuild: bool = False) -> list[KeywordAbstract]:
+        """The abstracts of the keywords that hold memories (a live info linked to them) in
+        ``keyword_id``'s subtree (the whole tree by default) inside ``scope`` (a scope path
+        or a list of them), deepest first; those missing or stale (their subtree's memories
+        changed since: a digest of which infos, in which version, it holds), or all with
+        ``rebuild=True``, are built first and written as ONE operation of kind ``"abstract"``
+        (each a new version of its keyword: in ``history()``, undone by ``undo(op_id)``).
+        Nothing to build writes nothing. A tree that may not write (``read_only``, ``as_of``)
+        builds nothing and lists what is stored, ``stale`` saying which are out of date.
+
+        With an ``llm_client``, one structured call per keyword; when it fails or answers
+        unusably the extractive summary is written instead, with a ``note`` saying why (a tree
+        opened with ``on_agent_failure="raise"`` raises AgentError and writes nothing).
+        Durable on return. InvalidInputError for a bad scope or flag; NotFoundError for an
+        unknown keyword_id."""
+        self._port.check_open()
+        return build_abstracts(self._port, keyword_id, clean_scopes(scope), clean_flag(rebuild, "rebuild"))
 
     # --- the blocks ---------------------------------------------------------------------------
 
     def _add_profile(self, shelf: _Shelf, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
         for branch in ("profile", "preferences"):
-            infos = self._read(lambda state, branch=branch: branch_infos(state, scopes, branch))  # type: ignore[misc]
+            infos = self._port.read(lambda state, branch=branch: branch_infos(state, scopes, branch))  # type: ignore[misc]
             infos = [info for info in infos if said_by is None or info.provenance in said_by]
             shelf.add(HEADINGS[branch], [memory_line(info) for info in infos], [info.content for info in infos])
 
@@ -280,6 +340,6 @@ class HookMethods(MemoryMethods, RetrievalMethods):
             summary = latest_summary(state, scopes)
             return None if summary is None else (summary, _session_time(state, summary))
 
-        found = self._read(latest)
+        found = self._port.read(latest)
         if found is not None and (said_by is None or found[0].provenance in said_by):
             shelf.add(HEADINGS["summary"], *_summary_lines(*found))
