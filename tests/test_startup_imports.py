@@ -104,9 +104,9 @@ def test_the_choice_tables_are_defined_once_in_the_models() -> None:
 
 def test_the_cli_offers_the_choices_the_library_takes() -> None:
     from kwtree import models
-    from kwtree.facade import agent, tree
+    from kwtree.facade import agent_calls, tree
     from kwtree.writes import keywords
 
     assert (tree.DURABILITY_MODES, tree.DIRECTIONS) == (models.DURABILITY_MODES, models.DIRECTIONS)
     assert keywords.INFO_POLICIES is models.INFO_POLICIES
-    assert agent.ON_AGENT_FAILURE == ("fallback", "raise")  # the CLI reads it when a command runs
+    assert agent_calls.ON_AGENT_FAILURE == ("fallback", "raise")  # the CLI reads it when a command runs

@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from kwtree.agent.lexicon import KeywordTextIndex, Relevance
+from kwtree.agent.lexicon import KeywordLexicon, Relevance
 from kwtree.agent.mru import MRUCache
 from kwtree.agent.navigation import Navigator, RoundKeyword, RoundRequest
 from kwtree.agent.prompts import ACTIONS, INTENTS, PROMPT_VERSION
@@ -126,7 +126,7 @@ class _Fallback(Exception):
 
 
 class DescendLoop:
-    """The loop with its navigator, MRU cache, text index and counters. Thread-safe."""
+    """The loop with its navigator, MRU cache, keyword lexicon and counters. Thread-safe."""
 
     def __init__(self, navigator: Navigator, mru_capacity: int = 128, max_candidates: int = 50,
                  max_rounds: int = 6) -> None:
@@ -134,8 +134,8 @@ class DescendLoop:
         self.mru = MRUCache(mru_capacity)
         self.max_candidates = max_candidates
         self.max_rounds = max_rounds
-        self._index = KeywordTextIndex()
-        self._index_lock = threading.Lock()
+        self._lexicon = KeywordLexicon()
+        self._lexicon_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._stats: dict[str, Any] = {"descents": 0, "calls": 0, "rounds": 0, "failures": 0,
                                        "fallbacks": {}, "outcomes": {}}
@@ -148,19 +148,19 @@ class DescendLoop:
         on the current state."""
 
         def score(state: State) -> Relevance:
-            with self._index_lock:
-                self._index.sync(state)
-                return self._index.score(state, query, description, within=within)
+            with self._lexicon_lock:
+                self._lexicon.sync(state)
+                return self._lexicon.score(state, query, description, within=within)
 
         return read(score)
 
-    def with_index(self, read: Reader, use: Callable[[State, KeywordTextIndex], T]) -> T:
-        """``use(state, index)`` on the current state with the text index in step with it."""
+    def with_lexicon(self, read: Reader, use: Callable[[State, KeywordLexicon], T]) -> T:
+        """``use(state, lexicon)`` on the current state with the keyword lexicon in step with it."""
 
         def run(state: State) -> T:
-            with self._index_lock:
-                self._index.sync(state)
-                return use(state, self._index)
+            with self._lexicon_lock:
+                self._lexicon.sync(state)
+                return use(state, self._lexicon)
 
         return read(run)
 

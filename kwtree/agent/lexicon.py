@@ -29,7 +29,7 @@ from kwtree.engine.state import State
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import terms
 
-__all__ = ["KeywordTextIndex", "Relevance", "char_similarity"]
+__all__ = ["KeywordLexicon", "Relevance", "char_similarity"]
 
 COMPARISONS = frozenset(["like", "unlike", "near", "besides", "versus", "vs", "similar", "resembling", "except"])
 #: Terms in more keywords than this are too common to use as evidence (keeps queries fast).
@@ -126,7 +126,7 @@ class Relevance:
         return max(match[0] if match else 0.0, parent[0] if parent else 0.0)
 
 
-class KeywordTextIndex:
+class KeywordLexicon:
     """Term postings over the live keywords of one State, kept in step with it.
 
     Call ``sync(state)`` (under the state's lock) before scoring: the first call indexes

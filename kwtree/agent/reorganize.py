@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from kwtree.agent.clients import LLMClient
-from kwtree.agent.lexicon import KeywordTextIndex
+from kwtree.agent.lexicon import KeywordLexicon
 from kwtree.engine.state import State, name_keys
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import normalize_name, terms
@@ -129,14 +129,14 @@ def _descriptions_agree(a: Keyword, b: Keyword) -> bool:
     return bool(ta and tb) and len(ta & tb) / len(ta | tb) >= 0.5
 
 
-def _moves(state: State, index: KeywordTextIndex, scope: list[str], skip: set[str]) -> list[dict[str, Any]]:
+def _moves(state: State, lexicon: KeywordLexicon, scope: list[str], skip: set[str]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     in_scope = set(scope)
     for kid in scope[:MAX_MOVE_CHECKS]:
         keyword = state.keywords[kid]
         if kid == ROOT_ID or kid in skip or keyword.parent_id in (None, ROOT_ID):
             continue  # the top level is the user's own choice of categories
-        relevance = index.score(state, keyword.name, keyword.description, exclude=kid)
+        relevance = lexicon.score(state, keyword.name, keyword.description, exclude=kid)
         current = relevance.parent.get(keyword.parent_id, 0.0)
         ranked = sorted(relevance.parent.items(), key=lambda item: (-item[1], item[0]))
         for pid, score in ranked[:5]:
@@ -194,13 +194,13 @@ def _groups(state: State, scope: list[str], skip: set[str]) -> list[dict[str, An
     return steps
 
 
-def offline_plan(state: State, index: KeywordTextIndex, scope_id: str) -> list[dict[str, Any]]:
+def offline_plan(state: State, lexicon: KeywordLexicon, scope_id: str) -> list[dict[str, Any]]:
     """The offline planner's steps for the subtree under ``scope_id`` (call under the
-    state's lock, after ``index.sync(state)``)."""
+    state's lock, after ``lexicon.sync(state)``)."""
     scope = _live_scope(state, scope_id)
     merges = _merges(state, scope)
     touched = {step[field] for step in merges for field in ("src_id", "dst_id")}
-    moves = _moves(state, index, scope, set(touched))
+    moves = _moves(state, lexicon, scope, set(touched))
     moved = {step["keyword_id"] for step in moves}
     groups = _groups(state, scope, touched | moved)
     return merges + moves + groups

@@ -26,7 +26,7 @@ def llm_client() -> Any:
 
 def on_agent_failure() -> str:
     """KWTREE_ON_AGENT_FAILURE: "fallback" (default: warn and go on) or "raise" (exit 1)."""
-    from kwtree.facade.agent import ON_AGENT_FAILURE
+    from kwtree.facade.agent_calls import ON_AGENT_FAILURE
 
     choice = os.environ.get("KWTREE_ON_AGENT_FAILURE", "").strip().lower() or "fallback"
     if choice not in ON_AGENT_FAILURE:

@@ -2,9 +2,10 @@
 and the few steps each public method is made of (check the tree is open, read the state,
 commit an operation).
 
-The facets (``kwtree.facade.agent``, ``.retrieval``, ``.maintenance``) and ``KeywordTree``
-itself derive from :class:`TreeCore`; they reach the directory, the log and the State only
-through the :class:`kwtree.engine.engine.Engine` it holds.
+The facets (``kwtree.facade.agent_calls``, ``.recall_calls``, ``.maintenance``, ``.forget``) and
+``KeywordTree`` itself derive from :class:`TreeCore`, and agent memory's port
+(``.memory_port``) holds one; they reach the directory, the log and the State only through the
+:class:`kwtree.engine.engine.Engine` it holds.
 """
 
 from __future__ import annotations

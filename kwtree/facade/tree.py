@@ -27,11 +27,11 @@ from kwtree.engine.follower import BackgroundFollower
 from kwtree.engine.history import touches
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError, UndoConflictError
-from kwtree.facade.agent import ON_AGENT_FAILURE, AgentMethods
+from kwtree.facade.agent_calls import ON_AGENT_FAILURE, AgentMethods
 from kwtree.facade.maintenance import MaintenanceMethods
 from kwtree.facade.memory_port import TreePort, memory_call
 from kwtree.facade.opening import clean_as_of, log_store
-from kwtree.facade.retrieval import RetrievalMethods
+from kwtree.facade.recall_calls import RecallMethods
 from kwtree.limits import DEFAULT_LIMITS, Limits
 from kwtree.memory.layer import AgentMemory
 from kwtree.models import (
@@ -91,7 +91,7 @@ def check_options(options: Mapping[str, object], who: str, given: Mapping[str, s
                                 f"KeywordTree's: {', '.join(name for name in known if name not in given)}")
 
 
-class KeywordTree(AgentMethods, RetrievalMethods, MaintenanceMethods):
+class KeywordTree(AgentMethods, RecallMethods, MaintenanceMethods):
     """A keyword tree with linked memories, stored as an append-only event log in ``data_dir``.
 
     Opening a new or empty directory creates it (manifest, log and the root keyword).

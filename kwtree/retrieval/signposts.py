@@ -46,7 +46,7 @@ SIGNPOST_SOURCES = 3
 INFOS_PER_SIGNPOST = 50
 
 
-class _Index:
+class _Abstracts:
     """The stored abstracts of one State version: each keyword's two texts, and the keywords
     each term appears in (so a recall judges only the abstracts sharing a term with it)."""
 
@@ -68,21 +68,21 @@ class _Index:
                 self.postings.setdefault(term, []).append(kid)
 
 
-_last: list[_Index] = []  # the index of the State version read last (one: the current tree's)
+_last: list[_Abstracts] = []  # the abstracts of the State version read last (one: the current tree's)
 _last_lock = threading.Lock()
 
 
-def _index(state: State) -> _Index:
-    """The signpost index of ``state`` as it is now, built on the first read after a write:
+def _abstracts_of(state: State) -> _Abstracts:
+    """The stored abstracts of ``state`` as it is now, built on the first read after a write:
     one pass over the keywords (the caller holds the state lock)."""
     key = (id(state), state.op_count, state.last_op_id)
     with _last_lock:
         if _last and _last[0].key == key:
             return _last[0]
-    index = _Index(state, key)
+    found = _Abstracts(state, key)
     with _last_lock:
-        _last[:] = [index]
-    return index
+        _last[:] = [found]
+    return found
 
 
 def signpost_scores(state: State, query: QueryTerms | None, scope: set[str] | None) -> dict[str, float]:
@@ -90,14 +90,14 @@ def signpost_scores(state: State, query: QueryTerms | None, scope: set[str] | No
     ``SIGNPOST_FLOOR`` of ``query``'s weight, with that share."""
     if query is None or query.total <= 0:
         return {}
-    index = _index(state)
-    if not index.texts:
+    abstracts = _abstracts_of(state)
+    if not abstracts.texts:
         return {}
     found: dict[str, float] = {}
-    for kid in {kid for word in query.weights for kid in index.postings.get(word, ())}:
+    for kid in {kid for word in query.weights for kid in abstracts.postings.get(word, ())}:
         if scope is not None and kid not in scope:
             continue
-        score = coverage(query, index.texts[kid])
+        score = coverage(query, abstracts.texts[kid])
         if score >= SIGNPOST_FLOOR:
             found[kid] = score
     return found

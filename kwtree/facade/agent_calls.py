@@ -205,7 +205,7 @@ class AgentMethods(TreeCore):
         plan = planner.draft_plan(
             self._llm_client,
             lambda: self._read(lambda state: planner.outline(state, scope)),
-            lambda: self._agent.with_index(self._read, lambda state, index: planner.offline_plan(state, index, scope)),
+            lambda: self._agent.with_lexicon(self._read, lambda state, lex: planner.offline_plan(state, lex, scope)),
             {"scope_id": scope, "based_on": self._engine.state.last_op_id},
         )
         if plan.get("llm_error") and self._on_agent_failure == "raise":

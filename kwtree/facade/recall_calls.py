@@ -37,7 +37,7 @@ from kwtree.validate import (
 )
 from kwtree.writes import require_keyword
 
-__all__ = ["RetrievalMethods"]
+__all__ = ["RecallMethods"]
 
 #: Each retriever returns this many candidates per result asked for (at least 50).
 OVERFETCH = 5
@@ -77,7 +77,7 @@ class _Retrieved:
     weighed: relevance.QueryTerms
 
 
-class RetrievalMethods(TreeCore):
+class RecallMethods(TreeCore):
     """Recall, context and the embedding outbox (see KeywordTree)."""
 
     _weights: fusion.RecallWeights
