@@ -58,7 +58,7 @@ def serve_outbox(
             return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
 
         def start() -> None:
-            caches.repair(full=False)
+            caches.worker.repair(full=False)
             tick.remaining(outbox.backlog())
             tick.start()
 

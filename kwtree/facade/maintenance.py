@@ -88,7 +88,7 @@ class MaintenanceMethods(ForgetMethods):
         embedded = 0
         if vectors:
             embedded = indexes.reload_vectors(rebuild=True)
-            indexes.wait_indexed()
+            indexes.worker.wait_indexed()
         return {"indexed": indexed, "embedded": embedded, "seconds": time.perf_counter() - started}
 
     def snapshot(self, path: str | os.PathLike[str] | None = None) -> str:

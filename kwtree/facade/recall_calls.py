@@ -256,7 +256,7 @@ class RecallMethods(TreeCore):
         LockTimeoutError; it keeps retrying by itself, so a later call succeeds once space is
         freed."""
         self._check_open()
-        return self._caches.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
+        return self._caches.worker.wait_indexed(None if timeout is None else clean_seconds(timeout, "timeout"))
 
     def outbox_status(self) -> dict[str, Any]:
         """The embedding outbox: counts of pending, leased, failed (waiting to retry), done
@@ -264,10 +264,10 @@ class RecallMethods(TreeCore):
         ``{"error", "type", "since"}`` while the embedding worker retries after a storage
         error (a full disk). Never raises for a full disk: it reports it."""
         self._check_open()
-        return self._caches.outbox_status()
+        return self._caches.worker.outbox_status()
 
     def retry_dead(self) -> int:
         """Queue every dead embedding item again; returns how many. ReadOnlyError on a tree
         that may not write."""
         self._check_writable()
-        return self._caches.retry_dead()
+        return self._caches.worker.retry_dead()
