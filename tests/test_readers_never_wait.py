@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kwtree import KeywordTree
+from tests.helpers import log_bytes
 
 SCOPE = "user:ana"
 CONVERSATION = [
@@ -102,10 +103,29 @@ def test_a_writable_tree_closes_while_another_process_holds_the_writer_lock(
             tree.close()
     finally:
         holder.communicate("", timeout=60)
-    # (Trimming the log's padding is a log write: it waits for the lock, and says so, in vain.)
     assert not [record for record in caplog.records if record.name == "kwtree.cache"], caplog.text
     meta = json.loads((directory / "cache" / "fulltext" / "meta.json").read_text())
     assert meta["watermark"] == written.op_id  # the shared index holds the write
+
+
+def test_a_writable_tree_s_close_leaves_the_padding_to_the_writer_that_holds_the_lock(
+        held: tuple[Path, dict[str, str]], caplog: pytest.LogCaptureFixture) -> None:
+    """Its close does not wait for the writer lock to trim the log's preallocated padding: the
+    process holding it writes the log and trims it when it closes (issue 28: the close waited
+    out ``lock_timeout`` and warned). Once the lock is free, the next writer's close trims it."""
+    directory, _ = held
+    tree = KeywordTree(directory, lock_timeout=60, worker=False)  # (a close that waited would wait 60 s)
+    tree.create_info("Matcha is powdered green tea.")  # durable: the newest segment carries padding
+    holder = _hold_writer_lock(directory)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="kwtree"):
+            tree.close()
+    finally:
+        holder.communicate("", timeout=60)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
+    assert b"\0" in log_bytes(directory)  # left for the next writer
+    KeywordTree(directory, worker=False).close()
+    assert b"\0" not in log_bytes(directory)
 
 
 def test_reads_answer_while_another_machine_holds_the_postgresql_log_s_lock(tmp_path: Path) -> None:

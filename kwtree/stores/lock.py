@@ -111,6 +111,10 @@ class WriterLock:
         self.what = what
         self._backend = (backend or default_backend())(path, file_mode)
 
+    def try_acquire(self) -> bool:
+        """Take the lock if no one holds it, without waiting; True if taken."""
+        return bool(self._backend.try_acquire())
+
     def acquire(self) -> None:
         if self._backend.try_acquire():
             return

@@ -31,7 +31,7 @@ from pathlib import Path
 import orjson
 
 from kwtree.engine.events import is_op_id, with_checksum
-from kwtree.errors import CorruptLogError, LockTimeoutError, StorageError
+from kwtree.errors import CorruptLogError, StorageError
 from kwtree.stores import logswap
 from kwtree.stores.directory import create_directory
 from kwtree.stores.eventlog import SEGMENT_SUFFIX, EventLog, Pending, encode_seal
@@ -463,10 +463,19 @@ class SegmentStore:
         if hasattr(self, "_finalizer"):
             self._finalizer.detach()
         if events is not None and lock is not None and self._read_through:
+            # Trimming is a log write. While another process holds the lock it is a writer of
+            # this log, which trims the padding when it closes: waiting for it would hold up
+            # this close for nothing (and a writer killed meanwhile leaves the padding to the
+            # next one: replay reads a log with padding as it is).
             try:
-                with lock:
-                    events.trim_padding()
-            except (LockTimeoutError, OSError) as exc:
+                if lock.try_acquire():
+                    try:
+                        events.trim_padding()
+                    finally:
+                        lock.release()
+                else:
+                    log.debug("%s: another process holds the writer lock; it trims the log padding", self.directory)
+            except OSError as exc:
                 log.warning("could not trim the log padding of %s on close: %s", self.directory, exc)
         for handle in (events, lock):
             if handle is not None:
