@@ -72,7 +72,7 @@ _SUMMARY_LISTS = (("open questions", SUMMARY_OPEN_QUESTIONS), ("decisions", SUMM
                   ("topics", SUMMARY_TOPICS))
 
 
-class _Shelf:
+class _BlockOnce:
     """A ``Block`` that shows each text once: a line whose key (normalised) is shown already,
     alone or inside a longer text, is skipped."""
 
@@ -245,7 +245,7 @@ class AgentMemory:
         the scope holds nothing. Reads only."""
         self._port.check_open()
         scopes = _scopes(scope)
-        shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
+        shelf = _BlockOnce(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
         said_by = clean_provenances(provenance)
         self._add_profile(shelf, scopes, said_by)
         self._add_summary(shelf, scopes, said_by)
@@ -265,7 +265,7 @@ class AgentMemory:
         InvalidInputError naming the argument for bad input."""
         self._port.check_open()
         scopes = _scopes(scope)
-        shelf = _Shelf(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
+        shelf = _BlockOnce(clean_int(max_tokens, "max_tokens", 1, 1_000_000))
         said_by = clean_provenances(provenance)
         hits = self._port.recall(query, _RECALL_K, list(scopes), min_score,
                                  None if said_by is None else sorted(said_by))
@@ -329,13 +329,13 @@ class AgentMemory:
 
     # --- the blocks ---------------------------------------------------------------------------
 
-    def _add_profile(self, shelf: _Shelf, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
+    def _add_profile(self, shelf: _BlockOnce, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
         for branch in ("profile", "preferences"):
             infos = self._port.read(lambda state, branch=branch: branch_infos(state, scopes, branch))  # type: ignore[misc]
             infos = [info for info in infos if said_by is None or info.provenance in said_by]
             shelf.add(HEADINGS[branch], [memory_line(info) for info in infos], [info.content for info in infos])
 
-    def _add_summary(self, shelf: _Shelf, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
+    def _add_summary(self, shelf: _BlockOnce, scopes: tuple[str, ...], said_by: frozenset[str] | None) -> None:
         def latest(state: State) -> tuple[Info, float | None] | None:
             summary = latest_summary(state, scopes)
             return None if summary is None else (summary, _session_time(state, summary))
