@@ -54,7 +54,7 @@ from typing import Any
 import filelock
 import orjson
 
-from kwtree.caches.workers import holder_gone
+from kwtree.caches.workers import claiming, holder_gone
 from kwtree.errors import (
     ClosedError,
     InvalidInputError,
@@ -336,6 +336,8 @@ class Outbox:
                     picked.append(entry.item)
             self._append([{"r": "claim", "item": it.key, "worker": worker,
                            "until": now + self.lease_seconds, "ts": now} for it in picked])
+            if picked:
+                claiming(worker, True)
             return picked
 
     def done(self, worker: str, items: Iterable[Item]) -> None:
@@ -537,3 +539,4 @@ def record_results(outbox: Outbox, worker: str, items: list[Item], results: dict
         outbox.done(worker, ok)
     for error, failed_items in failures.items():
         outbox.failed(worker, failed_items, error)
+    claiming(worker, False)
