@@ -285,14 +285,15 @@ class FullTextProjection:
         if (at, ops) != (index.watermark, index.ops):
             if foreign:
                 self._remove_foreign(index)
-            with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
-                for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
-                    if text is None:
-                        index.delete(kind, entity_id)
-                    else:
-                        index.upsert(kind, entity_id, text)
-                    tick.add()
-                index.commit(at, ops)
+            if texts:  # (else only the op count moved, as after a compaction: nothing to tell)
+                with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
+                    for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
+                        if text is None:
+                            index.delete(kind, entity_id)
+                        else:
+                            index.upsert(kind, entity_id, text)
+                        tick.add()
+            index.commit(at, ops)
             self._keep_versions(versions)
         with self._state_lock:
             self._synced = (at, ops)
