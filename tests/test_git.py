@@ -509,12 +509,6 @@ def test_merge_driver_output_replays_like_any_union(random_steps, data) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (found in issue 28, open): the full-text index records only the last operation it "
-    "reflects; a git merge puts the other branch's operations below it (op-id order), so bm25 "
-    "misses the merged memories until the index is rebuilt (verify reports fulltext-mismatch). "
-    "The vector store checks the versions at or below its position (kwtree.caches.texts.versions_upto); "
-    "the full-text index does not yet"))
 def test_a_merge_of_older_operations_reaches_the_full_text_index(tmp_path: Path) -> None:
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     options = {"durability": "none", "worker": False, "embed_async": False}

@@ -5,17 +5,23 @@
 - **A search** first brings the index up to the tree's state: nothing to do when no write is
   pending and the index reflects the state (no lock taken); else, holding the index's lock
   (``cache/lock``, with this process's threads serialised first), the index is read again as
-  the last process left it and what was written after its watermark is applied and committed
-  at the state's last op id. A process holding the log's writer lock (a compaction, a forget,
-  a restore) therefore never holds up a search: readers wait at most for another process
-  bringing the index up to date.
+  the last process left it and what it lacks is applied and committed at the state's last op
+  id and op count: this process's writes, when nothing else moved the state or the index
+  since it last synced; else every entity whose current version is not the one the index
+  holds (``kwtree.caches.fulltext_versions``, a record written beside the index with each
+  commit), so that operations a git merge put below the watermark, a branch switch brought
+  back or a compaction rewrote are found (one pass over the state's entities, at a
+  process's first catch-up and when its state moved by other means than its own writes). A
+  process holding the log's writer lock (a compaction, a forget, a restore) therefore never
+  holds up a search: readers wait at most for another process bringing the index up to date.
 - **An index ahead of the tree's state** (another process indexed operations this tree has not
   read yet) holds everything the tree knows: the tree reads the log's newer operations if no
   write of its own process is under way, else searches the index as it is. An index ahead of
   the log itself (a log cut back by a crash without fsync, or replaced by an older one) would
   hide every later write with a lower id: it is rebuilt.
 - **A tree that may not write it** (``read_only``, ``as_of``) searches the shared index while
-  its watermark is the tree's last op id; otherwise it keeps a private index in memory (never
+  its watermark and op count are the tree's last op id and op count (a comparison of two
+  numbers per read); otherwise it keeps a private index in memory (never
   on disk: a killed process leaves no copy of texts a later ``forget`` erases), fed the same
   way from its own state; operations that forgot entities make it start over.
 
@@ -27,14 +33,18 @@ waits for this process's write mutex (``Engine.try_catch_up``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from kwtree.caches import lexical
-from kwtree.caches.texts import EntityKey, search_text, written_after
+from kwtree.caches.fulltext_versions import IndexedVersions, read_versions, write_versions
+from kwtree.caches.texts import EntityKey, search_text
 from kwtree.engine.state import State
 from kwtree.errors import DiskFullError
 from kwtree.models import is_forgotten
@@ -49,11 +59,27 @@ __all__ = ["FullTextProjection", "Hits"]
 Hits = list[tuple[str, float]]  # (entity id, score), best first
 T = TypeVar("T")
 Reader = Callable[[Callable[[State], T]], T]
+#: (last op id, op count, texts to feed, the versions the index then holds, whether it may
+#: hold documents of entities the state lacks): what ``FullTextProjection._plan`` decides.
+_Plan = tuple[str | None, int, dict[EntityKey, str | None], IndexedVersions | None, bool]
 
 log = logging.getLogger("kwtree.cache")
 #: How many times a search reads the log's newer operations when another process's index is
 #: ahead of this tree, before searching the index as it is.
 _AHEAD_TRIES = 3
+
+
+def _forgets(state: State, texts: list[EntityKey]) -> bool:
+    """Whether any of these entities (whose text is gone) was forgotten."""
+    return any(entity is not None and is_forgotten(entity)
+               for entity in ((state.infos if kind == "info" else state.keywords).get(entity_id)
+                              for kind, entity_id in texts))
+
+
+def _unknown(state: State, kind: str, stored: list[str]) -> list[str]:
+    """The ids among ``stored`` of entities of ``kind`` the state does not know."""
+    known = state.infos if kind == "info" else state.keywords
+    return [entity_id for entity_id in stored if entity_id not in known]
 
 
 class _IndexLock:
@@ -117,7 +143,13 @@ class FullTextProjection:
         self._state_lock = threading.Lock()  # guards the three below
         self._pending: set[EntityKey] = set()  # written since the last sync by this process
         self._expected_ops: int | None = None  # op count the pending set fully describes...
-        self._synced: str | None = None  # ...on top of the index at this watermark
+        self._synced: tuple[str | None, int | None] | None = None  # ...on top of the index at this commit
+        #: The versions the index holds (``fulltext_versions``), as last read or written;
+        #: a private index's only copy. Touched under the index's lock (or the private lock).
+        self._versions: IndexedVersions | None = None
+        #: How many times the state was compared with the record of the versions the index
+        #: holds (an O(n) pass): for tests and benchmarks that check the hot path skips it.
+        self.compared = 0
 
     # --- the index -----------------------------------------------------------------------
 
@@ -158,16 +190,19 @@ class FullTextProjection:
 
     def sync(self, *, only_if_written: bool = False, latest: bool = False) -> None:
         """Bring the index up to the tree's state (module docstring). ``only_if_written``:
-        only if this process wrote since (a tree that may not write the shared index then does
-        nothing). ``latest``: the caller holds the log's writer lock and the state is the
-        log's latest, so an index ahead of it is ahead of the log. An index that fails
+        only if this process wrote since, or its state moved since it last synced the index
+        (a compaction rewrote the log, another process's writes were read: read-only trees
+        search the shared index only once it reflects exactly their state); a tree that may
+        not write the shared index then does nothing. ``latest``: the caller holds the log's
+        writer lock and the state is the log's latest, so an index ahead of it is ahead of the
+        log. An index that fails
         (deleted or damaged under us) is rebuilt from the state, once."""
         if not self._writes:
             if not only_if_written:
                 self._sync_private()
             return
         for _ in range(_AHEAD_TRIES):
-            if only_if_written and not self.pending():
+            if only_if_written and not self.pending() and not self._read(self._moved):
                 return
             if self._current():
                 return
@@ -190,6 +225,10 @@ class FullTextProjection:
         if index is None:
             return False
         return bool(self._read(lambda state: self._unchanged(state) and index.watermark == state.last_op_id))
+
+    def _moved(self, state: State) -> bool:
+        with self._state_lock:
+            return self._expected_ops is not None and self._expected_ops != state.op_count
 
     def _unchanged(self, state: State) -> bool:
         with self._state_lock:
@@ -214,19 +253,22 @@ class FullTextProjection:
             return self._apply(latest=True)
 
     def _apply(self, *, latest: bool) -> bool:
-        """Apply to the index what was written after its watermark, or rebuild it; True if it
-        is ahead of the state and ``latest`` is not set (nothing done). A private index that
-        the operations to apply include a ``forget`` for is rebuilt rather than patched:
-        tantivy keeps a deleted document's terms in its segment (and in the terms' document
-        frequencies, so in every score) until a merge that cannot be asked for, and a reader
-        that caught up with a forget must hold nothing of the erased text. (The writer's own
-        index is removed by ``TreeCaches.erase``.)"""
+        """Apply to the index what it lacks of the state, or rebuild it; True if it is ahead
+        of the state and ``latest`` is not set (nothing done). What it lacks: the writes this
+        process noted, when nothing else moved the state or the index since this process
+        last synced it; else every entity whose current version is not the one the index
+        holds (``fulltext_versions``: operations a git merge put below the watermark are
+        found), and the subtree of every such keyword (its path is in their texts). An index
+        that reflects exactly the state (its watermark and op count are the state's) lacks
+        nothing. A private index that the operations to apply include a ``forget`` for is
+        rebuilt rather than patched: tantivy keeps a deleted document's terms in its segment
+        (and in the terms' document frequencies, so in every score) until a merge that cannot
+        be asked for, and a reader that caught up with a forget must hold nothing of the
+        erased text. (The writer's own index is removed by ``TreeCaches.erase``.)"""
         index = self._fulltext
         if not self._private:
             index.refresh()  # as the last process to commit it left it
         last = self._read(lambda state: state.last_op_id)
-        if index.watermark == last:
-            return False
         if index.watermark is not None and (last is None or index.watermark > last):
             if not latest:
                 return True  # another process indexed operations this tree has not read yet
@@ -234,59 +276,122 @@ class FullTextProjection:
                         self.where, index.watermark, last)
             self.reset()
             index = self._fulltext
-
-        def plan(state: State) -> tuple[str | None, dict[EntityKey, str | None], bool]:
-            with self._state_lock:
-                if (self._expected_ops == state.op_count and index.watermark is not None
-                        and index.watermark == self._synced):
-                    changed = set(self._pending)
-                else:
-                    changed = written_after(state, index.watermark)
-                self._pending.clear()
-                self._expected_ops = state.op_count
-            texts = {key: search_text(state, *key) for key in changed}
-            forgotten = self._private and index.watermark is not None and any(
-                entity is not None and is_forgotten(entity)
-                for entity in ((state.infos if kind == "info" else state.keywords).get(entity_id)
-                               for (kind, entity_id), text in texts.items() if text is None))
-            return state.last_op_id, texts, forgotten
-
-        watermark, texts, forgotten = self._read(plan)
-        if forgotten:
+        at, ops, texts, versions, foreign = self._read(functools.partial(self._plan, index, self._held_versions(index)))
+        if self._private and index.watermark is not None and self._read(functools.partial(
+                _forgets, texts=[key for key, text in texts.items() if text is None])):
             log.debug("the operations after %s forgot entities; rebuilding %s", index.watermark, self.where)
             self.reset()
             return self._apply(latest=True)  # from no watermark: a full scan finds nothing forgotten to patch
-        if watermark != index.watermark:
-            with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
-                for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
-                    if text is None:
-                        index.delete(kind, entity_id)
-                    else:
-                        index.upsert(kind, entity_id, text)
-                    tick.add()
-                index.commit(watermark)
+        if (at, ops) != (index.watermark, index.ops):
+            if foreign:
+                self._remove_foreign(index)
+            if texts:  # (else only the op count moved, as after a compaction: nothing to tell)
+                with Ticker(self._progress, "indexing full text", len(texts), "texts") as tick:
+                    for (kind, entity_id), text in sorted(texts.items()):  # a fixed order: rebuilds rank alike
+                        if text is None:
+                            index.delete(kind, entity_id)
+                        else:
+                            index.upsert(kind, entity_id, text)
+                        tick.add()
+            index.commit(at, ops)
+            self._keep_versions(versions)
         with self._state_lock:
-            self._synced = watermark
+            self._synced = (at, ops)
         return False
+
+    def _held_versions(self, index: FullTextIndex) -> IndexedVersions | None:
+        """The record of the versions ``index`` holds as its last commit left it, or None
+        (unknown). Read from its file when another process committed since."""
+        kept = self._versions
+        if index.watermark is None or index.ops is None:
+            return None
+        if kept is not None and (kept.at, kept.ops) == (index.watermark, index.ops):
+            return kept
+        if self._private or index.directory is None:
+            return None
+        self._versions = read_versions(index.directory, index.watermark, index.ops)
+        return self._versions
+
+    def _keep_versions(self, versions: IndexedVersions | None) -> None:
+        """After a commit: keep the record of what the index now holds, and write it beside
+        a shared index (a record that cannot be written leaves the old one, which names
+        another commit: unknown, so the next comparison feeds every entity)."""
+        self._versions = versions
+        index = self._index
+        if versions is None or self._private or index is None or index.directory is None:
+            return
+        try:
+            write_versions(index.directory, versions, self._file_mode)
+        except OSError as exc:
+            log.debug("could not record the versions the full-text index holds: %s", exc)
+
+    def _plan(self, index: FullTextIndex, held: IndexedVersions | None, state: State) -> _Plan:
+        """What to feed the index to bring it to ``state`` (see ``_apply``): the state's last
+        op id and op count, the text (None: delete) of each entity to feed, the record of
+        the versions the index then holds (None: unknown), and whether it may hold documents
+        of entities the state lacks. Under the state lock."""
+        at, ops = state.last_op_id, state.op_count
+        with self._state_lock:
+            mine = (self._expected_ops == ops and index.watermark is not None
+                    and self._synced == (index.watermark, index.ops))
+            pending, self._pending = self._pending, set()
+            self._expected_ops = ops
+        if (index.watermark, index.ops) == (at, ops):
+            return at, ops, {}, held, False  # committed by another process at exactly this state
+        if mine:  # only this process's writes since it last synced
+            changed = pending
+            if held is not None:
+                entities, keys, versions = IndexedVersions.of(state, sorted(changed))
+                record = held.updated(at, ops, keys, versions)
+            else:  # (the record was lost: the index holds the state's versions but these)
+                self.compared += 1
+                record = IndexedVersions.build(at, ops, *IndexedVersions.of(state)[1:])
+            foreign = False
+        else:
+            self.compared += 1
+            entities, keys, versions = IndexedVersions.of(state)
+            differ = np.ones(len(keys), dtype=bool) if held is None else held.differing(keys, versions)
+            changed = {entities[i] for i in np.flatnonzero(differ)}
+            for _, entity_id in [key for key in changed if key[0] == "keyword"]:
+                keyword = state.keywords[entity_id]
+                if index.watermark is not None and not keyword.deleted and state.children.get(entity_id):
+                    changed.update(("keyword", kid) for kid in state.subtree(entity_id))
+            # Unknown over a non-empty index: it may hold documents of entities this state
+            # lacks (a branch switch dropped them), which only a look at its keys finds.
+            foreign = index.watermark is not None and (held is None or held.lacks_any(keys))
+            record = IndexedVersions.build(at, ops, keys, versions)
+        return at, ops, {key: search_text(state, *key) for key in changed}, record, foreign
+
+    def _remove_foreign(self, index: FullTextIndex) -> None:
+        """Delete the documents of entities the state does not know at all."""
+        for kind in ("info", "keyword"):
+            stored = [key.partition(":")[2] for key in index.all_keys(kind)]
+            unknown = self._read(functools.partial(_unknown, kind=kind, stored=stored))
+            if unknown:
+                log.debug("removing %d documents of %ss this state lacks from %s", len(unknown), kind, self.where)
+            for entity_id in unknown:
+                index.delete(kind, entity_id)
 
     def _sync_private(self) -> None:
         """For a tree that may not write the shared index (``read_only``, ``as_of``): search
-        the shared index while its watermark is this tree's last op id (the writer committed
-        exactly this state); else move to a private index in memory and bring that up to the
-        state, from then on at every search (after a ``refresh()`` only the new operations are
-        applied). Searching the shared index at another watermark would miss writes (or see
+        the shared index while its watermark and op count are this tree's last op id and op
+        count (the writer committed exactly this state: a git merge below an unchanged last
+        op id changes the count; an index whose meta.json has no count matches no state);
+        else move to a private index in memory and bring that up to the state, from then on at
+        every search (after a ``refresh()`` only what it lacks is applied, found as the
+        writer finds it). Searching the shared index at another watermark would miss writes (or see
         later ones): deleting the caches would then change what a read-only tree finds."""
         with self._private_lock:
             if not self._private:
-                last = self._read(lambda state: state.last_op_id)
+                now = self._read(lambda state: (state.last_op_id, state.op_count))
                 opened = self._index is not None
                 shared = self._fulltext
-                if opened and shared.watermark != last:
+                if opened and (shared.watermark, shared.ops) != now:
                     shared.refresh()  # the writer may have committed this state since
-                if shared.available and shared.watermark == last:
+                if shared.available and (shared.watermark, shared.ops) == now:
                     return
                 log.debug("the shared full-text index reflects %s, this tree %s: searching a private index in memory",
-                          shared.watermark if shared.available else "nothing", last)
+                          (shared.watermark, shared.ops) if shared.available else "nothing", now)
                 self._go_private()
             self._apply_or_rebuild(latest=True)
 
@@ -303,6 +408,7 @@ class FullTextProjection:
             # (a read-only index holds no writer and has nothing to commit).
             self._index = None
             self._private = True
+            self._versions = None
         with self._state_lock:
             self._expected_ops = None  # the private index is fed by a scan of the state
 
@@ -312,6 +418,7 @@ class FullTextProjection:
         watermark lacks). A tree that may not write the shared index only drops its private one."""
         with self._open_lock:
             index, self._index = self._index, None
+            self._versions = None
         if index is not None:
             with contextlib.suppress(BaseException):  # a broken index may fail to close, too
                 index.close()

@@ -4,8 +4,9 @@ The index is a cache, but a damaged one does not always fail: a flipped bit in a
 segment can leave it readable while it returns other documents or other ids (seen with
 flips in the postings and the document store). So ``verify`` compares it with the state the
 log replays to, when the index claims to reflect exactly that state (its watermark is the
-log's last op id; an index that lags is brought up to date by the next open, and one ahead
-of the log is already an error):
+log's last op id and the op count its meta.json records, if any, the log's: a git merge adds
+operations below an unchanged last op id; an index that lags is brought up to date by the
+next open, and one ahead of the log is already an error):
 
 - every file of the segments tantivy's ``index/meta.json`` lists matches the CRC32 in its
   footer (``kwtree.stores.fulltext.checksum_problems``, which every open of the index checks
@@ -99,7 +100,8 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
 
 
 def _compare(index: FullTextIndex, where: Path, state: State, findings: _Findings) -> list[str]:
-    if index.available and index.watermark != state.last_op_id:
+    if index.available and (index.watermark != state.last_op_id
+                            or index.ops not in (None, state.op_count)):
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
     problems = checksum_problems(where / "index")
     if not index.available and not problems and not os.access(where, os.W_OK):

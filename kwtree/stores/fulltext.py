@@ -9,10 +9,12 @@ term carries its kind's prefix (``i:``/``k:``): a query is a plain disjunction o
 queries, which tantivy answers with block-max WAND, and document frequencies are per kind
 (a ``kind`` filter clause was 4x slower at p50 on 100k docs). Queries are never parsed.
 
-``directory`` holds ``index/`` (tantivy's files) and ``meta.json`` (``{"format": 1,
-"watermark": <op id or null>}``), written and fsynced after each tantivy commit: a crash in
-between leaves an older watermark, and re-feeding idempotent upserts and deletes is
-harmless. The watermark never claims more than the index holds. With no ``directory`` the
+``directory`` holds ``index/`` (tantivy's files) and ``meta.json`` (``{"format": 2,
+"watermark": <op id or null>, "ops": <the op count of the state at the watermark, or null>}``),
+written and fsynced after each tantivy commit: a crash in between leaves an older watermark,
+and re-feeding idempotent upserts and deletes is harmless. The watermark never claims more
+than the index holds. The op count tells states with the same last op id apart: a git merge
+adds operations below it (an older meta.json without it reads as None: unknown). With no ``directory`` the
 index lives in memory only (tantivy's RAM directory): a read-only tree's private index, which
 leaves no file behind whatever happens to its process.
 
@@ -166,6 +168,7 @@ class FullTextIndex:
         self._counted: tuple[tantivy.Searcher, dict[Hashable, int]] | None = None
         self._last_among: tuple[Collection[str], str, tantivy.Query] | None = None
         self._watermark: str | None = None
+        self._ops: int | None = None
         self._dirty = False
         self._closed = False
         self._checked: set[tuple[str, int]] = set()  # segment files whose checksum matched
@@ -199,6 +202,12 @@ class FullTextIndex:
         return self._watermark
 
     @property
+    def ops(self) -> int | None:
+        """The op count of the state the last commit recorded with the watermark (None:
+        unknown, as in an index written before it was recorded)."""
+        return self._ops
+
+    @property
     def dirty(self) -> bool:
         """True if upserts, deletes or a clear wait for a commit."""
         return self._dirty
@@ -217,6 +226,9 @@ class FullTextIndex:
             watermark = meta.get("watermark")
             if watermark is not None and not isinstance(watermark, str):
                 raise ValueError(f"watermark {watermark!r} is not a string")
+            ops = meta.get("ops")
+            if type(ops) is not int or ops < 0:
+                ops = None  # unknown (an older meta.json, or a garbled one): matches no state
             problems = checksum_problems(self._dir / "index", self._checked)
             if problems:
                 raise ValueError("; ".join(problems[:3]))
@@ -233,9 +245,9 @@ class FullTextIndex:
                 # create its lock file to open an index. Not damage, and nothing a reader can
                 # mend: the tree searches an index it builds in memory instead.
                 _log.debug("full-text index in %s cannot be opened here (%s); not searching it", self._dir, exc)
-            self._index = self._searcher = self._watermark = None
+            self._index = self._searcher = self._watermark = self._ops = None
             return False
-        self._watermark = watermark
+        self._watermark, self._ops = watermark, ops
         return True
 
     def _open_index(self, index: tantivy.Index) -> None:
@@ -245,7 +257,7 @@ class FullTextIndex:
         self._index = index
 
     def _create(self) -> None:
-        self._watermark = None
+        self._watermark = self._ops = None
         if self._dir is None:
             self._open_index(tantivy.Index(self._schema))  # no path: tantivy's RAM directory
             return
@@ -257,17 +269,17 @@ class FullTextIndex:
             path.unlink(missing_ok=True)  # a file or a link in its place
             make_dir(path, self._file_mode, parents=True)
             self._open_index(tantivy.Index(self._schema, path=str(path)))
-            self._write_meta(None)
+            self._write_meta(None, None)
         except (OSError, ValueError) as exc:
             what = f"cannot create the full-text index in {self._dir}"
             if isinstance(exc, ValueError) and low_on_space(self._dir):
                 raise disk_full_error(what, self._dir, f"tantivy: {exc}") from exc
             raise storage_error(what, exc, self._dir) from exc
 
-    def _write_meta(self, watermark: str | None) -> None:
+    def _write_meta(self, watermark: str | None, ops: int | None) -> None:
         if self._dir is None:
             return  # in memory: the watermark is the attribute the caller sets
-        write_atomically(self._dir / "meta.json", orjson.dumps({"format": FORMAT, "watermark": watermark}),
+        write_atomically(self._dir / "meta.json", orjson.dumps({"format": FORMAT, "watermark": watermark, "ops": ops}),
                          self._file_mode)
 
     def _writer_failed(self, exc: BaseException, what: str = "a full-text update") -> StorageError:
@@ -361,24 +373,27 @@ class FullTextIndex:
         with self._lock:
             writer = self._writer_for_update()
             try:  # meta first: a crash must not leave an old watermark over an emptied index
-                self._write_meta(None)
+                self._write_meta(None, None)
             except OSError as exc:
                 raise storage_error(f"cannot write the meta.json of {self._where}", exc, self._dir) from exc
-            self._watermark = None
+            self._watermark = self._ops = None
             writer.delete_all_documents()
             self._dirty = True
 
-    def commit(self, watermark: str | None) -> None:
-        """Make buffered changes durable and searchable, record ``watermark``, and release
-        tantivy's writer lock (so another process can write next).
+    def commit(self, watermark: str | None, ops: int | None = None) -> None:
+        """Make buffered changes durable and searchable, record ``watermark`` and ``ops`` (the
+        op count of the state at the watermark; None: unknown), and release tantivy's writer
+        lock (so another process can write next).
 
         When it returns, a search sees every change made before the call and a reopen
-        reports ``watermark``. On :class:`StorageError` (:class:`DiskFullError` when the disk
+        reports ``watermark`` and ``ops``. On :class:`StorageError` (:class:`DiskFullError` when the disk
         is full) the buffered changes are dropped (some may have reached the index) and the
         watermark stays where it was.
         """
         if watermark is not None and not isinstance(watermark, str):
             raise InvalidInputError(f"watermark must be an op id or None, got {watermark!r}")
+        if ops is not None and (type(ops) is not int or ops < 0):
+            raise InvalidInputError(f"ops must be an operation count or None, got {ops!r}")
         with self._lock:
             self._check_writable()
             index = self._index
@@ -391,14 +406,14 @@ class FullTextIndex:
                     # Waiting lets the merges this commit started finish: a dropped writer
                     # abandons them, and segments would pile up over many small commits.
                     writer.wait_merging_threads()  # consumes the writer, frees the lock
-                self._write_meta(watermark)
+                self._write_meta(watermark, ops)
                 index.reload()
             except (OSError, ValueError) as exc:
                 if writer is not None:
                     self._writer = writer
                 raise self._writer_failed(exc, "full-text commit") from exc
             self._searcher = index.searcher()
-            self._watermark = watermark
+            self._watermark, self._ops = watermark, ops
 
     def refresh(self) -> None:
         """Move to what the process that committed it last left: in read-only mode, and in
@@ -414,10 +429,13 @@ class FullTextIndex:
             if self._dirty or self._writer is not None:
                 return
             try:
-                recorded = orjson.loads((self._dir / "meta.json").read_bytes()).get("watermark", False)
+                meta = orjson.loads((self._dir / "meta.json").read_bytes())
+                recorded = (meta.get("watermark", False), meta.get("ops"))
             except (OSError, ValueError, AttributeError):
-                recorded = False
-            if recorded is not False and recorded == self._watermark and self._index is not None:
+                recorded = None
+            # (The op count too: after a git merge another process commits the same watermark
+            # with the merged operations added below it.)
+            if recorded == (self._watermark, self._ops) and self._index is not None:
                 return
             if not self._load():
                 self._rebuilt = True
@@ -428,9 +446,10 @@ class FullTextIndex:
             if self._closed:
                 raise ClosedError("the full-text index was closed")
             if self._dirty:
-                # Lazy commit: many writes cost one commit. It keeps the last watermark
-                # (a crash re-feeds more, never less); call commit(op_id) to advance it.
-                self.commit(self._watermark)
+                # Lazy commit: many writes cost one commit. It keeps the last watermark and
+                # its op count (a crash re-feeds more, never less); call commit(op_id, ops)
+                # to advance them.
+                self.commit(self._watermark, self._ops)
             return self._searcher
 
     def search(self, query: str, kind: str, k: int = 10,
@@ -527,7 +546,7 @@ class FullTextIndex:
                 return
             try:
                 if self._dirty:
-                    self.commit(self._watermark)
+                    self.commit(self._watermark, self._ops)
             finally:
                 self._closed = True
                 self._writer = self._searcher = self._index = None  # drops tantivy's lock
