@@ -209,8 +209,16 @@ def test_a_current_index_compares_no_versions_per_search_or_write(tree_dir: Path
         assert len(_bm25(tree, "kites")) == 6  # then its writes are fed with the record read from its file
         assert tree._caches.fulltext.compared == 0
     with KeywordTree(tree_dir, **OPTIONS) as tree:
+        # A process that writes before it first syncs (a hook: open, commit, close) feeds only
+        # its writes when the index reflects the state it opened (the same last op id and op count).
         tree.create_info("a write before any search")
         assert len(_bm25(tree, "kites")) == 6
-        # A process that writes before it first syncs cannot tell the index reflects the state
-        # its write came on top of (a branch switch may have swapped an operation): one comparison.
-        assert tree._caches.fulltext.compared == 1
+        assert tree._caches.fulltext.compared == 0
+    with KeywordTree(tree_dir, **OPTIONS) as tree:
+        other = KeywordTree(tree_dir, **OPTIONS)  # another writer, whose write this tree reads first
+        other.create_info("a memory about kites from elsewhere")
+        other.close()
+        tree.refresh()
+        tree.create_info("and another about kites")
+        assert len(_bm25(tree, "kites")) == 8
+        assert tree._caches.fulltext.compared == 1  # its state moved by more than its own writes

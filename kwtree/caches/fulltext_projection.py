@@ -144,6 +144,8 @@ class FullTextProjection:
         self._pending: set[EntityKey] = set()  # written since the last sync by this process
         self._expected_ops: int | None = None  # op count the pending set fully describes...
         self._synced: tuple[str | None, int | None] | None = None  # ...on top of the index at this commit
+        if writes:  # from the open on, nothing is pending on top of an index at the open's state
+            self._expected_ops, self._synced = read(lambda state: (state.op_count, (state.last_op_id, state.op_count)))
         #: The versions the index holds (``fulltext_versions``), as last read or written;
         #: a private index's only copy. Touched under the index's lock (or the private lock).
         self._versions: IndexedVersions | None = None
