@@ -76,7 +76,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.listing import ListedMemory, MemoryPage
     from kwtree.memory.policies import Policy
     from kwtree.ops.compaction import CompactionReport
-    from kwtree.ops.forget import ForgetReport, KeptInfo, UnreachableCopy
+    from kwtree.ops.erasure import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
     from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
@@ -101,9 +101,9 @@ _LAZY_NAMES = {
     "Extractor": "kwtree.memory.candidates",
     "Embedder": "kwtree.caches.embed",
     "Finding": "kwtree.ops.verify",
-    "ForgetReport": "kwtree.ops.forget",
-    "KeptInfo": "kwtree.ops.forget",
-    "UnreachableCopy": "kwtree.ops.forget",
+    "ForgetReport": "kwtree.ops.erasure",
+    "KeptInfo": "kwtree.ops.erasure",
+    "UnreachableCopy": "kwtree.ops.erasure",
     "HashEmbedder": "kwtree.caches.embed",
     "KeywordAbstract": "kwtree.memory.abstracts",
     "KeywordTree": "kwtree.facade.tree",

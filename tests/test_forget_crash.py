@@ -31,7 +31,7 @@ from kwtree.cli.main import main
 HERE = Path(__file__)
 #: step -> (module, function, pause before or after it, at its n-th call)
 STEPS = {
-    "committed": ("kwtree.ops.forget", "erase_log", "before", 1),
+    "committed": ("kwtree.ops.erasure", "erase_log", "before", 1),
     "rewriting": ("kwtree.stores.logswap", "write_segment", "after", 1),  # in log.compacting/, mid-rewrite
     "written": ("kwtree.stores.logswap", "swap_in", "before", 1),
     "swapped": ("kwtree.stores.logswap", "swap_in", "after", 1),
@@ -40,8 +40,8 @@ STEPS = {
 #: The steps of a forget whose log rewrite finds a live abstract quoting an older text: the
 #: second forget operation is being decided, then it is durable and the rewrite runs again.
 QUOTING_STEPS = {
-    "deciding-second": ("kwtree.facade.forget", "revise_survivors", "before", 1),
-    "second-committed": ("kwtree.ops.forget", "erase_log", "before", 2),
+    "deciding-second": ("kwtree.facade.forget_calls", "revise_survivors", "before", 1),
+    "second-committed": ("kwtree.ops.erasure", "erase_log", "before", 2),
 }
 #: Steps after which the log is the new one.
 NEW_LOG = {"swapped", "purging"}

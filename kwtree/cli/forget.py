@@ -11,7 +11,7 @@ from kwtree.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
-    from kwtree.ops.forget import ForgetReport
+    from kwtree.ops.erasure import ForgetReport
 
 __all__ = ["COMMANDS", "show_report"]
 

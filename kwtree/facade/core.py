@@ -2,7 +2,7 @@
 and the few steps each public method is made of (check the tree is open, read the state,
 commit an operation).
 
-The facets (``kwtree.facade.agent_calls``, ``.recall_calls``, ``.maintenance``, ``.forget``) and
+The facets (``kwtree.facade.agent_calls``, ``.recall_calls``, ``.maintenance``, ``.forget_calls``) and
 ``KeywordTree`` itself derive from :class:`TreeCore`, and agent memory's port
 (``.memory_port``) holds one; they reach the directory, the log and the State only through the
 :class:`kwtree.engine.engine.Engine` it holds.

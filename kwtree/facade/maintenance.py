@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.replay import operations_in_view
-from kwtree.facade.forget import ForgetMethods
+from kwtree.facade.forget_calls import ForgetMethods
 from kwtree.models import ROOT_ID
 from kwtree.progress import Ticker, counted
 from kwtree.validate import clean_choice, clean_flag

@@ -55,7 +55,7 @@ from kwtree.validate import check_unicode, clean_flag, clean_id, clean_int, clea
 if TYPE_CHECKING:
     from kwtree.agent.clients import LLMClient
     from kwtree.caches.embed import Embedder
-    from kwtree.ops.forget import ForgetReport
+    from kwtree.ops.erasure import ForgetReport
 
 __all__ = ["EVENTS", "ID_KINDS", "VERBATIM", "Memory", "default_directory", "verbatim_options"]
 

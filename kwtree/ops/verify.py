@@ -53,7 +53,7 @@ from kwtree.errors import (
     StorageError,
 )
 from kwtree.models import ROOT_ID
-from kwtree.ops.forget import find_unfinished
+from kwtree.ops.erasure import find_unfinished
 from kwtree.ops.verify_chain import Chain, check_chain
 from kwtree.ops.verify_fulltext import check_fulltext
 from kwtree.ops.verify_log import LOCKED_READ_TIMEOUT, REREADS, Replaced, read_log
@@ -588,7 +588,7 @@ def _check_references(exam: _Examination, state: State) -> None:
 
 def _check_erasures(exam: _Examination, state: State) -> None:
     """Each forget operation whose erased entities still have rows holding their text (the
-    rewrite of the log was stopped by a full disk or a crash; ``kwtree.ops.forget``)."""
+    rewrite of the log was stopped by a full disk or a crash; ``kwtree.ops.erasure``)."""
     pending = find_unfinished(exam.operations, state).pending
     for raw in exam.operations:
         rows = pending.get(raw.op_id)

@@ -1,7 +1,7 @@
 """The forget operation: what ``forget`` deletes, decided against the state, and the
 tombstone an erased entity's rows become.
 
-Forgetting is two steps (``kwtree.ops.forget`` has the second): this decider writes an
+Forgetting is two steps (``kwtree.ops.erasure`` has the second): this decider writes an
 ordinary operation of kind ``forget`` that deletes the entities, each as a new version that
 already holds the tombstone; then every earlier row of those entities is rewritten to the
 same tombstone. An entity is *erased* when a ``forget`` operation wrote it: the set of erased
@@ -205,7 +205,7 @@ def drop_abstracts(state: State, stamp: Stamp, plan: ForgetPlan, holders: Iterab
     (``kwtree.writes.abstracts``) when that summarised the erased memories (it is at or above
     ``holders``, the keywords that held them) or ``quotes`` an erased text (built before the
     memory moved away). The log rewrite then drops the same from the older versions
-    (``kwtree.ops.forget``), and finds the keywords a merge gave an erased keyword's name,
+    (``kwtree.ops.erasure``), and finds the keywords a merge gave an erased keyword's name,
     whose aliases a second forget operation prunes (``revise_survivors`` with ``names``)."""
     above = {node for kid in holders if kid in state.keywords for node in state.ancestry(kid)}
     erased = [state.infos[iid] for iid in plan.infos] + [state.keywords[kid] for kid in plan.keywords]

@@ -4,7 +4,7 @@ live tree, the log itself, the caches and the outbox (docs/agent-memory.md, "For
 Three steps, each safe to interrupt: (a) an ordinary ``forget`` operation deletes the
 entities (decided by ``kwtree.writes.forget``; from then on no process that refreshes sees
 them); (b) under the writer lock, the log is rewritten as a new generation in which every
-row of every entity a forget operation erased holds its tombstone (``kwtree.ops.forget``,
+row of every entity a forget operation erased holds its tombstone (``kwtree.ops.erasure``,
 through the swap compaction uses); (c) the caches are purged. A rerun finds what a crash
 left undone: (b) and (c) always cover every entity the log's forget operations erased.
 
@@ -13,7 +13,7 @@ text in the log. That is never left to chance: the error says so, ``verify`` rep
 (``forget-unfinished``), and the next forget of any target, ``repair()`` and every writable
 open of the tree (``_finish_forget_at_open``) finish it. The open does so because after a
 crash nobody was told, and a log replacement a crash interrupted is finished there too; it
-costs one read of the last forget operation (``kwtree.ops.forget.unfinished_forget``), and an
+costs one read of the last forget operation (``kwtree.ops.erasure.unfinished_forget``), and an
 open that cannot finish it (the disk is still full) opens anyway, with a warning.
 """
 
@@ -42,7 +42,7 @@ from kwtree.writes.forget import (
 )
 
 if TYPE_CHECKING:
-    from kwtree.ops.forget import ForgetReport, LogErasure
+    from kwtree.ops.erasure import ForgetReport, LogErasure
 
 __all__ = ["ForgetMethods"]
 
@@ -81,7 +81,7 @@ class ForgetMethods(TreeCore):
         LockTimeoutError, StorageError (DiskFullError); raised after the forget operation is
         committed, the last two say what is left to erase.
         """
-        from kwtree.ops import forget as forgetting
+        from kwtree.ops import erasure as forgetting
 
         self._check_writable()
         if (entity_id is None) == (scope is None):
@@ -134,7 +134,7 @@ class ForgetMethods(TreeCore):
         rewrite found and did, the quarantine files removed, the vector rows and outbox items
         dropped. ``op_id`` is the forget operation the caller finishes, named by the error:
         a StorageError or LockTimeoutError saying what is left (``unfinished_error``)."""
-        from kwtree.ops import forget as forgetting
+        from kwtree.ops import erasure as forgetting
 
         engine = self._engine
         log_erased = False
@@ -166,9 +166,9 @@ class ForgetMethods(TreeCore):
         engine = self._engine
         with engine.exclusive() as state:
             op_id = last_forget(state)
-            if op_id is None:  # (a tree that never forgot does not load kwtree.ops.forget)
+            if op_id is None:  # (a tree that never forgot does not load kwtree.ops.erasure)
                 return None
-            from kwtree.ops import forget as forgetting
+            from kwtree.ops import erasure as forgetting
 
             if not forgetting.unfinished_forget(engine, op_id):
                 return None
