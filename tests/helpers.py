@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from kwtree.ops import git as kwgit
 from kwtree.testing import public_reads as snapshot
 
 __all__ = ["HANG", "Child", "assert_every_open_refuses", "child_line", "copy_tree_dir", "dir_bytes", "fill_disk",
@@ -195,3 +196,14 @@ def _last_operation_start(data: bytes) -> int:
             break
         start -= len(line)
     return start
+
+
+def merge_logs(ours: Path, theirs: Path, base: dict[str, bytes]) -> None:
+    """What ``git merge`` does to a tree's log: the segments both sides had at ``base`` (name ->
+    bytes) merged by kwtree's driver into ``ours``, each side's new segments taken as they are."""
+    for name, segment in base.items():
+        merged = kwgit.merge_segments(segment, (ours / "log" / name).read_bytes(), (theirs / "log" / name).read_bytes())
+        (ours / "log" / name).write_bytes(merged)
+    for path in (theirs / "log").iterdir():
+        if path.name not in base:
+            shutil.copy(path, ours / "log" / path.name)

@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers import merge_logs
 
 from kwtree import KeywordTree
 from kwtree.caches.fulltext_projection import FullTextProjection
 from kwtree.caches.fulltext_versions import VERSIONS_FILE
-from kwtree.ops import git as kwgit
 from kwtree.ops.verify import verify_directory
 
 OPTIONS: dict[str, Any] = {"durability": "none", "worker": False, "embed_async": False}
@@ -56,17 +56,6 @@ def _branches(tmp_path: Path, **options: Any) -> tuple[Path, Path, dict[str, byt
     return ours, theirs, {path.name: path.read_bytes() for path in (ours / "log").iterdir()}
 
 
-def _merge(ours: Path, theirs: Path, base: dict[str, bytes]) -> None:
-    """What ``git merge`` does to the log: the shared segments merged by kwtree's driver,
-    each side's new segments taken as they are."""
-    for name, segment in base.items():
-        merged = kwgit.merge_segments(segment, (ours / "log" / name).read_bytes(), (theirs / "log" / name).read_bytes())
-        (ours / "log" / name).write_bytes(merged)
-    for path in (theirs / "log").iterdir():
-        if path.name not in base:
-            shutil.copy(path, ours / "log" / path.name)
-
-
 def _zebras_then_penguins(ours: Path, theirs: Path, n: int = 1, pad: str = "") -> None:
     with KeywordTree(theirs, **OPTIONS) as tree:  # theirs first: older op ids than ours'
         for i in range(n):
@@ -81,7 +70,7 @@ def test_a_merge_across_segments_reaches_the_index(tmp_path: Path) -> None:
     ours, theirs, base = _branches(tmp_path, segment_bytes=4096)
     _zebras_then_penguins(ours, theirs, n=8, pad="and so on " * 30)
     assert len(list((ours / "log").iterdir())) > len(base)  # ours moved on to a new segment
-    _merge(ours, theirs, base)
+    merge_logs(ours, theirs, base)
     with KeywordTree(ours, **OPTIONS) as tree:
         assert len(_bm25(tree, "zebras")) == 8
         assert len(_bm25(tree, "penguins")) == 8
@@ -118,7 +107,7 @@ def test_a_damaged_record_of_versions_means_every_entity_is_fed_again(tmp_path: 
     _zebras_then_penguins(ours, theirs)
     record = ours / "cache" / "fulltext" / VERSIONS_FILE
     kept = record.read_bytes()
-    _merge(ours, theirs, base)
+    merge_logs(ours, theirs, base)
     if damage == "garble":  # the digests changed, the header (and its check) kept
         header, _, body = kept.partition(b"\n")
         record.write_bytes(header + b"\n" + bytes(len(body)))
@@ -139,7 +128,7 @@ def test_a_damaged_record_of_versions_means_every_entity_is_fed_again(tmp_path: 
 def test_a_read_only_tree_after_a_merge_finds_the_merged_memories(tmp_path: Path, private: Private) -> None:
     ours, theirs, base = _branches(tmp_path)
     _zebras_then_penguins(ours, theirs)
-    _merge(ours, theirs, base)
+    merge_logs(ours, theirs, base)
     with KeywordTree(ours, read_only=True) as reader:  # the shared index's op count is not the merged log's
         assert _bm25(reader, "zebras") == ["zebras graze on the savanna 0"]
     assert private.count == 1

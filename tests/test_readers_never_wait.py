@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import log_bytes
 
 from kwtree import KeywordTree
-from tests.helpers import log_bytes
 
 SCOPE = "user:ana"
 CONVERSATION = [

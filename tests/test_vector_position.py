@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers import merge_logs
 
 from kwtree import KeywordTree
 from kwtree.caches import vector_projection
@@ -149,17 +150,6 @@ def test_a_garbled_position_means_a_full_scan(tree_dir: Path, counts: Counts) ->
         assert counts.checked >= len(ids) and counts.hashed >= len(ids)
 
 
-def _merge(ours: Path, theirs: Path, base: dict[str, bytes]) -> None:
-    """What ``git merge`` does to the log: the shared segments merged by kwtree's driver,
-    each side's new segments taken as they are."""
-    for name, segment in base.items():
-        merged = kwgit.merge_segments(segment, (ours / "log" / name).read_bytes(), (theirs / "log" / name).read_bytes())
-        (ours / "log" / name).write_bytes(merged)
-    for path in (theirs / "log").iterdir():
-        if path.name not in base:
-            shutil.copy(path, ours / "log" / path.name)
-
-
 def test_a_merge_of_logs_that_moved_on_to_new_segments_is_embedded(tmp_path: Path) -> None:
     # Found in review: the merge note only follows the shared segment's operations, so a rule
     # keyed on notes missed the other branch's newer segments below the position.
@@ -177,7 +167,7 @@ def test_a_merge_of_logs_that_moved_on_to_new_segments_is_embedded(tmp_path: Pat
             tree.create_info(f"penguin fact {n}: penguins swim in cold water " + "and so on " * 30)
         assert tree.wait_indexed(LIMIT)
     assert len(list((ours / "log").iterdir())) > len(base)  # ours moved on to a new segment
-    _merge(ours, theirs, base)
+    merge_logs(ours, theirs, base)
     with KeywordTree(ours, **OPTIONS) as tree:
         assert tree.wait_indexed(LIMIT)
         assert set(zebras) <= set(_vector_ids(tree, "zebras graze on the savanna"))
