@@ -668,28 +668,27 @@ def test_an_outbox_that_lost_its_done_rows_waits_for_no_idle_worker_of_this_proc
             assert [hit.info.id for hit in tree.recall("dogs bark", k=1, mode="vector")] == [changed.id]
 
 
-def test_the_lease_of_an_obsolete_text_held_by_another_process_is_not_waited_for(base: Path) -> None:
-    """An item whose text changed since it was queued has nothing left to do: the repair scan
-    records it done, so wait_indexed does not wait for the lease another process holds on it
-    (here a process that claimed it and went quiet, alive: its lease holds for a minute)."""
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (found in issue 28, open): a tree's embedding worker judges an outbox item against its own "
+    "state, and a text that state has not read yet (another process wrote it since) counts as "
+    "obsolete: recorded done, never embedded until a later open's repair scan. `kwtree worker` "
+    "catches up before each batch; the tree's worker does not (Engine.try_catch_up would, when no "
+    "write of its process is under way)"))
+def test_a_tree_s_worker_embeds_texts_its_state_has_not_read_yet(base: Path) -> None:
+    """An outbox item for a text this tree's state does not hold yet (another process wrote it
+    after this tree last read the log) is work to do, not an obsolete item. (A first version of
+    the fix above also let the repair scan record such items done: the kwtree-worker position
+    test caught it, at random, when a worker thread's first repair raced a hook.)"""
     directory = base / "tree"
     with KeywordTree(directory, durability="none", worker=False) as tree:
-        changed = tree.create_info("cats purr on warm mats")
-        assert tree.outbox_status()["pending"] == 1  # (the status queues what was written)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom kwtree.caches.outbox import Outbox\n"
-             "from kwtree.caches.workers import new_worker_id\n"
-             f"box = Outbox(Path({str(directory / 'outbox.jsonl')!r}))\n"
-             "print(len(box.claim(new_worker_id(), 10)), flush=True)\nsys.stdin.read()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "1"
-            tree.update_info(changed.id, {"content": "dogs bark at the mail"})
-            assert tree.wait_indexed(LIMIT)
-            assert tree.outbox_status()["leased"] == 0
-        finally:
-            holder.communicate("", timeout=60)
-        assert [hit.info.id for hit in tree.recall("dogs bark", k=1, mode="vector")] == [changed.id]
+        tree.create_info("cats purr on warm mats")
+        assert tree.wait_indexed(LIMIT)
+        with KeywordTree(directory, durability="none", worker=False) as other:
+            later = other.create_info("dogs bark at the mail")  # queued by its close
+        assert tree.wait_indexed(LIMIT)  # the repair scan, on a state without ``later``
+        tree.refresh()
+        assert tree.wait_indexed(LIMIT)
+        assert [hit.info.id for hit in tree.recall("dogs bark", k=1, mode="vector")] == [later.id]
 
 
 def test_a_fulltext_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:

@@ -162,23 +162,22 @@ class EmbeddingWorker:
         """Enqueue every live entity whose current text has no vector (``VectorProjection.missing``:
         with ``full``, every row is checked and every entity hashed; without, a store as its
         recorded position found it is trusted and only later writes are hashed); returns how
-        many. An open item with nothing left to do (its vector is stored, or its text is no
-        longer current) is recorded done. Raises ReadOnlyError in a tree that does not write
-        vectors."""
+        many. An open item whose vector is stored is recorded done. Raises ReadOnlyError in a
+        tree that does not write vectors."""
         if not self._write_vectors:
             raise ReadOnlyError("a tree that may not write queues no embedding work")
         work = self._vectors.missing(full=full)
         if work:
             self._outbox.enqueue(work)
-        # Such an item is done: its worker died between storing the vector and recording it,
-        # or a damaged outbox lost the done row. Waiting for its lease to run out (a minute,
-        # for a worker still alive) would be waiting for nothing.
-        model = self._vectors.model
-        open_items = [item for item in self._outbox.open_items() if item.model == model]
-        settled = self._vectors.settled([(item.kind, item.id, item.hash) for item in open_items])
-        done = [item for item in open_items if (item.id, item.hash) in settled]
-        if done:
-            self._outbox.done(self._worker_id, done)
+        # An open item whose text has its vector is done: its worker died between storing
+        # the vector and recording it, or a damaged outbox lost the done row. Waiting for its
+        # lease to run out (a minute) would be waiting for nothing. (An item whose text this
+        # state holds no longer is not judged here: the state may not have read yet the
+        # operation that wrote it; the worker that claims it judges it after catching up.)
+        store, model = self._vectors.store, self._vectors.model
+        embedded = [item for item in self._outbox.open_items() if item.model == model and store.has(item.id, item.hash)]
+        if embedded:
+            self._outbox.done(self._worker_id, embedded)
         return len(work)
 
     def wait_indexed(self, timeout: float | None = None) -> bool:

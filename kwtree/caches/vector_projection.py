@@ -151,19 +151,6 @@ class VectorProjection:
                 work.append((kind, entity_id, digest, self.model))
         return work
 
-    def settled(self, items: Collection[tuple[str, str, str]]) -> set[tuple[str, str]]:
-        """Of (kind, id, text digest) items of embedding work, the (id, digest) of those with
-        nothing left to do: a vector is stored for the text, or it is no longer the entity's
-        current text (changed or deleted since it was queued)."""
-        stored = {(entity_id, digest) for _, entity_id, digest in items if self.store.has(entity_id, digest)}
-
-        def obsolete(state: State) -> set[tuple[str, str]]:
-            return {(entity_id, digest) for kind, entity_id, digest in items
-                    if (entity_id, digest) not in stored and self.digest(state, kind, entity_id) != digest}
-
-        found: set[tuple[str, str]] = self._read(obsolete)
-        return stored | found
-
     # --- writing -----------------------------------------------------------------------------
 
     def embed(self, items: list[tuple[str, str, str]]) -> dict[str, str | None]:
