@@ -3,61 +3,18 @@
 A keyword tree (keywords with aliases, descriptions and typed relations) with text memories
 ("infos") linked to keywords, kept as an append-only JSONL event log in one directory.
 
-``import kwtree`` loads only the errors, the entities and name normalisation.
-Everything else named in ``__all__`` (``KeywordTree`` itself, the mem0-shaped ``Memory``,
-the whole-directory operations, the embedders and LLM clients) and the ``kwtree.git`` module are imported on
-first use (PEP 562), so ``kwtree --help`` and a script that never opens a tree do not pay for
-numpy, tantivy, hnswlib or the anthropic SDK. ``from kwtree import X`` works for every name.
+``import kwtree`` loads nothing else: every name in ``__all__`` (the errors and the entities,
+``KeywordTree`` itself, the mem0-shaped ``Memory``, the whole-directory operations, the embedders
+and LLM clients) and the ``kwtree.git`` module are imported on first use (PEP 562), so the
+``kwtree`` command asks a directory's server before it loads anything of the library, and a
+script that never opens a tree does not pay for numpy, tantivy, hnswlib or the anthropic SDK.
+``from kwtree import X`` works for every name.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-from kwtree.errors import (
-    AgentError,
-    ClosedError,
-    CorruptLogError,
-    CycleError,
-    DamagedDirectoryError,
-    DiskFullError,
-    DuplicateKeywordError,
-    FormatError,
-    GitError,
-    HasChildrenError,
-    InvalidInputError,
-    KwtreeError,
-    LimitExceededError,
-    LLMError,
-    LLMResponseError,
-    LLMTimeoutError,
-    LLMUnavailableError,
-    LockTimeoutError,
-    MergeConflictError,
-    NotFoundError,
-    ReadOnlyError,
-    StorageError,
-    UndoConflictError,
-    VersionConflictError,
-)
-from kwtree.models import (
-    PROVENANCES,
-    ROOT_ID,
-    AgentOutcome,
-    Change,
-    Hit,
-    Info,
-    Keyword,
-    Link,
-    LinkedKeyword,
-    Operation,
-    Relation,
-    RelationType,
-    SearchResult,
-    SearchStatus,
-)
-from kwtree.normalize import normalize_name
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree import git as git  # a module, so not in __all__; "as git" exports it
@@ -66,6 +23,32 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.agent.llm_env import llm_from_env
     from kwtree.agent.openai_client import OpenAILLMClient
     from kwtree.caches.embed import Embedder, HashEmbedder
+    from kwtree.errors import (
+        AgentError,
+        ClosedError,
+        CorruptLogError,
+        CycleError,
+        DamagedDirectoryError,
+        DiskFullError,
+        DuplicateKeywordError,
+        FormatError,
+        GitError,
+        HasChildrenError,
+        InvalidInputError,
+        KwtreeError,
+        LimitExceededError,
+        LLMError,
+        LLMResponseError,
+        LLMTimeoutError,
+        LLMUnavailableError,
+        LockTimeoutError,
+        MergeConflictError,
+        NotFoundError,
+        ReadOnlyError,
+        StorageError,
+        UndoConflictError,
+        VersionConflictError,
+    )
     from kwtree.facade.mem0 import Memory
     from kwtree.facade.tree import KeywordTree
     from kwtree.limits import Limits
@@ -75,6 +58,23 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.memory.dedup import DedupThresholds
     from kwtree.memory.listing import ListedMemory, MemoryPage
     from kwtree.memory.policies import Policy
+    from kwtree.models import (
+        PROVENANCES,
+        ROOT_ID,
+        AgentOutcome,
+        Change,
+        Hit,
+        Info,
+        Keyword,
+        Link,
+        LinkedKeyword,
+        Operation,
+        Relation,
+        RelationType,
+        SearchResult,
+        SearchStatus,
+    )
+    from kwtree.normalize import normalize_name
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.erasure import ForgetReport, KeptInfo, UnreachableCopy
     from kwtree.ops.repair import repair_directory
@@ -86,6 +86,45 @@ __version__ = "0.1.0"
 
 #: Public names imported on first use: name -> the module that defines it.
 _LAZY_NAMES = {
+    "AgentError": "kwtree.errors",
+    "ClosedError": "kwtree.errors",
+    "CorruptLogError": "kwtree.errors",
+    "CycleError": "kwtree.errors",
+    "DamagedDirectoryError": "kwtree.errors",
+    "DiskFullError": "kwtree.errors",
+    "DuplicateKeywordError": "kwtree.errors",
+    "FormatError": "kwtree.errors",
+    "GitError": "kwtree.errors",
+    "HasChildrenError": "kwtree.errors",
+    "InvalidInputError": "kwtree.errors",
+    "KwtreeError": "kwtree.errors",
+    "LimitExceededError": "kwtree.errors",
+    "LLMError": "kwtree.errors",
+    "LLMResponseError": "kwtree.errors",
+    "LLMTimeoutError": "kwtree.errors",
+    "LLMUnavailableError": "kwtree.errors",
+    "LockTimeoutError": "kwtree.errors",
+    "MergeConflictError": "kwtree.errors",
+    "NotFoundError": "kwtree.errors",
+    "ReadOnlyError": "kwtree.errors",
+    "StorageError": "kwtree.errors",
+    "UndoConflictError": "kwtree.errors",
+    "VersionConflictError": "kwtree.errors",
+    "PROVENANCES": "kwtree.models",
+    "ROOT_ID": "kwtree.models",
+    "AgentOutcome": "kwtree.models",
+    "Change": "kwtree.models",
+    "Hit": "kwtree.models",
+    "Info": "kwtree.models",
+    "Keyword": "kwtree.models",
+    "Link": "kwtree.models",
+    "LinkedKeyword": "kwtree.models",
+    "Operation": "kwtree.models",
+    "Relation": "kwtree.models",
+    "RelationType": "kwtree.models",
+    "SearchResult": "kwtree.models",
+    "SearchStatus": "kwtree.models",
+    "normalize_name": "kwtree.normalize",
     "AnthropicLLMClient": "kwtree.agent.anthropic_client",
     "Candidate": "kwtree.memory.candidates",
     "PassedOver": "kwtree.memory.candidates",

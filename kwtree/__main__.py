@@ -2,6 +2,6 @@
 
 import sys
 
-from kwtree.cli.main import main
+from kwtree.cli.entry import main
 
 sys.exit(main())

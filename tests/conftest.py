@@ -21,6 +21,9 @@ DISK_BYTES = 8 << 20
 #: Trees the tests make use the hash embedder, in this process and in the ones it starts (the
 #: CLI, crash children): fast and deterministic. Tests of the default embedder unset it.
 os.environ["KWTREE_EMBEDDER"] = "hash"
+#: No command a test runs asks a directory's server or starts one (the CLI would start one per
+#: tree, each holding it for minutes); tests/test_serve.py turns it on where it is the subject.
+os.environ["KWTREE_SERVE"] = "off"
 #: No test reaches a model the developer's shell names (``Memory`` and the CLI read KWTREE_LLM).
 os.environ.pop("KWTREE_LLM", None)
 

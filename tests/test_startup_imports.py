@@ -1,5 +1,6 @@
-"""What starting kwtree loads: ``import kwtree`` and the command's ``--help`` and ``--version``
-load only the errors, the entities and normalisation, and the optional parts (verify, repair,
+"""What starting kwtree loads: ``import kwtree`` loads nothing else, the command's entry only
+what it needs to reach a directory's server, ``--help`` and ``--version`` only the errors, the
+entities, normalisation and the command table, and the optional parts (verify, repair,
 compaction, export, upgrade, git, the anthropic SDK) wait for their first use. Each check runs
 in a fresh process and reads its ``sys.modules``; how long start-up takes is measured in
 bench/startup.py, never asserted here."""
@@ -31,12 +32,20 @@ def _top_level(modules: set[str]) -> set[str]:
     return {name.partition(".")[0] for name in modules}
 
 
-def test_import_kwtree_loads_only_the_errors_the_entities_and_normalisation() -> None:
+def test_import_kwtree_loads_nothing_else() -> None:
     loaded = _loaded_after("import kwtree")
-    # (kwtree.memory_schema: the metadata key the entities' info_text reads; it imports nothing)
-    assert {m for m in loaded if m.startswith("kwtree")} == {"kwtree", "kwtree.errors", "kwtree.models",
-                                                             "kwtree.memory_schema", "kwtree.normalize"}
+    assert {m for m in loaded if m.startswith("kwtree")} == {"kwtree"}
     assert _top_level(loaded).isdisjoint(HEAVY)
+
+
+def test_the_command_s_entry_loads_nothing_of_the_library_before_it_chooses() -> None:
+    """What a command a directory's server answers loads (kwtree.cli.entry): no third-party
+    package and nothing of kwtree's but the entry and the rendezvous."""
+    loaded = _loaded_after("import kwtree.cli.entry\nkwtree.cli.entry.rendezvous.endpoint('.')")
+    assert {m for m in loaded if m.startswith("kwtree")} == {"kwtree", "kwtree.cli", "kwtree.cli.entry",
+                                                             "kwtree.cli.rendezvous"}
+    started = _loaded_after("pass")  # what the interpreter's start loads (site, an editable install's finder)
+    assert {m.partition(".")[0] for m in loaded - started} <= set(sys.stdlib_module_names) | {"kwtree"}
 
 
 @pytest.mark.parametrize("option", ["--help", "--version"])
@@ -53,6 +62,7 @@ def test_the_command_line_help_and_version_open_nothing(option: str) -> None:
                               "kwtree.cli.exchange",  # and of export, import, git and merge-driver
                               "kwtree.cli.maintenance",  # and of compact, reindex, snapshot, restore, verify, ...
                               "kwtree.cli.agents", "kwtree.cli.env",  # of mcp and hook, and the LLM they read
+                              "kwtree.cli.rendezvous",  # of serve (the served commands, its default idle time)
                               "kwtree.integrations", "kwtree.integrations.bounded"}  # the result budget's default
     assert _top_level(loaded).isdisjoint(HEAVY)
 

@@ -10,6 +10,7 @@ client stays, and a hook's output is the JSON Claude Code reads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -52,7 +53,9 @@ def _hook(_: None, args: argparse.Namespace) -> None:
     if not (Path(args.dir) / MANIFEST_NAME).is_file():
         return  # nothing stored yet: nothing to add to the context, and a read creates nothing
     answer = claude_code.session_start if starting else claude_code.submitted_prompt
-    with KeywordTree(args.dir, read_only=True) as tree:  # beside a writer, or in a read-only directory
+    held = getattr(args, "held", None)  # a server's tree (kwtree.cli.main.answer_request): it stays open
+    reading = contextlib.nullcontext(held) if held is not None else KeywordTree(args.dir, read_only=True)
+    with reading as tree:  # beside a writer, or in a read-only directory
         output = answer(tree, payload, args.scope, budget)
     if output is not None:
         print(json.dumps(output, ensure_ascii=False))

@@ -12,15 +12,20 @@ Text output puts the id first and separates fields with tabs, so ``| cut -f1`` g
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import kwtree
-from kwtree.cli import abstracts, agents, exchange, forget, maintenance, memory
+from kwtree.cli import abstracts, agents, exchange, forget, maintenance, memory, rendezvous
 from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import (
     agent_warning,
@@ -49,6 +54,7 @@ from kwtree.errors import (
     KwtreeError,
     LimitExceededError,
     NotFoundError,
+    StorageError,
     UndoConflictError,
     VersionConflictError,
 )
@@ -110,6 +116,26 @@ def _worker(_: None, args: argparse.Namespace) -> None:
     embedder = None if args.embedder is None else embedder_from_spec(args.embedder)
     done = serve_outbox(args.dir, embedder, once=args.once, lease_seconds=args.lease, progress=args.progress)
     print(f"embedded {done} item(s)")
+
+
+def _serve(_: None, args: argparse.Namespace) -> None:
+    from kwtree.cli import server
+
+    where = rendezvous.endpoint(args.dir)
+    if where is None:
+        raise StorageError("this system offers no private place for the server's socket "
+                           "(unix sockets, and a directory only this user can enter)")
+    if args.stop:
+        print(f"stopped the server of {args.dir}" if server.stop(where) else f"no server serves {args.dir}")
+        return
+    if not server.is_tree(where.directory):
+        raise NotFoundError(f"{args.dir} is not a kwtree directory")
+
+    def open_tree() -> KeywordTree:
+        return kwtree.KeywordTree(where.directory, read_only=True)
+
+    if not server.serve(where, open_tree, answer_request, idle=args.idle, say=server.log):
+        print(f"a server already serves {args.dir}", file=sys.stderr)
 
 
 def _outbox(tree: KeywordTree, args: argparse.Namespace) -> dict[str, Any]:
@@ -516,6 +542,16 @@ COMMANDS: tuple[Command, ...] = (
     *forget.COMMANDS,
     # --- attaching to agents (kwtree/cli/agents.py) -------------------------------------------
     *agents.COMMANDS,
+    Command(
+        "serve", "kwtree.cli.server.serve",
+        "hold the tree open for the reading commands and hooks until IDLE seconds pass without one "
+        "(commands start it by themselves; KWTREE_SERVE=off: never)",
+        example="./memory --stop", opens="none", call=_serve,
+        args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
+              arg("--idle", type=float, default=rendezvous.DEFAULT_IDLE, metavar="SECONDS",
+                  help=f"stop after this long without a request (default: {rendezvous.DEFAULT_IDLE:g}; 0: never)"),
+              arg("--stop", action="store_true", help="ask the running server to stop, and exit")),
+    ),
 )
 
 
@@ -558,7 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "  KWTREE_LLM_MAX_RETRIES=N         retries of a failing LLM call (default: 4)\n"
                  "  KWTREE_ON_AGENT_FAILURE=fallback|raise\n"
                  "                                   when the agent fails: write by the fallback with a\n"
-                 "                                   warning on stderr (default), or exit 1 writing nothing",
+                 "                                   warning on stderr (default), or exit 1 writing nothing\n"
+                 "  KWTREE_SERVE=auto|use|off        reading commands ask the directory's server (kwtree serve),\n"
+                 "                                   and start one when none runs (auto, the default)",
     )
     parser.add_argument("--version", action="version", version=f"kwtree {kwtree.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
@@ -579,9 +617,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open(command: Command, args: argparse.Namespace) -> KeywordTree:
+def _open(command: Command, args: argparse.Namespace) -> AbstractContextManager[KeywordTree]:
     from kwtree.stores.manifest import MANIFEST_NAME
 
+    if getattr(args, "held", None) is not None:  # a server's tree (answer_request): it stays open
+        return contextlib.nullcontext(args.held)
     agent = {"llm_client": llm_client(), "on_agent_failure": on_agent_failure()}
     if command.opens == "read":
         return kwtree.KeywordTree(args.dir, read_only=True, as_of=args.as_of, progress=args.progress, **agent)
@@ -635,6 +675,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help and --version (0), usage errors (2)
         return exc.code if isinstance(exc.code, int) else 0
+    return _reported(args)
+
+
+def _reported(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit code, with a kwtree error's message (and hint) on stderr."""
     try:
         run(args.row, args)
     except KwtreeError as exc:
@@ -652,6 +697,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+# --- the server's side (kwtree serve, kwtree/cli/server.py) -----------------------------------
+
+
+def _served(args: argparse.Namespace) -> bool:
+    """Whether a server answers this parsed command as the command itself would."""
+    command: Command = args.row
+    if command.name == "hook":
+        return bool(args.event in rendezvous.SERVED_HOOKS)
+    return command.name in rendezvous.SERVED and command.opens == "read" and args.as_of is None
+
+
+@functools.cache
+def _server_parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
+def answer_request(tree: KeywordTree, request: dict[str, Any]) -> dict[str, Any]:
+    """What ``kwtree ARGV`` run in ``cwd`` with ``stdin`` would print and return, read from
+    ``tree`` (a server's, open on the directory ARGV names): ``{"rc", "out", "err"}``, or
+    ``{"declined": why}`` for a request the server does not answer."""
+    argv, cwd, stdin = request.get("argv"), request.get("cwd"), request.get("stdin")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str)
+            and isinstance(stdin, str | None)):
+        return {"declined": "not a request"}
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("default", append=True)  # each warning shown again, as in a new process
+        try:
+            args = _server_parser().parse_args(argv)
+        except SystemExit as exc:  # usage errors, as the command prints them
+            return {"rc": exc.code if isinstance(exc.code, int) else 0, "out": out.getvalue(), "err": err.getvalue()}
+        args.dir = Path(cwd) / args.dir
+        if not _served(args) or os.path.realpath(args.dir) != os.path.realpath(tree.data_dir):
+            return {"declined": "not a command this server answers"}
+        args.held = tree
+        saved, sys.stdin = sys.stdin, io.StringIO(stdin or "")
+        try:
+            code = _reported(args)
+        finally:
+            sys.stdin = saved
+    return {"rc": code, "out": out.getvalue(), "err": err.getvalue()}
 
 
 if __name__ == "__main__":

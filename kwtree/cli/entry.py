@@ -1,0 +1,109 @@
+"""The ``kwtree`` command's front door: a read that the directory's server can answer goes to
+it, everything else runs here (``kwtree.cli.main``).
+
+A reading command (``recall``, ``context``, ``get``, ... and the ``prompt`` and
+``session-start`` hooks) on a directory whose server runs is answered by that server, which
+holds the tree open: the command costs a bare interpreter and one round trip instead of
+importing the library and replaying the log. Without a server the command runs here and then
+starts one in the background for the next command (``KWTREE_SERVE``: ``auto``, the default;
+``use`` only uses a running one; ``off`` never does). A server that does not answer in
+``KWTREE_SERVE_TIMEOUT`` seconds (default 30), or declines, leaves the command to run here, so
+a server can make a command faster but never change or lose what it does. ``kwtree serve``
+(``kwtree.cli.server``) is the server.
+
+This module imports only the standard library until it runs a command here: choosing costs
+nothing a bare interpreter does not pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kwtree.cli import rendezvous
+
+__all__ = ["ask", "main", "start_server"]
+
+def _mode() -> str:
+    mode = os.environ.get("KWTREE_SERVE", "").strip().lower() or "auto"
+    return mode if mode in ("auto", "use", "off") else "auto"
+
+
+def _timeout() -> float:
+    try:
+        return max(0.1, float(os.environ.get("KWTREE_SERVE_TIMEOUT", "") or 30))
+    except ValueError:
+        return 30.0
+
+
+def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The server's reply to ``request``: ``{"rc", "out", "err"}`` as the command here would
+    have printed them; ``{}`` when no server listens; None when it declines, fails or is too
+    slow (the command then runs here)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(_timeout())
+        try:
+            conn.connect(where.socket)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return {}
+        rendezvous.send(conn, request)
+        reply = rendezvous.receive(conn)
+    except (OSError, ValueError):
+        return None
+    finally:
+        conn.close()
+    if not (isinstance(reply.get("rc"), int) and all(isinstance(reply.get(k), str) for k in ("out", "err"))):
+        return None  # declined ({"declined": why}) or not a reply at all
+    return reply
+
+
+def start_server(where: rendezvous.Endpoint) -> None:
+    """Start the server of ``where.directory`` in the background, detached from this command
+    (its own session, no terminal); a second one started at the same time exits at once."""
+    import subprocess  # here: a command that a server answers never needs it
+    with open(where.log, "ab") as log:
+        os.chmod(where.log, 0o600)
+        subprocess.Popen(
+            [sys.executable, "-m", "kwtree", "serve", where.directory,
+             "--idle", os.environ.get("KWTREE_SERVE_IDLE", "") or str(rendezvous.DEFAULT_IDLE)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+
+
+def _is_tree(directory: str) -> bool:
+    from kwtree.stores.manifest import MANIFEST_NAME
+
+    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``kwtree`` command, through the directory's server when one can answer it;
+    returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    directory = rendezvous.served_directory(args)
+    where = None if directory is None or _mode() == "off" else rendezvous.endpoint(directory)
+    stdin = sys.stdin.read() if where is not None and args[0] == "hook" else None
+    reply = None if where is None else ask(where, {"argv": args, "cwd": os.getcwd(), "stdin": stdin})
+    if reply:
+        try:
+            sys.stdout.write(reply["out"])
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away (| head): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        sys.stderr.write(reply["err"])
+        return int(reply["rc"])
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)  # the hook's input, already read
+    from kwtree.cli.main import main as run_here
+
+    code = run_here(args)
+    if where is not None and reply == {} and code == 0 and _mode() == "auto" and _is_tree(where.directory):
+        with contextlib.suppress(OSError):  # else the next command runs here too
+            start_server(where)
+    return code

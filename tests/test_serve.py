@@ -1,0 +1,333 @@
+"""``kwtree serve``: a directory's server answers the reading commands and hooks exactly as the
+commands would answer by themselves, sees other processes' writes, never stands in the way (a
+dead, stale, declining or foreign server leaves the command to run by itself), and goes away when
+idle, asked, or when the directory is no longer its tree.
+
+Real processes throughout: the server is ``python -m kwtree serve`` and each command a fresh
+``python -m kwtree`` (or the command's entry in a probe that reports which modules it loaded:
+a command the server answered never imports the library)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kwtree import KeywordTree
+from kwtree.cli import rendezvous
+from kwtree.cli.main import COMMANDS
+
+#: Reading commands a server does not answer, and why (the rest of the reading ones it does).
+NOT_SERVED = {
+    "tree": "prints through rich, in colour on a terminal the server does not have",
+    "search": "may call the agent's LLM, which the command's environment chooses",
+    "reorganize": "calls the agent's LLM and may write --out FILE",
+    "snapshot": "writes a file",
+    "export": "writes a file",
+}
+PROBE = ("import json, sys\nfrom kwtree.cli.entry import main\ncode = main(sys.argv[1:])\nsys.stdout.flush()\n"
+         "print(json.dumps(sorted(sys.modules)), file=sys.__stderr__)\nsys.exit(code)")
+HOOK_PROMPT = json.dumps({"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "what tea do I like?"})
+HOOK_START = json.dumps({"session_id": "s2", "hook_event_name": "SessionStart", "source": "startup"})
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """A private rendezvous directory, short enough for a socket's path."""
+    path = Path(tempfile.mkdtemp(prefix="kws", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _env(runtime: Path, mode: str = "use") -> dict[str, str]:
+    return {**os.environ, "KWTREE_SERVE": mode, "XDG_RUNTIME_DIR": str(runtime)}
+
+
+def _fill(directory: Path) -> None:
+    with KeywordTree(directory, durability="none") as tree:
+        tools = tree.create_keyword("Tools", llm_auto_place=False)
+        python = tree.create_keyword("Python", tools.id, ["py"], "the language")
+        tree.create_info("Uses uv to manage Python environments.", "chat", [python.id])
+        tree.create_info("Retries of failed invoices happen nightly.", "chat", [tools.id])
+        tree.memory.commit_session([{"role": "user", "content": "Hi, I'm Alice. I love green tea."}],
+                                   scope="user:alice", session_id="intro")
+
+
+class Server:
+    """``kwtree serve DIR`` in its own process, ready once it says it is serving."""
+
+    def __init__(self, directory: Path, runtime: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "kwtree", "serve", str(directory), *extra],
+                                     env=_env(runtime), stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        self.first = self.proc.stderr.readline()
+
+    def ready(self) -> Server:
+        assert "serving" in self.first, self.first + self.rest()
+        return self
+
+    def rest(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def wait(self, timeout: float = 60) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+@pytest.fixture
+def served(tmp_path: Path, runtime: Path) -> Iterator[tuple[Path, Path, Server]]:
+    directory = tmp_path / "tree"
+    _fill(directory)
+    server = Server(directory, runtime, "--idle", "120").ready()
+    yield directory, runtime, server
+    server.kill()
+
+
+def kwtree(runtime: Path, *argv: str, mode: str = "use", stdin: str = "", cwd: Path | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kwtree", *argv], input=stdin, env=_env(runtime, mode),
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def probe(runtime: Path, *argv: str, stdin: str = "", mode: str = "use", cwd: Path | None = None
+          ) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run a command through the entry; whether a server answered it (the library never loaded)."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], input=stdin, env=_env(runtime, mode),
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    *err, modules = done.stderr.splitlines()
+    done.stderr = "".join(f"{line}\n" for line in err)
+    return done, "kwtree.facade.tree" not in json.loads(modules)
+
+
+# --- which commands -----------------------------------------------------------------------------
+
+
+def test_the_served_commands_are_the_reading_commands_that_need_no_llm_and_write_no_file() -> None:
+    reading = {c.name for c in COMMANDS if c.opens == "read"}
+    assert set(rendezvous.SERVED) == reading - set(NOT_SERVED)
+    assert set(NOT_SERVED) <= reading
+    assert set(rendezvous.SERVED.values()) == {1}  # DIR first, as the reading bundle puts it
+    hook = next(c for c in COMMANDS if c.name == "hook")
+    events = next(options["choices"] for flags, options in hook.args if flags == ("event",))
+    assert set(rendezvous.SERVED_HOOKS) == set(events) - {"stop"}  # stop writes
+
+
+@pytest.mark.parametrize(("argv", "directory"), [
+    (["recall", "DIR", "q"], "DIR"),
+    (["hook", "prompt", "DIR"], "DIR"),
+    (["hook", "session-start", "DIR", "--scope", "user:a"], "DIR"),
+    (["hook", "stop", "DIR"], None),
+    (["recall", "--k", "3", "DIR", "q"], None),  # options first: argparse's to read, here
+    (["recall", "DIR", "q", "--as-of", "2024-01-01"], None),
+    (["recall", "DIR", "--help"], None),
+    (["add", "DIR", "x"], None),
+    (["search", "DIR", "x"], None),
+    (["recall"], None),
+    ([], None),
+])
+def test_a_command_goes_to_a_server_only_in_its_plain_form(argv: list[str], directory: str | None) -> None:
+    assert rendezvous.served_directory(argv) == directory
+
+
+# --- the same answers -------------------------------------------------------------------------------
+
+
+SAME_ANSWERS = [
+    ("recall", "DIR", "green tea", "--k", "3"),
+    ("recall", "DIR", "invoices", "--json"),
+    ("recall", "DIR", "tea", "--scope", "user:alice", "--mode", "bm25"),
+    ("context", "DIR", "python environments", "--max-tokens", "200"),
+    ("get", "DIR", "py"),
+    ("get", "DIR", "Tools/Python", "--json"),
+    ("get", "DIR", "no such keyword"),  # an error: exit 1, the message and a hint on stderr
+    ("children", "DIR", "root"),
+    ("path", "DIR", "Python"),
+    ("find", "DIR", "PY"),
+    ("infos", "DIR", "Python"),
+    ("relations", "DIR", "Python", "--direction", "both"),
+    ("assemble", "DIR", "what tea?", "--scope", "user:alice"),
+    ("bootstrap", "DIR", "--scope", "user:alice"),
+    ("memories", "DIR", "--scope", "user:alice"),
+    ("history", "DIR", "--limit", "3"),
+    ("metrics", "DIR", "--json"),
+    ("recall", "DIR", "q", "--k", "not-a-number"),  # a usage error: exit 2, argparse's message
+    ("recall", "DIR", "q", "--as", "2024-01-01"),  # argparse's abbreviation of --as-of: the server declines
+]
+
+
+@pytest.mark.parametrize("argv", SAME_ANSWERS, ids=[" ".join(a) for a in SAME_ANSWERS])
+def test_a_served_command_prints_and_exits_as_the_command_itself(served: tuple[Path, Path, Server],
+                                                                 argv: tuple[str, ...]) -> None:
+    directory, runtime, _ = served
+    args = [str(directory) if a == "DIR" else a for a in argv]
+    alone = kwtree(runtime, *args, mode="off")
+    answered, by_server = probe(runtime, *args)
+    assert (answered.returncode, answered.stdout, answered.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    assert by_server == ("--as" not in argv)
+
+
+@pytest.mark.parametrize(("event", "payload"), [("prompt", HOOK_PROMPT), ("session-start", HOOK_START)])
+def test_a_served_hook_prints_what_the_hook_itself_prints(served: tuple[Path, Path, Server], event: str,
+                                                          payload: str) -> None:
+    directory, runtime, _ = served
+    args = ("hook", event, str(directory), "--scope", "user:alice")
+    alone = kwtree(runtime, *args, mode="off", stdin=payload)
+    answered, by_server = probe(runtime, *args, stdin=payload)
+    assert by_server and alone.returncode == 0 and "green tea" in alone.stdout
+    assert (answered.returncode, answered.stdout, answered.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    bad, by_server = probe(runtime, *args, stdin="not json")  # its error, as the hook reports it
+    alone = kwtree(runtime, *args, mode="off", stdin="not json")
+    assert by_server and (bad.returncode, bad.stderr) == (1, alone.stderr)
+
+
+def test_a_relative_directory_is_read_from_the_command_s_working_directory(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, _ = served
+    answered, by_server = probe(runtime, "recall", directory.name, "uv", cwd=directory.parent)
+    assert by_server and answered.returncode == 0 and "Uses uv" in answered.stdout
+
+
+def test_several_commands_at_once_each_get_their_own_answer(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, _ = served
+    queries = {"uv": "Uses uv", "invoices": "Retries of failed", "green tea": "green tea"}
+    results: dict[str, tuple[subprocess.CompletedProcess[str], bool]] = {}
+    threads = [threading.Thread(target=lambda q=q: results.__setitem__(q, probe(runtime, "recall", str(directory), q)))
+               for q in queries for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for query, expected in queries.items():
+        done, by_server = results[query]
+        assert by_server and expected in done.stdout.splitlines()[0]
+
+
+# --- fresh, and never in the way --------------------------------------------------------------------
+
+
+def test_a_served_read_sees_what_another_process_wrote_since(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, _ = served
+    before, by_server = probe(runtime, "recall", str(directory), "kayak")
+    assert by_server and "kayak" not in before.stdout
+    wrote = kwtree(runtime, "add-info", str(directory), "Goes kayaking on Sundays.", "--keyword", "Tools")
+    assert wrote.returncode == 0, wrote.stderr
+    after, by_server = probe(runtime, "recall", str(directory), "kayaking")
+    assert by_server and "Goes kayaking on Sundays." in after.stdout
+
+
+def test_a_server_declines_what_it_was_not_opened_for(served: tuple[Path, Path, Server], tmp_path: Path) -> None:
+    import socket
+
+    directory, runtime, _ = served
+    other = tmp_path / "other"
+    _fill(other)
+    os.environ["XDG_RUNTIME_DIR"], saved = str(runtime), os.environ.get("XDG_RUNTIME_DIR")
+    try:
+        where = rendezvous.endpoint(directory)
+    finally:
+        if saved is None:
+            del os.environ["XDG_RUNTIME_DIR"]
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+    assert where is not None
+    for request in ({"argv": ["recall", str(other), "uv"], "cwd": "/", "stdin": None},  # another tree
+                    {"argv": ["add", str(directory), "X"], "cwd": "/", "stdin": None},  # a write
+                    {"argv": "recall", "cwd": "/"}):  # not a request
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(where.socket)
+            rendezvous.send(conn, request)
+            assert "declined" in rendezvous.receive(conn)
+
+
+def test_a_killed_server_leaves_nothing_in_the_way(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, server = served
+    server.proc.send_signal(signal.SIGKILL)
+    server.wait()
+    assert list(runtime.glob("kwtree-*/*.sock"))  # its socket is still there, and nobody answers
+    done, by_server = probe(runtime, "recall", str(directory), "uv")
+    assert not by_server and done.returncode == 0 and "Uses uv" in done.stdout
+    again = Server(directory, runtime).ready()  # the next server takes the place
+    try:
+        assert probe(runtime, "recall", str(directory), "uv")[1]
+    finally:
+        again.kill()
+
+
+def test_a_replaced_directory_is_never_answered_from_the_old_tree(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, server = served
+    shutil.rmtree(directory)
+    with KeywordTree(directory, durability="none") as tree:
+        tree.create_info("A different tree altogether.", "chat")
+    done, _ = probe(runtime, "recall", str(directory), "uv")
+    assert done.returncode == 0 and "Uses uv" not in done.stdout
+    assert server.wait() == 0  # the server saw it was no longer its tree, and left
+    assert not list(runtime.glob("kwtree-*/*.sock"))
+
+
+def test_a_second_server_of_the_same_directory_exits_at_once(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, _ = served
+    second = Server(directory, runtime)
+    assert second.wait() == 0 and "already serves" in second.first + second.rest()
+
+
+def test_stop_asks_the_server_to_leave(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, server = served
+    stopped = kwtree(runtime, "serve", str(directory), "--stop")
+    assert stopped.returncode == 0 and "stopped the server" in stopped.stdout
+    assert server.wait() == 0 and not list(runtime.glob("kwtree-*/*.sock"))
+    assert "no server serves" in kwtree(runtime, "serve", str(directory), "--stop").stdout
+
+
+def test_an_idle_server_stops_by_itself(tmp_path: Path, runtime: Path) -> None:
+    _fill(tmp_path / "tree")
+    server = Server(tmp_path / "tree", runtime, "--idle", "1").ready()
+    assert server.wait() == 0 and "stopped serving" in server.rest()
+    assert not list(runtime.glob("kwtree-*/*.sock"))
+
+
+def test_a_command_starts_the_server_the_next_one_uses(tmp_path: Path, runtime: Path) -> None:
+    directory = tmp_path / "tree"
+    _fill(directory)
+    first, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
+    assert not by_server and "Uses uv" in first.stdout
+    deadline = time.monotonic() + 60
+    while not list(runtime.glob("kwtree-*/*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        second, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
+        assert by_server and second.stdout == first.stdout
+    finally:
+        assert "stopped the server" in kwtree(runtime, "serve", str(directory), "--stop").stdout
+
+
+def test_no_server_is_started_for_what_is_not_a_tree(tmp_path: Path, runtime: Path) -> None:
+    done, _ = probe(runtime, "hook", "prompt", str(tmp_path / "nothing"), stdin=HOOK_PROMPT, mode="auto")
+    assert done.returncode == 0 and done.stdout == ""
+    time.sleep(0.5)
+    assert not list(runtime.glob("kwtree-*/*.log"))  # no server was started, so none wrote a log
+
+
+def test_a_rendezvous_directory_others_can_enter_is_not_used(tmp_path: Path, runtime: Path) -> None:
+    directory = tmp_path / "tree"
+    _fill(directory)
+    (runtime / f"kwtree-{os.getuid()}").mkdir(mode=0o755)
+    os.chmod(runtime / f"kwtree-{os.getuid()}", 0o755)
+    done, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
+    assert not by_server and "Uses uv" in done.stdout
+    served = subprocess.run([sys.executable, "-m", "kwtree", "serve", str(directory)], env=_env(runtime),
+                            capture_output=True, text=True, timeout=60)
+    assert served.returncode == 1 and "private place" in served.stderr
