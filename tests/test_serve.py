@@ -331,3 +331,17 @@ def test_a_rendezvous_directory_others_can_enter_is_not_used(tmp_path: Path, run
     served = subprocess.run([sys.executable, "-m", "kwtree", "serve", str(directory)], env=_env(runtime),
                             capture_output=True, text=True, timeout=60)
     assert served.returncode == 1 and "private place" in served.stderr
+
+
+def test_the_served_commands_benchmark_runs(tmp_path: Path) -> None:
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        import served as bench_served
+    finally:
+        sys.path.remove(str(bench))
+    result = bench_served.run(runs=1, memories=50, embedder="hash", work=tmp_path)
+    assert {key: len(samples) for key, samples in result["raw_ms"].items()} == {
+        "bare": 1, "help": 1, "recall_served": 1, "hook_served": 1, "recall_alone": 1, "hook_alone": 1}
+    assert "| kwtree recall, served |" in bench_served.markdown(result)
+    assert list(tmp_path.iterdir()) == []  # its scratch tree is removed
