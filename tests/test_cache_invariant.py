@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 from helpers import child_line, copy_tree_dir, dir_bytes, snapshot
-from hypothesis import Phase, given, note, settings
+from hypothesis import Phase, example, given, note, settings
 from hypothesis import strategies as st
 
 from kwtree import (
@@ -309,6 +309,11 @@ def recall_view(tree: KeywordTree, query: str, mode: str) -> tuple[list, list[fl
     "probe after every cache is lost can return nothing where the kept caches return hits"))
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: the causes are pinned below
 @given(steps=HISTORY)
+# A history that shows the bug every time: random ones do not always (a run found none in 25), and a
+# strict xfail that passes by chance fails CI.
+@example(steps=[("info", "python cats, rust cats", 158), ("lose_open", "everything"), ("delete_info", 246),
+                ("unlink", 1, 393), ("lose_open", "cache"), ("delete_keyword", 697, "reattach"),
+                ("probe", "python tips", "vector"), ("info", "Python packaging tips", 128)])
 def test_recall_and_context_are_the_same_after_losing_every_cache(steps: list[tuple]) -> None:
     base = Path(tempfile.mkdtemp(prefix="kwtree-cache-"))
     kept = rebuilt = None
