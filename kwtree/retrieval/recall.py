@@ -439,12 +439,13 @@ def fuse(state: State, text_hits: Sequence[tuple[str, float]], vector_hits: Sequ
     posts = signposts.signpost_scores(state, judging.query, scope) if weights.signpost_alpha < 1 else {}
     own = _fused(state, _candidates(state, text_rank, vector_rank, scores, posts), text_rank, vector_rank,
                  weights, allowed)
-    threads = _threads(state, own, weights, scope, allowed)
+    neighbours: dict[str, Neighbours] = {}
+    threads = _threads(state, own, weights, scope, allowed, neighbours)
     scored = [(iid, score + threads[iid]) for iid, score in own.items()]
     parts = _score_parts(state, scored, scores, subtree, posts, weights, scope)
     _agreed(parts, text_rank, vector_rank)
     ranked = _ordered(state, parts, text_rank, vector_rank, weights, judging, scope)
-    return _judged(state, ranked, k, text_rank, vector_rank, threads, weights, judging, scope)
+    return _judged(state, ranked, k, text_rank, vector_rank, threads, weights, judging, scope, neighbours)
 
 
 def _candidates(state: State, text_rank: Ranks, vector_rank: Ranks, scores: dict[str, float],
@@ -476,11 +477,12 @@ def _fused(state: State, candidates: Iterable[str], text_rank: Ranks, vector_ran
 
 
 def _threads(state: State, own: dict[str, float], weights: RecallWeights, scope: set[str] | None,
-             allowed: Callable[[str], bool]) -> dict[str, float]:
-    """Each info's thread gain; the allowed neighbours of scored infos join ``own`` at 0."""
+             allowed: Callable[[str], bool], neighbours: dict[str, Neighbours]) -> dict[str, float]:
+    """Each info's thread gain; the allowed neighbours of scored infos join ``own`` at 0.
+    ``neighbours`` receives the neighbours found (for ``_judged``)."""
     if weights.thread <= 0:
         return dict.fromkeys(own, 0.0)
-    neighbours = _neighbours(state, [iid for iid, score in own.items() if score > 0], scope)
+    neighbours.update(_neighbours(state, [iid for iid, score in own.items() if score > 0], scope))
     joining = {n for near in neighbours.values() for n in near if n is not None and n not in own}
     joining = {iid for iid in joining if allowed(iid)}
     own.update(dict.fromkeys(joining, 0.0))
@@ -530,9 +532,10 @@ def _ordered(state: State, parts: Parts, text_rank: Ranks, vector_rank: Ranks, w
 
 def _judged(state: State, ranked: list[tuple[Any, ...]], k: int, text_rank: Ranks, vector_rank: Ranks,
             threads: dict[str, float], weights: RecallWeights, judging: Judging,
-            scope: set[str] | None) -> list[Hit]:
+            scope: set[str] | None, neighbours: dict[str, Neighbours]) -> list[Hit]:
     """The first ``k`` of ``ranked`` whose relevance reaches ``HIT_SHARE * min_score``, or
-    none when no candidate reaches ``min_score`` itself (read on past ``k`` to find one)."""
+    none when no candidate reaches ``min_score`` itself (read on past ``k`` to find one).
+    ``neighbours``: those ``_threads`` found; the others are found here."""
     query, min_score = judging.query, judging.min_score
     hits: list[Hit] = []
     relevant = query is None or min_score <= 0  # has a candidate reached the floor itself?
@@ -542,7 +545,11 @@ def _judged(state: State, ranked: list[tuple[Any, ...]], k: int, text_rank: Rank
         linked = _visible(state, iid, scope)
         judged = 1.0
         if query is not None:
-            near = _neighbours(state, [iid], scope).get(iid, (None, None)) if weights.thread > 0 else (None, None)
+            near = (None, None)
+            if weights.thread > 0:
+                if iid not in neighbours:
+                    neighbours.update(_neighbours(state, [iid], scope))
+                near = neighbours.get(iid, (None, None))
             judged = max(relevance(state, query, iid, linked, [n for n in near if n is not None]),
                          parent)  # parent: its signpost
             if judging.vector_relevance is not None and iid in vector_rank:

@@ -32,16 +32,21 @@ class Picker:
         self.query = query.astype(np.float64)
         self.verdicts: dict[int, bool] = {}
 
+    def _rows(self) -> np.ndarray:
+        """The matrix as a plain array (a memory map's indexing costs a Python call per row)."""
+        return self.matrix().view(np.ndarray)
+
     def pick(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
         hits: list[tuple[str, float]] = []
         taken: set[str] = set()
+        matrix: np.ndarray | None = None
         for row, score in zip(rows.tolist(), scores.tolist(), strict=True):
             entity_id, content_hash = self.keys[row]
             if entity_id in taken:
                 continue  # a better row of the same entity was already taken
             if not self.sound(row):
                 continue  # its vector is not the one its key line names: never a hit
-            if score == 0.0 and not self.matrix()[row].any():
+            if score == 0.0 and not (matrix := self._rows() if matrix is None else matrix)[row].any():
                 continue  # a blank row scores exactly 0 (1 - 0 in hnswlib): skip it
             if self.accept is not None:
                 ok = self.verdicts.get(row)
@@ -50,7 +55,8 @@ class Picker:
                 if not ok:
                     continue
             taken.add(entity_id)
-            exact = float(np.dot(np.array(self.matrix()[row], dtype=np.float64), self.query))
+            matrix = self._rows() if matrix is None else matrix
+            exact = float(np.dot(np.array(matrix[row], dtype=np.float64), self.query))
             hits.append((entity_id, min(1.0, max(-1.0, exact))))
             if len(hits) == self.k:
                 break
