@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import re
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -64,9 +65,8 @@ def agent_warning(result: Any) -> str | None:
     """The warning line for a keyword or info the agent placed or linked by a fallback (the
     LLM failed), or linked to nothing, and for a commit that did steps offline because the
     LLM failed them; None when there is nothing to warn about."""
-    from kwtree.memory.commit import CommitResult  # loaded with the tree the command opened
-
-    if isinstance(result, CommitResult):
+    commit = sys.modules.get("kwtree.memory.commit")  # a command that loaded no commit path made no commit
+    if commit is not None and isinstance(result, commit.CommitResult):
         if not result.fallbacks:
             return None
         steps = ", ".join(fallback.step for fallback in result.fallbacks)

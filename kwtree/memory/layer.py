@@ -29,17 +29,15 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, NotFoundError
 from kwtree.memory.abstracts import KeywordAbstract, build_abstracts
 from kwtree.memory.candidates import Message
-from kwtree.memory.commit import CommitOptions, CommitResult
 from kwtree.memory.filters import check_filters
 from kwtree.memory.listing import MemoryPage, MemoryQuery, list_memories
 from kwtree.memory.port import MemoryPort
-from kwtree.memory.session_commit import commit_session
 from kwtree.memory.shelf import all_scopes, branch_infos, latest_summary, scope_memories, scope_of
 from kwtree.memory_schema import (
     KIND,
@@ -59,6 +57,9 @@ from kwtree.retrieval.scopes import clean_scope, clean_scopes
 from kwtree.retrieval.scopes import scope_keyword as find_scope_keyword
 from kwtree.retrieval.timeline import clean_window
 from kwtree.validate import clean_flag, clean_id, clean_int, clean_label, clean_provenances, clean_text
+
+if TYPE_CHECKING:  # the commit path is imported by the first commit: a read never loads it
+    from kwtree.memory.commit import CommitOptions, CommitResult
 
 __all__ = ["HEADINGS", "AgentMemory"]
 
@@ -163,6 +164,8 @@ class AgentMemory:
         opened with ``on_agent_failure="raise"`` (or a caller's extractor raised something
         other than an LLMError); ReadOnlyError on a tree that may not write (a dry run is
         allowed). A failed call writes nothing."""
+        from kwtree.memory.session_commit import commit_session
+
         return commit_session(self._port, messages, session_id=session_id, scope=scope, options=options)
 
     def memories(self, scope: str | Sequence[str]) -> list[Info]:
