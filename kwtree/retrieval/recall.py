@@ -545,7 +545,7 @@ def _judged(state: State, ranked: list[tuple[Any, ...]], k: int, text_rank: Rank
         linked = _visible(state, iid, scope)
         judged = 1.0
         if query is not None:
-            near = (None, None)
+            near: Neighbours = (None, None)
             if weights.thread > 0:
                 if iid not in neighbours:
                     neighbours.update(_neighbours(state, [iid], scope))
