@@ -154,11 +154,11 @@ def test_retrieval_benchmark_runs_on_tiny_corpora(tmp_path):
     assert [size["docs"] for size in result["sizes"]] == [300, 600] and result["queries"] == 60
     for size in result["sizes"]:
         assert set(size["ms"]) == set(size["raw_ms"]) == {
-            "bm25", "fts5", "hnsw", "brute", "recall_vector", "hybrid", "fts5_brute"}
+            "bm25", "fts5", "hnsw", "brute", "recall_vector", "recall_vector_again", "hybrid", "fts5_brute"}
         assert len(size["raw_ms"]["bm25"]) == 60 and len(size["raw_ms"]["hybrid"]) == 10
     assert "skipped" in result["real_vector"]  # no cached real vectors for 600 docs
     table = retrieval.markdown(result)
-    assert "Scaling from 300 to 600 infos" in table and table.count("| 600 |") == 4
+    assert "Scaling from 300 to 600 infos" in table and table.count("| 600 |") == 5
     assert list(tmp_path.iterdir()) == []
 
 

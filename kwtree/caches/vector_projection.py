@@ -22,6 +22,8 @@ position it reflects and, at the next open, looks only at what was written after
   position.
 - **A tree that may not write** (``read_only``, ``as_of``) opens the store read-only,
   searches what writers embedded and scans nothing.
+- **Queries** are embedded once: ``hits`` takes the query's vector from ``queries``
+  (``kwtree.caches.query_vectors``, the last 1,024 queries' vectors), which ``erase`` empties.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from kwtree.caches.embed import Embedder, content_hash, embed_documents, embed_queries
+from kwtree.caches.embed import Embedder, content_hash, embed_documents
+from kwtree.caches.query_vectors import QueryVectors
 from kwtree.caches.texts import EntityKey, entity_text, versions_hold, versions_upto, written_after
 from kwtree.engine.state import State
 from kwtree.errors import LockTimeoutError, ReadOnlyError, StorageError
@@ -91,6 +94,8 @@ class VectorProjection:
         self._scanned = False
         self._scanning = threading.Lock()  # one scan or advance at a time (the worker, a search's recovery)
         self.unsaved = False  # vectors were added since the graph was last persisted
+        #: The vectors of the queries ``hits`` was asked lately: a repeated query is not embedded again.
+        self.queries = QueryVectors()
 
     @property
     def store(self) -> VectorStore:
@@ -341,19 +346,21 @@ class VectorProjection:
                 del self._digests[key]
 
         self._read(forget_digests)
+        self.queries.clear()  # a query may have quoted a forgotten text (query_vectors' docstring)
         return erased
 
     # --- reads ---------------------------------------------------------------------------------
 
     def hits(self, query: str, kind: str, k: int, within: Collection[str] | None = None) -> Hits:
-        """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the query's."""
+        """Entities of ``kind`` (among ``within``, if given) whose text's vector is nearest the
+        query's (embedded once: ``queries``)."""
         if not self.exists():
             return []  # nothing was ever embedded with this model here
         store = self.store
         store.refresh()
         if not len(store):
             return []
-        vector = embed_queries(self.embedder, [query])[0]
+        vector = self.queries.vector(self.embedder, query)
         if not np.any(vector):
             return []
 
