@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -496,7 +497,8 @@ def decode_keyword(r: dict[str, Any], op_id: str) -> Keyword:
     )
 
 
-_PROVENANCES = frozenset(PROVENANCES)
+#: Each provenance, to itself: a decoded info holds the one string, not a copy of its own.
+_PROVENANCES = {provenance: provenance for provenance in PROVENANCES}
 
 
 def _provenance(value: object) -> str:
@@ -504,7 +506,7 @@ def _provenance(value: object) -> str:
         return UNKNOWN_PROVENANCE
     if type(value) is not str or value not in _PROVENANCES:
         raise ValueError(f"field 'provenance' must be one of {', '.join(PROVENANCES)}")
-    return value
+    return _PROVENANCES[value]
 
 
 def decode_info(r: dict[str, Any], op_id: str) -> Info:
@@ -529,7 +531,7 @@ def decode_link(r: dict[str, Any], op_id: str) -> Link:
         _text(r["info_id"], "info_id"),
         _text(r["keyword_id"], "keyword_id"),
         _RELATIONS[r["relation"]],
-        _text(r["created_by"], "created_by"),
+        sys.intern(_text(r["created_by"], "created_by")),  # a few labels, held by every link
         _timestamp(r["created_at"], "created_at"),
         r.get("deleted", False) is True,
         _version(r["v"]),

@@ -288,7 +288,7 @@ def _group(
             head = line
         if decode:
             try:  # _decode_row inlined: this loop runs once per row of every open
-                pending.append(decoder(row, op))
+                pending.append(decoder(row, current))  # (one op id object for all its rows: memory)
             except (KeyError, TypeError, ValueError) as exc:
                 detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise CorruptLogError(path, first_line + index, f"invalid row: {detail}") from None

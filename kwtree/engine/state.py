@@ -72,7 +72,7 @@ class State:
         #: keyword id -> {info id: live link}, in link order
         self.infos_by_keyword: dict[str, dict[str, Link]] = {}
         #: info id -> keyword ids it has a live link to
-        self.keywords_by_info: dict[str, list[str]] = {}
+        self.keywords_by_info: dict[str, tuple[str, ...]] = {}  # tuples: a one-link info's costs one object
         self.rel_out: dict[str, dict[tuple[str, str], Relation]] = {}
         self.rel_in: dict[str, dict[tuple[str, str], Relation]] = {}
         self.op_count = 0
@@ -93,7 +93,7 @@ class State:
         copy.names = {key: found if type(found) is str else list(found) for key, found in self.names.items()}
         copy.children = {key: list(ids) for key, ids in self.children.items()}
         copy.infos_by_keyword = {key: dict(links) for key, links in self.infos_by_keyword.items()}
-        copy.keywords_by_info = {key: list(ids) for key, ids in self.keywords_by_info.items()}
+        copy.keywords_by_info = dict(self.keywords_by_info)  # (tuples: shared)
         copy.rel_out = {key: dict(rels) for key, rels in self.rel_out.items()}
         copy.rel_in = {key: dict(rels) for key, rels in self.rel_in.items()}
         copy.op_count = self.op_count
@@ -304,6 +304,15 @@ class State:
         self.infos[info.id] = info
 
     def put_link(self, link: Link) -> None:
+        # The link holds its info's and keyword's own id strings, not equal copies (decoded
+        # rows bring their own): a link costs no more strings than it has fields of its own.
+        info, keyword = self.infos.get(link.info_id), self.keywords.get(link.keyword_id)
+        if info is not None:
+            link.info_id = info.id
+            if link.created_at == info.created_at:  # (written by one operation: one float)
+                link.created_at = info.created_at
+        if keyword is not None:
+            link.keyword_id = keyword.id
         key = (link.info_id, link.keyword_id)
         old = self.links.get(key)
         if old is not None:
@@ -311,24 +320,25 @@ class State:
         self.links[key] = link
         by_keyword = self.infos_by_keyword.get(link.keyword_id)
         indexed = by_keyword is not None and link.info_id in by_keyword
-        if link.deleted or link.info_id not in self.infos or link.keyword_id not in self.keywords:
+        if link.deleted or info is None or keyword is None:
             # A tombstone leaves the indexes; so does a link naming an info or keyword that
             # was never written (a damaged id, a lost segment): it is kept, inert, for verify.
             if indexed:
                 del by_keyword[link.info_id]  # type: ignore[union-attr]
                 if not by_keyword:
                     del self.infos_by_keyword[link.keyword_id]
-                by_info = self.keywords_by_info[link.info_id]
-                by_info.remove(link.keyword_id)
-                if not by_info:
+                by_info = tuple(kid for kid in self.keywords_by_info[link.info_id] if kid != link.keyword_id)
+                if by_info:
+                    self.keywords_by_info[link.info_id] = by_info
+                else:
                     del self.keywords_by_info[link.info_id]
         elif by_keyword is None:
             self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
-            self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
+            self.keywords_by_info[link.info_id] = (*self.keywords_by_info.get(link.info_id, ()), link.keyword_id)
         else:
             by_keyword[link.info_id] = link
             if not indexed:
-                self.keywords_by_info.setdefault(link.info_id, []).append(link.keyword_id)
+                self.keywords_by_info[link.info_id] = (*self.keywords_by_info.get(link.info_id, ()), link.keyword_id)
 
     def put_relation(self, rel: Relation) -> None:
         key = (rel.from_id, rel.to_id, rel.type)
