@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import tmpfs
 
 from kwtree import KeywordTree
 from kwtree.cli import rendezvous
@@ -61,6 +62,7 @@ def _fill(directory: Path) -> None:
         tree.create_info("Retries of failed invoices happen nightly.", "chat", [tools.id])
         tree.memory.commit_session([{"role": "user", "content": "Hi, I'm Alice. I love green tea."}],
                                    scope="user:alice", session_id="intro")
+        assert tree.wait_indexed(60)  # (else the server would embed them while the answers are compared)
 
 
 class Server:
@@ -345,3 +347,34 @@ def test_the_served_commands_benchmark_runs(tmp_path: Path) -> None:
         "bare": 1, "help": 1, "recall_served": 1, "hook_served": 1, "recall_alone": 1, "hook_alone": 1}
     assert "| kwtree recall, served |" in bench_served.markdown(result)
     assert list(tmp_path.iterdir()) == []  # its scratch tree is removed
+
+
+def test_a_server_embeds_what_commands_wrote_so_vector_recall_finds_it(served: tuple[Path, Path, Server]) -> None:
+    """Hooks and commands write and exit before their embedding is done (it is queued in the
+    outbox); the server, which outlives them, embeds it."""
+    directory, runtime, _ = served
+    with KeywordTree(directory, durability="none", worker=False) as writer:  # queues, embeds nothing
+        kayak = writer.create_info("Goes kayaking on the fjord every Sunday.")
+    deadline = time.monotonic() + 60
+    while True:
+        done, by_server = probe(runtime, "recall", str(directory), "kayaking on the fjord", "--mode", "vector")
+        assert by_server
+        if kayak.id in done.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert kayak.id in done.stdout
+    with KeywordTree(directory, read_only=True) as reader:
+        assert reader.outbox_status()["pending"] == 0
+
+
+def test_a_server_of_a_read_only_directory_reads_it_read_only(tmp_path: Path, runtime: Path) -> None:
+    with tmpfs(tmp_path / "ro", "size=32m") as home:
+        _fill(home / "tree")
+        done = subprocess.run(["mount", "-o", "remount,ro", str(home)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        server = Server(home / "tree", runtime, "--idle", "60").ready()
+        try:
+            answered, by_server = probe(runtime, "recall", str(home / "tree"), "uv")
+            assert by_server and "Uses uv" in answered.stdout
+        finally:
+            server.kill()

@@ -53,7 +53,9 @@ from kwtree.errors import (
     InvalidInputError,
     KwtreeError,
     LimitExceededError,
+    LockTimeoutError,
     NotFoundError,
+    ReadOnlyError,
     StorageError,
     UndoConflictError,
     VersionConflictError,
@@ -132,7 +134,13 @@ def _serve(_: None, args: argparse.Namespace) -> None:
         raise NotFoundError(f"{args.dir} is not a kwtree directory")
 
     def open_tree() -> KeywordTree:
-        return kwtree.KeywordTree(where.directory, read_only=True)
+        # Writable where it may be, for its embedding worker: commands and hooks exit before
+        # the texts they wrote are embedded, and the server, which outlives them, embeds them.
+        # It never writes the log (it answers only reading commands).
+        try:
+            return kwtree.KeywordTree(where.directory)
+        except (StorageError, ReadOnlyError, LockTimeoutError):
+            return kwtree.KeywordTree(where.directory, read_only=True)
 
     if not server.serve(where, open_tree, answer_request, idle=args.idle, say=server.log):
         print(f"a server already serves {args.dir}", file=sys.stderr)

@@ -1,8 +1,9 @@
-"""``kwtree serve DIR``: one long-lived process per directory that holds the tree open (read
-only) and answers the reading commands of ``kwtree`` (``kwtree.cli.entry``) and Claude Code's
-reading hooks, so each of them costs a round trip instead of an import and a replay.
+"""``kwtree serve DIR``: one long-lived process per directory that holds the tree open and
+answers the reading commands of ``kwtree`` (``kwtree.cli.entry``) and Claude Code's reading
+hooks, so each of them costs a round trip instead of an import and a replay.
 
-The server never writes the tree. Before each answer it reads what other processes appended
+The server never writes the log (its tree's embedding worker fills the vector store with what
+commands wrote and left in the outbox: ``kwtree.cli.main``'s ``_serve`` opens it). Before each answer it reads what other processes appended
 (``refresh()``), so an answer is what a command opening the tree at that moment would print.
 It serves one request at a time (requests are milliseconds; others wait their turn) and stops:
 after ``idle`` seconds without a request, on ``kwtree serve DIR --stop``, on SIGTERM or SIGINT,
