@@ -3,8 +3,9 @@ answers the reading commands of ``kwtree`` (``kwtree.cli.entry``) and Claude Cod
 hooks, so each of them costs a round trip instead of an import and a replay.
 
 The server never writes the log (its tree's embedding worker fills the vector store with what
-commands wrote and left in the outbox: ``kwtree.cli.main``'s ``_serve`` opens it). Before each answer it reads what other processes appended
-(``refresh()``), so an answer is what a command opening the tree at that moment would print.
+commands wrote and left in the outbox: ``kwtree.cli.main``'s ``_serve`` opens it). Before each
+answer it reads what other processes appended (``refresh()``), so an answer is what a command
+opening the tree at that moment would print.
 It serves one request at a time (requests are milliseconds; others wait their turn) and stops:
 after ``idle`` seconds without a request, on ``kwtree serve DIR --stop``, on SIGTERM or SIGINT,
 or when the directory is no longer the tree it opened (removed, or its manifest replaced by a
