@@ -378,3 +378,19 @@ def test_a_server_of_a_read_only_directory_reads_it_read_only(tmp_path: Path, ru
             assert by_server and "Uses uv" in answered.stdout
         finally:
             server.kill()
+
+
+def test_a_forget_has_the_server_drop_the_erased_text_at_once(served: tuple[Path, Path, Server]) -> None:
+    """A server holds the tree's texts in memory; after ``kwtree forget`` it reads the log at
+    once (not at its next request, minutes later), so it holds the erased text no longer than
+    the forget took."""
+    directory, runtime, server = served
+    found, by_server = probe(runtime, "recall", str(directory), "uv")
+    assert by_server and "Uses uv" in found.stdout
+    info_id = found.stdout.split("\t")[0]
+    forgot = kwtree(runtime, "forget", str(directory), info_id)
+    assert forgot.returncode == 0, forgot.stderr
+    assert "stopped the server" in kwtree(runtime, "serve", str(directory), "--stop").stdout
+    assert server.wait() == 0
+    log = server.first + server.rest()
+    assert "read 1 operation(s) another process asked it to read" in log

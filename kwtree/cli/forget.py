@@ -19,7 +19,13 @@ __all__ = ["COMMANDS", "show_report"]
 def _forget(tree: KeywordTree, args: argparse.Namespace) -> Any:
     if (args.id is None) == (args.scope is None):
         raise InvalidInputError("kwtree forget takes exactly one target: an ID, or --scope SCOPE (e.g. user:alice)")
-    return tree.forget(args.id, scope=args.scope)
+    from kwtree.cli import rendezvous, server  # (not at import: `kwtree --help` loads no server)
+
+    report = tree.forget(args.id, scope=args.scope)
+    where = rendezvous.endpoint(args.dir)
+    if where is not None:  # the directory's server (kwtree serve) drops the erased texts now
+        server.refresh(where)
+    return report
 
 
 def show_report(report: ForgetReport, tree: KeywordTree, args: argparse.Namespace) -> None:

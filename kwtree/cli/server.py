@@ -36,7 +36,7 @@ from kwtree.stores.manifest import MANIFEST_NAME
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
 
-__all__ = ["Answer", "serve", "stop"]
+__all__ = ["Answer", "refresh", "serve", "stop"]
 
 #: Answers one request with the held tree: ``{"rc", "out", "err"}``, or ``{"declined": why}``.
 Answer = Callable[["KeywordTree", dict[str, Any]], dict[str, Any]]
@@ -67,8 +67,9 @@ def _peer_is_me(conn: socket.socket) -> bool:
 
 
 class _Server:
-    def __init__(self, where: rendezvous.Endpoint, tree: KeywordTree, answer: Answer, idle: float) -> None:
-        self.where, self.tree, self.answer, self.idle = where, tree, answer, idle
+    def __init__(self, where: rendezvous.Endpoint, tree: KeywordTree, answer: Answer, idle: float,
+                 say: Callable[[str], None]) -> None:
+        self.where, self.tree, self.answer, self.idle, self.say = where, tree, answer, idle, say
         self.identity = _identity(where.directory)
         self.turn = threading.Lock()  # one request at a time
         self.stopping = threading.Event()
@@ -96,6 +97,16 @@ class _Server:
         if request.get("stop") is True:
             self.stopping.set()
             return {"stopped": True}
+        if request.get("refresh") is True:  # after a forget: drop the erased texts now, not at the next read
+            with self.turn:
+                try:
+                    applied = self.tree.refresh()
+                except Exception:  # noqa: BLE001 -- its own failure: it stops, and holds nothing
+                    traceback.print_exc()
+                    self.stopping.set()
+                    return {"declined": "the server failed"}
+                self.say(f"read {applied} operation(s) another process asked it to read")
+                return {"refreshed": applied}
         with self.turn:
             if self.stopping.is_set():
                 return {"declined": "stopping"}
@@ -155,7 +166,7 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], KeywordTree], answ
             return False
         with open_tree() as tree:
             tree.recall("kwtree", k=1)  # load the indexes and the embedder before the first request
-            server = _Server(where, tree, answer, idle)
+            server = _Server(where, tree, answer, idle, say)
             listener = _listen(where)
             bound = os.stat(where.socket).st_ino
             previous = {sig: signal.signal(sig, lambda *_: server.stopping.set())
@@ -177,19 +188,32 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], KeywordTree], answ
         os.close(lock)
 
 
-def stop(where: rendezvous.Endpoint) -> bool:
-    """Ask the server of ``where`` to stop; whether one was running. It stops once the request
-    under way, if any, is answered."""
+def _tell(where: rendezvous.Endpoint, message: dict[str, Any]) -> dict[str, Any] | None:
+    """The server's reply to ``message``; None when none runs or it does not answer."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(30)
         conn.connect(where.socket)
-        rendezvous.send(conn, {"stop": True})
-        return rendezvous.receive(conn).get("stopped") is True
+        rendezvous.send(conn, message)
+        return rendezvous.receive(conn)
     except (OSError, ValueError):
-        return False
+        return None
     finally:
         conn.close()
+
+
+def stop(where: rendezvous.Endpoint) -> bool:
+    """Ask the server of ``where`` to stop; whether one was running. It stops once the request
+    under way, if any, is answered."""
+    reply = _tell(where, {"stop": True})
+    return reply is not None and reply.get("stopped") is True
+
+
+def refresh(where: rendezvous.Endpoint) -> bool:
+    """Ask the server of ``where``, if one runs, to read the log now (``refresh()``): after a
+    forget, so that it holds the erased texts no longer than the forget took. Whether it did."""
+    reply = _tell(where, {"refresh": True})
+    return reply is not None and "refreshed" in reply
 
 
 def log(message: str) -> None:
