@@ -87,8 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     directory = rendezvous.served_directory(args)
     where = None if directory is None or _mode() == "off" else rendezvous.endpoint(directory)
-    stdin = sys.stdin.read() if where is not None and args[0] == "hook" else None
-    reply = None if where is None else ask(where, {"argv": args, "cwd": os.getcwd(), "stdin": stdin})
+    try:
+        stdin = sys.stdin.read() if where is not None and args[0] == "hook" else None
+        reply = None if where is None else ask(where, {"argv": args, "cwd": os.getcwd(), "stdin": stdin})
+    except KeyboardInterrupt:  # as the command run here answers Ctrl-C
+        return 130
     if reply:
         try:
             sys.stdout.write(reply["out"])
