@@ -43,8 +43,8 @@ def _turns() -> list[str]:
     """LoCoMo's dialog turns, or (where ../shared/data is not beside the checkout) sentences made
     of a small vocabulary: the timings hardly depend on the words."""
     if not LOCOMO.exists():
-        words = ("alice bob tea coffee berlin meeting moved thursday hiking budget notes garden "
-                 "sister guitar kayak museum recipe project deadline").split()
+        words = ["alice", "bob", "tea", "coffee", "berlin", "meeting", "moved", "thursday", "hiking", "budget",
+                 "notes", "garden", "sister", "guitar", "kayak", "museum", "recipe", "project", "deadline"]
         return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(12)) + f" ({i})" for i in range(3000)]
     turns = []
     for conversation in json.loads(LOCOMO.read_text()):
