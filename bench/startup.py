@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from stats import command_rows  # noqa: E402
 
 from kwtree import KeywordTree  # noqa: E402
 from kwtree.cli.outline import load_outline  # noqa: E402
@@ -80,7 +81,6 @@ def run(runs: int = 20, work: Path | None = None) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     raw = result["raw_ms"]
-    base = min(raw["bare"])
     lines = [
         "### Start-up: import and the command line (fresh processes)",
         "",
@@ -90,10 +90,7 @@ def markdown(result: dict[str, Any]) -> str:
         "| command | min ms | median ms | x bare (min) |",
         "|---|---:|---:|---:|",
     ]
-    for key, label in result["labels"].items():
-        samples = raw[key]
-        lines.append(f"| {label} | {min(samples):.1f} | {statistics.median(samples):.1f} | {min(samples) / base:.2f} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, *command_rows(raw, result["labels"], ["bare"])])
 
 
 def main(argv: list[str] | None = None) -> int:

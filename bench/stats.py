@@ -34,3 +34,12 @@ def growth(first: float, last: float, factor: float, what: str = "the entities")
     else:
         shape = "superlinear"
     return f"{shape} ({ratio:.2f}x for {factor:.3g}x {what})"
+
+
+def command_rows(raw_ms: dict[str, list[float]], labels: dict[str, str], bases: list[str]) -> list[str]:
+    """Markdown rows of fresh-process timings: each command's minimum and median (ms), and its
+    minimum as a multiple of each of ``bases``' minimums (commands measured in the same rounds)."""
+    floors = [min(raw_ms[base]) for base in bases]
+    return [f"| {label} | {min(raw_ms[key]):.1f} | {statistics.median(raw_ms[key]):.1f} | "
+            + " | ".join(f"{min(raw_ms[key]) / floor:.2f}" for floor in floors) + " |"
+            for key, label in labels.items()]

@@ -4,6 +4,7 @@ of data directories, and child processes."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -207,3 +209,13 @@ def merge_logs(ours: Path, theirs: Path, base: dict[str, bytes]) -> None:
     for path in (theirs / "log").iterdir():
         if path.name not in base:
             shutil.copy(path, ours / "log" / path.name)
+
+
+def bench_module(name: str) -> Any:
+    """The benchmark script ``bench/<name>.py``, imported as a module (bench/ is not a package)."""
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)

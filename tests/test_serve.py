@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import tmpfs
+from helpers import bench_module, tmpfs
 
 from kwtree import KeywordTree
 from kwtree.cli import rendezvous
@@ -336,12 +336,7 @@ def test_a_rendezvous_directory_others_can_enter_is_not_used(tmp_path: Path, run
 
 
 def test_the_served_commands_benchmark_runs(tmp_path: Path) -> None:
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import served as bench_served
-    finally:
-        sys.path.remove(str(bench))
+    bench_served = bench_module("served")
     result = bench_served.run(runs=1, memories=50, embedder="hash", work=tmp_path)
     assert {key: len(samples) for key, samples in result["raw_ms"].items()} == {
         "bare": 1, "help": 1, "recall_served": 1, "hook_served": 1, "recall_alone": 1, "hook_alone": 1}

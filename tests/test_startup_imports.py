@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import bench_module
 
 #: Third-party packages that only some calls need.
 HEAVY = ("numpy", "tantivy", "hnswlib", "anthropic", "snowballstemmer", "filelock", "rich")
@@ -88,12 +89,7 @@ def test_opening_a_tree_loads_no_optional_operation(tmp_path: Path) -> None:
 
 
 def test_the_startup_benchmark_runs(tmp_path: Path) -> None:
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        import startup
-    finally:
-        sys.path.remove(str(bench))
+    startup = bench_module("startup")
     result = startup.run(runs=1, work=tmp_path)
     assert {key: len(samples) for key, samples in result["raw_ms"].items()} == {
         "bare": 1, "import": 1, "facade": 1, "help": 1, "version": 1, "open": 1}
