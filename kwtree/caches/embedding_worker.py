@@ -43,8 +43,6 @@ __all__ = ["EmbeddingWorker"]
 log = logging.getLogger("kwtree.cache")
 
 T = TypeVar("T")
-#: How many times a batch asks to read the log while this process writes (10 ms apart).
-_CATCH_UP_TRIES = 100
 Reader = Callable[[Callable[[State], T]], T]
 
 
@@ -55,17 +53,13 @@ class EmbeddingWorker:
                  embed: Callable[[list[tuple[str, str, str]]], dict[str, str | None]], *,
                  writes: bool, write_vectors: bool, thread: bool,
                  creating: Callable[[], AbstractContextManager[None]],
-                 file_mode: int, progress: ProgressCallback | None = None,
-                 try_catch_up: Callable[[], int | None] | None = None) -> None:
+                 file_mode: int, progress: ProgressCallback | None = None) -> None:
         """``embed`` embeds (kind, id, text digest) items and stores their vectors (the
         caches' ``embed``); ``write_vectors``: whether this tree embeds and queues work at all;
         ``writes``: whether it writes the shared caches (it then makes a missing vector store,
         under ``creating``, the lock new writers race for). ``thread``: run the worker thread
         (else ``wait_indexed`` drains the outbox itself). ``progress`` is told how
-        ``wait_indexed``'s embedding goes (never the thread's background rounds).
-        ``try_catch_up`` (``Engine.try_catch_up``) reads the log's newer operations into the
-        state before each batch: an item may name a text another process wrote after this tree
-        last read the log, and judged against the older state it would pass for obsolete."""
+        ``wait_indexed``'s embedding goes (never the thread's background rounds)."""
         self._vectors = vectors
         self._read = read
         self._embed = embed
@@ -73,7 +67,6 @@ class EmbeddingWorker:
         self._write_vectors = write_vectors
         self._creating = creating
         self._progress = progress
-        self._try_catch_up = try_catch_up
         self._outbox = Outbox(outbox_path, writable=write_vectors, file_mode=file_mode)
         self._lock = threading.Lock()
         self._unsent: list[EntityKey] = []  # written texts not yet in the outbox
@@ -127,22 +120,8 @@ class EmbeddingWorker:
             self._repaired.set()  # (also if it failed: waiting for it would never end)
 
     def _process(self, items: list[Item]) -> dict[str, str | None]:
-        self._catch_up()
         result = self._embed([(item.kind, item.id, item.hash) for item in items])
         return {item.key: result[f"{item.id}/{item.hash}"] for item in items}
-
-    def _catch_up(self) -> None:
-        """Read what the log holds beyond the state, so that the batch is judged against the
-        texts as they are (as a search does when the shared index is ahead of the state). A
-        write of this process under way holds the engine a few milliseconds: asked again a
-        few times; past that the batch is judged as the state stands (an item it misses is
-        queued again by the next open's repair scan)."""
-        if self._try_catch_up is None:
-            return
-        for _ in range(_CATCH_UP_TRIES):
-            if self._try_catch_up() is not None:
-                return
-            time.sleep(0.01)
 
     def _idle(self) -> None:
         """The worker's turn when the outbox has nothing to claim: queue what writes asked

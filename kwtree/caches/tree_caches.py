@@ -86,7 +86,7 @@ class TreeCaches:
         #: The outbox of embedding work and the thread that drains it into ``vectors``.
         self.worker = EmbeddingWorker(data_dir / OUTBOX_NAME, self.vectors, read, self.embed, writes=writes,
                                       write_vectors=self._write_vectors, thread=worker, creating=self.fulltext.locked,
-                                      file_mode=file_mode, progress=progress, try_catch_up=try_catch_up)
+                                      file_mode=file_mode, progress=progress)
 
     def _recover_vanished_vectors(self) -> None:
         """If the vector store's directory was deleted under this tree, queue every text again
