@@ -673,12 +673,6 @@ def test_an_outbox_that_lost_its_done_rows_waits_for_no_idle_worker_of_this_proc
             assert [hit.info.id for hit in tree.recall("dogs bark", k=1, mode="vector")] == [changed.id]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (found in issue 28, open): a tree's embedding worker judges an outbox item against its own "
-    "state, and a text that state has not read yet (another process wrote it since) counts as "
-    "obsolete: recorded done, never embedded until a later open's repair scan. `kwtree worker` "
-    "catches up before each batch; the tree's worker does not (Engine.try_catch_up would, when no "
-    "write of its process is under way)"))
 def test_a_tree_s_worker_embeds_texts_its_state_has_not_read_yet(base: Path) -> None:
     """An outbox item for a text this tree's state does not hold yet (another process wrote it
     after this tree last read the log) is work to do, not an obsolete item. (A first version of
@@ -691,6 +685,8 @@ def test_a_tree_s_worker_embeds_texts_its_state_has_not_read_yet(base: Path) -> 
         with KeywordTree(directory, durability="none", worker=False) as other:
             later = other.create_info("dogs bark at the mail")  # queued by its close
         assert tree.wait_indexed(LIMIT)  # the repair scan, on a state without ``later``
+        with pytest.raises(NotFoundError):  # (the embedding did not move the state: refresh() does)
+            tree.get_info(later.id)
         tree.refresh()
         assert tree.wait_indexed(LIMIT)
         assert [hit.info.id for hit in tree.recall("dogs bark", k=1, mode="vector")] == [later.id]

@@ -19,13 +19,19 @@ EntityKey = tuple[str, str]  # (kind, id)
 def entity_text(state: State, kind: str, entity_id: str) -> str | None:
     """The text that is embedded for a live entity (None if it is not live): an info's
     content; a keyword's name, aliases and description."""
-    if kind == "info":
-        info = state.live_info(entity_id)
-        return info.content if info is not None else None
-    keyword = state.live_keyword(entity_id)
-    if keyword is None or keyword.id == ROOT_ID:
+    return text_of(state.live_info(entity_id) if kind == "info" else state.live_keyword(entity_id))
+
+
+def text_of(entity: Info | Keyword | None) -> str | None:
+    """The text embedded for this version of an entity (``entity_text``); None for none, a
+    deleted one or the root."""
+    if entity is None or entity.deleted:
         return None
-    return " ".join([keyword.name, *keyword.aliases, keyword.description]).strip()
+    if isinstance(entity, Info):
+        return entity.content
+    if entity.id == ROOT_ID:
+        return None
+    return " ".join([entity.name, *entity.aliases, entity.description]).strip()
 
 
 def search_text(state: State, kind: str, entity_id: str) -> str | None:

@@ -30,7 +30,7 @@ from kwtree.caches.embed import Embedder
 from kwtree.caches.embedding_worker import EmbeddingWorker
 from kwtree.caches.fulltext_projection import FullTextProjection, Hits
 from kwtree.caches.texts import EntityKey
-from kwtree.caches.vector_projection import VectorProjection
+from kwtree.caches.vector_projection import Newer, VectorProjection
 from kwtree.engine.state import State
 from kwtree.errors import ReadOnlyError
 from kwtree.models import ROOT_ID, Info, Keyword, Operation
@@ -61,12 +61,14 @@ class TreeCaches:
         embed_async: bool,
         lock_timeout: float = 10.0,
         try_catch_up: Callable[[], int | None] | None = None,
+        newer: Newer | None = None,
         write_vectors: bool | None = None,
         file_mode: int = PRIVATE_FILE_MODE,
         progress: ProgressCallback | None = None,
     ) -> None:
         """``writes``: whether this tree writes the shared caches (the full-text index waits
-        at most ``lock_timeout`` for its lock; ``try_catch_up`` is ``Engine.try_catch_up``).
+        at most ``lock_timeout`` for its lock; ``try_catch_up`` is ``Engine.try_catch_up``,
+        ``newer`` ``Engine.try_newer_versions``).
         ``write_vectors``: whether this tree embeds, writes the vector store and queues work
         in the outbox; by default, when it ``writes``. ``kwtree worker`` reads the tree
         read-only but writes vectors. ``progress`` is told how the work a caller waits for
@@ -82,7 +84,8 @@ class TreeCaches:
         self.fulltext = FullTextProjection(self._cache, read, writes=writes, lock_timeout=lock_timeout,
                                            try_catch_up=try_catch_up, file_mode=file_mode, progress=progress)
         #: The vector store of the embedder's model, a projection of the log with a position.
-        self.vectors = VectorProjection(self._cache, embedder, read, writes=self._write_vectors, file_mode=file_mode)
+        self.vectors = VectorProjection(self._cache, embedder, read, writes=self._write_vectors, file_mode=file_mode,
+                                        newer=newer)
         #: The outbox of embedding work and the thread that drains it into ``vectors``.
         self.worker = EmbeddingWorker(data_dir / OUTBOX_NAME, self.vectors, read, self.embed, writes=writes,
                                       write_vectors=self._write_vectors, thread=worker, creating=self.fulltext.locked,

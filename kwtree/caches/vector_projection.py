@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,9 +42,10 @@ import orjson
 
 from kwtree.caches.embed import Embedder, content_hash, embed_documents
 from kwtree.caches.query_vectors import QueryVectors
-from kwtree.caches.texts import EntityKey, entity_text, versions_hold, versions_upto, written_after
+from kwtree.caches.texts import EntityKey, entity_text, text_of, versions_hold, versions_upto, written_after
 from kwtree.engine.state import State
 from kwtree.errors import LockTimeoutError, ReadOnlyError, StorageError
+from kwtree.models import Info, Keyword
 from kwtree.stores.files import PRIVATE_FILE_MODE, remove_cache_dir, write_atomically
 from kwtree.stores.vector_erase import erase_vectors, vector_directories
 from kwtree.stores.vector_files import FileStamp, model_directory, read_json
@@ -66,15 +67,23 @@ _SCAN_CHUNK = 500  # entities hashed per hold of the state lock by the scan
 Stamps = tuple[FileStamp, FileStamp]
 #: A recorded position: the op id, the row files' stamps, the versions written up to it.
 Position = tuple[str, Stamps, np.ndarray]
+#: The newest versions of some entities among the operations the state has not read (None: ask again).
+Newer = Callable[[Collection[str]], Mapping[str, Info | Keyword] | None]
+#: How many times ``embed`` asks ``newer`` while this process writes (10 ms apart).
+_NEWER_TRIES = 100
 
 
 class VectorProjection:
     """The vector store of one open tree, for its embedder's model (module docstring)."""
 
     def __init__(self, cache: Path, embedder: Embedder, read: Reader[Any], *, writes: bool,
-                 file_mode: int = PRIVATE_FILE_MODE) -> None:
-        """``writes``: whether this tree embeds and writes the store (else it only searches it)."""
+                 file_mode: int = PRIVATE_FILE_MODE, newer: Newer | None = None) -> None:
+        """``writes``: whether this tree embeds and writes the store (else it only searches it).
+        ``newer`` (``Engine.try_newer_versions``) tells the versions the log holds beyond the
+        state: an item may name a text another process wrote since this tree last read the
+        log, which the state alone would pass for obsolete."""
         self._cache = cache
+        self._newer = newer
         self.embedder = embedder
         self.model = embedder.model
         self._read = read
@@ -165,9 +174,17 @@ class VectorProjection:
         cannot be written (StorageError, e.g. DiskFullError; LockTimeoutError) is no text's
         fault: that error is raised."""
         with self._embedding:  # ``erase`` waits for it: the text it read may be one forget erases
-            texts, keys = [], []
+            texts, keys, unsure = [], [], []
             for kind, entity_id, digest in items:
                 text = self._read(functools.partial(entity_text, kind=kind, entity_id=entity_id))
+                if text is None or content_hash(self.model, text) != digest:
+                    unsure.append((entity_id, digest))  # obsolete, or written after the state read the log
+                elif not self.store.has(entity_id, digest):
+                    texts.append(text)
+                    keys.append((entity_id, digest))
+            later = self._later_texts({entity_id for entity_id, _ in unsure}) if unsure else {}
+            for entity_id, digest in unsure:
+                text = later.get(entity_id)
                 if (text is not None and content_hash(self.model, text) == digest
                         and not self.store.has(entity_id, digest)):
                     texts.append(text)
@@ -189,6 +206,20 @@ class VectorProjection:
                     except Exception as exc:  # noqa: BLE001 -- recorded for the outbox
                         result[f"{key[0]}/{key[1]}"] = f"{type(exc).__name__}: {exc}"
             return result
+
+    def _later_texts(self, entity_ids: set[str]) -> dict[str, str]:
+        """The texts the log holds for ``entity_ids`` beyond the state (``newer``), asked again
+        while this process writes (a few ms); past ~1 s, none: the items are judged by the state
+        (one it misses is queued again by the next open's repair scan)."""
+        if self._newer is None:
+            return {}
+        for _ in range(_NEWER_TRIES):
+            found = self._newer(entity_ids)
+            if found is not None:
+                return {entity_id: text for entity_id, entity in found.items()
+                        if (text := text_of(entity)) is not None}
+            time.sleep(0.01)
+        return {}
 
     def persist(self) -> None:
         """Save the hnswlib graph if the saved one lags by more than VectorStore.persist

@@ -31,7 +31,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -48,7 +48,7 @@ from kwtree.engine.events import (
     rechain,
     with_prev,
 )
-from kwtree.engine.follower import follow, replay_store
+from kwtree.engine.follower import follow, newer_versions, replay_store
 from kwtree.engine.history import find_in, find_operation, read_history
 from kwtree.engine.replay import replay_chunk
 from kwtree.engine.state import State, apply
@@ -60,7 +60,7 @@ from kwtree.errors import (
     StorageError,
 )
 from kwtree.limits import DEFAULT_LIMITS, Limits
-from kwtree.models import Change, Operation
+from kwtree.models import Change, Info, Keyword, Operation
 from kwtree.stores import leftovers
 from kwtree.stores.directory import create_directory
 from kwtree.stores.files import PRIVATE_FILE_MODE
@@ -346,6 +346,22 @@ class Engine:
         try:
             before = self.state.op_count
             return self._follow().op_count - before
+        finally:
+            self._mutex.release()
+
+    def try_newer_versions(self, entity_ids: Collection[str]) -> dict[str, Info | Keyword] | None:
+        """The newest versions of ``entity_ids`` that the log holds beyond the state, read
+        without applying them (``follower.newer_versions``): what a reader that must not move
+        the state (an embedding worker judging another process's text) may look at. None when
+        another thread of this process is writing or refreshing (ask again); none of them when
+        the log was replaced since the state read it (only a replay tells) or in a view."""
+        self.check_open()
+        if self._bound is not None:
+            return {}
+        if not self._mutex.acquire(blocking=False):
+            return None
+        try:
+            return newer_versions(self._store, self._position, entity_ids) or {}
         finally:
             self._mutex.release()
 

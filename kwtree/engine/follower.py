@@ -15,10 +15,10 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple
 
-from kwtree.engine.events import GENESIS, Bound, last_operation, op_digest
+from kwtree.engine.events import GENESIS, Bound, decode_info, decode_keyword, last_operation, op_digest
 from kwtree.engine.replay import (
     ChunkStatus,
     RawOperation,
@@ -28,9 +28,10 @@ from kwtree.engine.replay import (
 )
 from kwtree.engine.state import State
 from kwtree.errors import ClosedError, KwtreeError
+from kwtree.models import Info, Keyword
 from kwtree.stores.logstore import LogStore, Position
 
-__all__ = ["FOLLOW_POLL", "BackgroundFollower", "Followed", "follow", "replay_store"]
+__all__ = ["FOLLOW_POLL", "BackgroundFollower", "Followed", "follow", "newer_versions", "replay_store"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -95,6 +96,29 @@ def follow(
     # (Asked after reading: an upgrade may have changed the format of the log read anew.)
     head = None if not store.chained else _head(last) if last else GENESIS if fresh else None
     return Followed(state, position, head)
+
+
+def newer_versions(store: LogStore, position: Position | None,
+                   entity_ids: Collection[str]) -> dict[str, Info | Keyword] | None:
+    """The newest version of each of ``entity_ids`` (infos and keywords) among the operations
+    ``store`` holds after ``position``, read but applied to no state (one they do not write is
+    absent); None when the log was replaced since ``position`` (then only a replay tells)."""
+    wanted = set(entity_ids)
+    found: dict[str, tuple[str, Info | Keyword]] = {}  # id -> (the op that wrote it, the version)
+    for batch in store.tail(position):
+        if batch.restart:
+            return None
+        if not batch.data:
+            continue
+        for operation in parse_operations(batch.data, batch.source, batch.first_line, checksums=batch.checksums)[0]:
+            for row in operation.rows:
+                if row.get("id") in wanted and row["entity"] in ("info", "keyword"):
+                    entity = decode_info(row, operation.op_id) if row["entity"] == "info" else \
+                        decode_keyword(row, operation.op_id)
+                    newest = found.get(entity.id)
+                    if newest is None or operation.op_id >= newest[0]:  # (a merged log: op ids, not places)
+                        found[entity.id] = (operation.op_id, entity)
+    return {entity_id: entity for entity_id, (_, entity) in found.items()}
 
 
 def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock) -> Followed:

@@ -82,6 +82,7 @@ class TreeCore:
         engine = self._engine
         return TreeCaches(engine.directory, embedder, engine.read, writes=engine.writable, worker=worker,
                        embed_async=embed_async, lock_timeout=engine.lock_timeout, try_catch_up=engine.try_catch_up,
+                       newer=engine.try_newer_versions,
                        file_mode=engine.file_mode, progress=self._progress)
 
     def _caches_locked(self) -> AbstractContextManager[State]:
