@@ -116,6 +116,8 @@ WIDEN_LIMIT = 32
 # loads it adds the lagging rows itself (about 0.5 ms a row here), which stays well under
 # what building the graph of a store large enough for one costs (seconds).
 PERSIST_LAG_ROWS = 500
+# Rows added to the graph in one call up to which it is built by one thread (deterministic).
+_DETERMINISTIC_BUILD = 20_000
 
 # What is known of a row's vector against its key line's check (``VectorStore._row_state``).
 _UNCHECKED, _SOUND, _DAMAGED = 0, 1, 2
@@ -437,7 +439,12 @@ class VectorStore:
         if damaged:  # in the graph as blanks, which no search returns: never their garbled bytes
             block = np.array(block)
             block[np.array(damaged) - start] = 0.0
-        index.add_items(block, np.arange(start, rows))
+        # One thread for a graph of modest size: hnswlib's threads insert in whatever order they
+        # run, so two processes building the graph from the same rows would search differently
+        # (the cache-invariant test of read-only recall caught it under load). Past that size
+        # the build's time matters more, and every thread is used.
+        threads = 1 if rows - start <= _DETERMINISTIC_BUILD else -1
+        index.add_items(block, np.arange(start, rows), num_threads=threads)
 
     def _ensure_index(self) -> hnswlib.Index:
         if self._index is not None:
