@@ -286,6 +286,20 @@ def test_a_second_server_of_the_same_directory_exits_at_once(served: tuple[Path,
     assert second.wait() == 0 and "already serves" in second.first + second.rest()
 
 
+def test_status_says_what_the_server_did(served: tuple[Path, Path, Server]) -> None:
+    directory, runtime, server = served
+    assert probe(runtime, "recall", str(directory), "uv")[1]
+    assert not probe(runtime, "recall", str(directory), "uv", "--as", "2024-01-01")[1]  # declined
+    status = json.loads(kwtree(runtime, "serve", str(directory), "--status", "--json").stdout)
+    assert (status["pid"], status["answered"], status["declined"]) == (server.proc.pid, 1, 1)
+    assert status["directory"] == os.path.realpath(directory) and status["embeds"] is True
+    text = kwtree(runtime, "serve", str(directory), "--status").stdout
+    assert text.startswith(f"serving {os.path.realpath(directory)}: pid {server.proc.pid}") and "120 s idle" in text
+    kwtree(runtime, "serve", str(directory), "--stop")
+    server.wait()
+    assert kwtree(runtime, "serve", str(directory), "--status").stdout == f"no server serves {directory}\n"
+
+
 def test_stop_asks_the_server_to_leave(served: tuple[Path, Path, Server]) -> None:
     directory, runtime, server = served
     stopped = kwtree(runtime, "serve", str(directory), "--stop")

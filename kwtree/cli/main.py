@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,17 +131,29 @@ def _serve(_: None, args: argparse.Namespace) -> None:
     if args.stop:
         print(f"stopped the server of {args.dir}" if server.stop(where) else f"no server serves {args.dir}")
         return
+    if args.status:
+        found = server.status(where)
+        if found is None:
+            print(f"no server serves {args.dir}")
+        elif args.json:
+            print(json.dumps(found, indent=2))
+        else:
+            since = datetime.fromtimestamp(found["since"], UTC).isoformat(timespec="seconds")
+            ends = f"stops after {found['idle']:g} s idle" if found["idle"] else "never stops when idle"
+            print(f"serving {found['directory']}: pid {found['pid']}, since {since}, {found['answered']} answered, "
+                  f"{found['declined']} declined, {'embedding' if found['embeds'] else 'read only'}, {ends}")
+        return
     if not server.is_tree(where.directory):
         raise NotFoundError(f"{args.dir} is not a kwtree directory")
 
-    def open_tree() -> KeywordTree:
+    def open_tree() -> tuple[KeywordTree, bool]:
         # Writable where it may be, for its embedding worker: commands and hooks exit before
         # the texts they wrote are embedded, and the server, which outlives them, embeds them.
         # It never writes the log (it answers only reading commands).
         try:
-            return kwtree.KeywordTree(where.directory)
+            return kwtree.KeywordTree(where.directory), True
         except (StorageError, ReadOnlyError, LockTimeoutError):
-            return kwtree.KeywordTree(where.directory, read_only=True)
+            return kwtree.KeywordTree(where.directory, read_only=True), False
 
     if not server.serve(where, open_tree, answer_request, idle=args.idle, say=server.log):
         print(f"a server already serves {args.dir}", file=sys.stderr)
@@ -558,7 +571,9 @@ COMMANDS: tuple[Command, ...] = (
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
               arg("--idle", type=float, default=rendezvous.DEFAULT_IDLE, metavar="SECONDS",
                   help=f"stop after this long without a request (default: {rendezvous.DEFAULT_IDLE:g}; 0: never)"),
-              arg("--stop", action="store_true", help="ask the running server to stop, and exit")),
+              arg("--stop", action="store_true", help="ask the running server to stop, and exit"),
+              arg("--status", action="store_true", help="say whether a server runs, since when and how much it did"),
+              arg("--json", action="store_true", help="with --status: print one JSON document")),
     ),
 )
 

@@ -36,7 +36,7 @@ from kwtree.stores.manifest import MANIFEST_NAME
 if TYPE_CHECKING:
     from kwtree.facade.tree import KeywordTree
 
-__all__ = ["Answer", "refresh", "serve", "stop"]
+__all__ = ["Answer", "refresh", "serve", "status", "stop"]
 
 #: Answers one request with the held tree: ``{"rc", "out", "err"}``, or ``{"declined": why}``.
 Answer = Callable[["KeywordTree", dict[str, Any]], dict[str, Any]]
@@ -67,13 +67,15 @@ def _peer_is_me(conn: socket.socket) -> bool:
 
 
 class _Server:
-    def __init__(self, where: rendezvous.Endpoint, tree: KeywordTree, answer: Answer, idle: float,
+    def __init__(self, where: rendezvous.Endpoint, tree: KeywordTree, embeds: bool, answer: Answer, idle: float,
                  say: Callable[[str], None]) -> None:
-        self.where, self.tree, self.answer, self.idle, self.say = where, tree, answer, idle, say
+        self.where, self.tree, self.embeds, self.answer, self.idle, self.say = where, tree, embeds, answer, idle, say
         self.identity = _identity(where.directory)
         self.turn = threading.Lock()  # one request at a time
         self.stopping = threading.Event()
         self.last = time.monotonic()
+        self.started = time.time()
+        self.answered = self.declined = 0
         self.busy = 0  # connections being answered (counted under `counting`)
         self.counting = threading.Lock()
 
@@ -97,6 +99,10 @@ class _Server:
         if request.get("stop") is True:
             self.stopping.set()
             return {"stopped": True}
+        if request.get("status") is True:
+            return {"status": {"directory": self.where.directory, "pid": os.getpid(), "since": self.started,
+                               "answered": self.answered, "declined": self.declined, "idle": self.idle,
+                               "embeds": self.embeds, "socket": self.where.socket}}
         if request.get("refresh") is True:  # after a forget: drop the erased texts now, not at the next read
             with self.turn:
                 try:
@@ -115,7 +121,12 @@ class _Server:
                 return {"declined": "the directory is no longer the tree this server opened"}
             try:
                 self.tree.refresh()
-                return self.answer(self.tree, request)
+                answer = self.answer(self.tree, request)
+                if "declined" in answer:
+                    self.declined += 1
+                else:
+                    self.answered += 1
+                return answer
             except Exception:  # noqa: BLE001 -- its own failure (the command's are in the reply): step aside
                 traceback.print_exc()
                 self.stopping.set()
@@ -152,10 +163,11 @@ def _listen(where: rendezvous.Endpoint) -> socket.socket:
     return listener
 
 
-def serve(where: rendezvous.Endpoint, open_tree: Callable[[], KeywordTree], answer: Answer, *,
+def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree, bool]], answer: Answer, *,
           idle: float, say: Callable[[str], None]) -> bool:
     """Serve ``where.directory`` until a reason to stop (module docstring); False, at once, when
-    another server already serves this endpoint. ``idle`` 0 never stops for idleness."""
+    another server already serves this endpoint. ``open_tree`` gives the tree and whether it
+    embeds (it was opened writable). ``idle`` 0 never stops for idleness."""
     import fcntl
 
     lock = os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -164,9 +176,10 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], KeywordTree], answ
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        with open_tree() as tree:
+        tree, embeds = open_tree()
+        with tree:
             tree.recall("kwtree", k=1)  # load the indexes and the embedder before the first request
-            server = _Server(where, tree, answer, idle, say)
+            server = _Server(where, tree, embeds, answer, idle, say)
             listener = _listen(where)
             bound = os.stat(where.socket).st_ino
             previous = {sig: signal.signal(sig, lambda *_: server.stopping.set())
@@ -207,6 +220,14 @@ def stop(where: rendezvous.Endpoint) -> bool:
     under way, if any, is answered."""
     reply = _tell(where, {"stop": True})
     return reply is not None and reply.get("stopped") is True
+
+
+def status(where: rendezvous.Endpoint) -> dict[str, Any] | None:
+    """What the server of ``where`` says of itself (directory, pid, since when, requests answered
+    and declined, idle timeout, whether it embeds); None when none runs."""
+    reply = _tell(where, {"status": True})
+    found = None if reply is None else reply.get("status")
+    return found if isinstance(found, dict) else None
 
 
 def refresh(where: rendezvous.Endpoint) -> bool:
