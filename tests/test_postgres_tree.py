@@ -248,13 +248,13 @@ def test_a_snapshot_of_a_postgresql_log_is_refused_saying_what_to_do_instead(tmp
     assert not (tmp_path / "a.kwsnap").exists() and not list(tmp_path.glob(".a.kwsnap*"))
 
 
-def _engine(directory: Path, url: str) -> Any:
+def _engine(directory: Path, url: str, durable: bool = False) -> Any:
     """An engine on the log (its root written by a tree first), to call commit with a decider."""
     from kwtree.engine.engine import Engine
     from kwtree.stores.postgres import opener
 
     KeywordTree(directory.with_name(directory.name + "-setup"), durability="none", log=url, follow=False).close()
-    return Engine(directory, writable=True, durable=False, log_store=opener(url), caches_only=True)
+    return Engine(directory, writable=True, durable=durable, log_store=opener(url), caches_only=True)
 
 
 def _info(content: str) -> Any:
@@ -307,6 +307,90 @@ def test_a_writer_that_keeps_losing_takes_the_lock(tmp_path: Path, log_url: str)
     op = mine.commit("create_info", decide)
     assert calls[0] == UNLOCKED_TRIES + 1 and op is not None
     assert mine.state.op_count == 1 + UNLOCKED_TRIES + 1 and mine.state.last_op_id == op.op_id
+    mine.close()
+    other.close()
+
+
+def test_a_decision_that_raises_on_a_state_behind_the_log_is_taken_again_on_the_latest(tmp_path: Path,
+                                                                                      log_url: str) -> None:
+    """A write decides on the state it holds and lets the database refuse it if the log moved
+    on; a decision that writes nothing (an error here) is refused by nobody, so it is given
+    only once taken on the log's latest state: the writer reads the log and decides again."""
+    from kwtree.errors import NotFoundError
+
+    mine, other = _engine(tmp_path / "mine", log_url), _engine(tmp_path / "other", log_url)
+    mine.catch_up()
+    made = other.commit("create_info", _info("written elsewhere"))
+    assert made is not None
+    written = made.changes[0].after.id
+    seen: list[int] = []
+
+    def decide(state: Any, stamp: Any) -> Any:
+        seen.append(state.op_count)
+        if written not in state.infos:
+            raise NotFoundError(f"info {written} not found")
+        return _info("after the write elsewhere")(state, stamp)
+
+    assert mine.commit("create_info", decide) is not None
+    assert seen[-1] == 2 and mine.state.op_count == 3
+    assert other.commit("create_info", _info("written elsewhere again")) is not None
+    seen.clear()
+
+    def refuse(state: Any, stamp: Any) -> Any:
+        seen.append(state.op_count)
+        raise NotFoundError("nothing to write")
+
+    with pytest.raises(NotFoundError):  # on the latest state too: the error stands
+        mine.commit("create_info", refuse)
+    assert seen[-1] == 4 == mine.state.op_count  # given once decided on the log's latest state
+    mine.close()
+    other.close()
+
+
+def test_a_decision_that_changes_nothing_on_a_state_behind_the_log_is_taken_again(tmp_path: Path,
+                                                                                 log_url: str) -> None:
+    """Writing nothing (a decider returning no change) is an outcome too: given only once
+    decided on the log's latest state."""
+    mine, other = _engine(tmp_path / "mine", log_url), _engine(tmp_path / "other", log_url)
+    mine.catch_up()
+    assert other.commit("create_info", _info("written elsewhere")) is not None
+
+    def decide(state: Any, stamp: Any) -> Any:
+        return [] if state.op_count < 2 else _info("needed once the other write is seen")(state, stamp)
+
+    op = mine.commit("create_info", decide)
+    assert op is not None and mine.state.op_count == 3
+    assert mine.commit("create_info", lambda state, stamp: []) is None
+    mine.close()
+    other.close()
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_write_on_the_logs_latest_state_is_one_round_trip(tmp_path: Path, log_url: str, durable: bool) -> None:
+    """The write path's cost on a real server, counted in the messages libpq sends (its
+    protocol trace): a write whose state is the log's latest sends one statement and waits
+    for one answer (decide, then insert at the end of the log; no read first), durable or not;
+    one that lost a race costs more, and is still one total order."""
+    import psycopg
+
+    mine = _engine(tmp_path / "mine", log_url, durable=durable)
+    mine.catch_up()
+    assert mine.commit("create_info", _info("warms the connection")) is not None
+    trace = tmp_path / "libpq.trace"
+    with trace.open("w") as out:
+        pgconn = mine._store._connection().pgconn
+        pgconn.trace(out.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        for n in range(3):
+            assert mine.commit("create_info", _info(f"write {n}")) is not None
+        pgconn.untrace()
+    sent = [line.split("\t") for line in trace.read_text().splitlines()]
+    syncs = [fields for fields in sent if fields[0] == "F" and fields[2] == "Sync"]
+    queries = [fields for fields in sent if fields[0] == "F" and fields[2] in ("Query", "Execute")]
+    assert len(syncs) == 3 and len(queries) == 3, trace.read_text()
+    other = _engine(tmp_path / "other", log_url)
+    other.catch_up()
+    assert other.state.op_count == mine.state.op_count == 5 and other.state.last_op_id == mine.state.last_op_id
     mine.close()
     other.close()
 

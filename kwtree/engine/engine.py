@@ -11,7 +11,9 @@ Every write goes through ``commit``: take this process's write mutex and the dir
 writer lock, catch up on operations other processes appended, let a decider decide the changes
 against that fresh state, encode them, append and sync them, and only then apply them to the
 in-memory state and tell the commit listeners (the caches). A decider that raises, or a failed
-append, leaves the log and the state as they were.
+append, leaves the log and the state as they were. (A store that refuses a stale append itself,
+PostgreSQL, takes no writer lock and is not read first: the append is refused when the log
+moved on, and the write catches up and decides again.)
 
 Locks are always taken in one order: the write mutex, then the writer lock, then the state
 lock (held only while a state is changed or read, never while waiting for another lock).
@@ -510,11 +512,15 @@ class Engine:
         disk) leaves the log and the state as they were; a commit listener that raises does so
         after the operation was applied.
 
-        ``decide`` is always given the log's latest state, and may be called again: a store
-        that refuses a stale append itself (``UnlockedAppends``, PostgreSQL) is written
-        without the cross-writer lock, and when another writer appended first the state is
-        caught up and ``decide`` asked again (after ``UNLOCKED_TRIES`` refusals, the write
-        takes the lock, so a writer that keeps losing the race is not starved)."""
+        What is written was decided on the log's latest state, and ``decide`` may be called
+        again: a store that refuses a stale append itself (``UnlockedAppends``, PostgreSQL) is
+        written without the cross-writer lock and without reading the log first: ``decide``
+        is given the state this engine holds (its follower keeps it current), and when another
+        writer appended first the store refuses the append, the state is caught up and
+        ``decide`` asked again (after ``UNLOCKED_TRIES`` refusals, the write takes the lock, so
+        a writer that keeps losing the race is not starved). An outcome that writes nothing
+        (no change, or an error) is given only once decided on a state just read from the log
+        (``_decide_unlocked``)."""
         store = self._unlocked
         if store is not None:
             self.check_writable()
@@ -523,8 +529,8 @@ class Engine:
                 for attempt in range(UNLOCKED_TRIES):
                     if attempt:  # lost a race: let the winners through before trying again
                         time.sleep(random.uniform(0, UNLOCKED_BACKOFF * 2 ** min(attempt, 5)))
-                    state = self._follow()
-                    op = self._decide(kind, decide, audit, state)
+                        self._follow()
+                    state, op = self._decide_unlocked(kind, decide, audit, latest=attempt > 0)
                     if op is None:
                         return None
                     encoded = self._encode(op)
@@ -558,6 +564,31 @@ class Engine:
             return None
         self._limits.check_changes(changes)
         return Operation(op_id, kind, self._actor, timestamp, tuple(changes), audit)
+
+    def _decide_unlocked(self, kind: str, decide: Decide, audit: Mapping[str, Any] | None,
+                         *, latest: bool) -> tuple[State, Operation | None]:
+        """``_decide`` on the state held (``latest``: just read from the log), and that state.
+        An append decided on a state the log has moved past is refused by the store, but an
+        outcome that writes nothing (no change; an error: a stale version, a name taken, an id
+        not found) is refused by nobody: when the state was not just read, the log is read,
+        and if it held more, ``decide`` is asked again on the newer state. (Reading first on
+        every write instead would cost a round trip to the database each time.)"""
+        state = self.state
+        try:
+            op = self._decide(kind, decide, audit, state)
+        except Exception:
+            if latest or not self._moved_on():
+                raise
+            return self.state, self._decide(kind, decide, audit, self.state)
+        if op is None and not latest and self._moved_on():
+            return self.state, self._decide(kind, decide, audit, self.state)
+        return state, op
+
+    def _moved_on(self) -> bool:
+        """Apply what other processes appended; whether there was anything."""
+        before = self._position
+        self._follow()
+        return self._position != before
 
     def _encode(self, op: Operation) -> bytes:
         """``op``'s rows, naming the head as its predecessor when the store is chained."""

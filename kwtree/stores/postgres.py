@@ -380,15 +380,19 @@ class PostgresStore:
                           sync: bool, shared: bool) -> Position:
         """One transaction: with ``shared``, the advisory lock taken shared first; the
         generation checked (and locked against a replace), the row inserted at ``after``'s
-        next place, the append notified."""
+        next place, the append notified. One statement, but for the first append of a log."""
         conn = self._connection()
-        if after is not None and sync and self._durable:
+        if after is not None:
             # The usual append, one statement (one round trip, its own transaction): the row is
             # inserted only while ``after``'s generation is current (locked against a replace).
             # The shared advisory lock is a filter of the scan below the row lock, so it is
             # waited for before the row is locked (a replace, under the exclusive lock, locks
             # that row for update), and a generation replaced meanwhile fails the re-check.
+            # Without durability the same statement turns synchronous_commit off for its own
+            # transaction (``set_config`` local: read at the commit, which follows).
             waits = f" AND pg_advisory_xact_lock_shared({self._key})::text = ''" if shared else ""
+            if not (sync and self._durable):
+                waits += " AND set_config('synchronous_commit', 'off', true) = 'off'"
             inserted = conn.execute(
                 f"WITH t AS (SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s AND generation = %s"
                 f"{waits} FOR SHARE), ins AS ({self._insert_from('t')} ON CONFLICT DO NOTHING RETURNING seq) "
@@ -399,24 +403,21 @@ class PostgresStore:
                 raise Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after}, was "
                              f"replaced, or holds operation {op_id} already: tail it and decide again")
             return Position(after.generation, (int(inserted[0]),))
+        # The first append of a log (``after`` None): the tree's row made if it has none, then
+        # locked against a replace, over a few statements (once per log).
         with conn.transaction():
             if not (sync and self._durable):
                 conn.execute("SET LOCAL synchronous_commit TO OFF")
             if shared:
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._key,))
-            current = self._generation_for_update(conn, create=after is None)
-            expected = current if after is None else after.generation
-            seq = 1 if after is None else int(after.key[0]) + 1  # type: ignore[call-overload]
-            if current != expected:
-                raise Behind(f"the PostgreSQL log {self.tree!r} was replaced since position {after}: "
-                             "tail it and decide again")
+            current = self._generation_for_update(conn)
             inserted = conn.execute(self._insert() + " ON CONFLICT DO NOTHING RETURNING seq",
-                                    (self.tree, current, seq, op_id, *row)).fetchone()
+                                    (self.tree, current, 1, op_id, *row)).fetchone()
             if inserted is None:
-                raise Behind(f"the PostgreSQL log {self.tree!r} holds more than the position {after} "
-                             f"(or operation {op_id} already): tail it and decide again")
-            self._announce(conn, current, seq)
-        return Position(current, (seq,))
+                raise Behind(f"the PostgreSQL log {self.tree!r} is not empty (or holds operation {op_id} already): "
+                             "tail it and decide again")
+            self._announce(conn, current, 1)
+        return Position(current, (1,))
 
     def _committed(self, op_id: str) -> Position | None:
         """Where ``op_id`` is in the current log, asked on a new connection (None: it is not
@@ -442,16 +443,15 @@ class PostgresStore:
                         "shows it if it was") from exc
                 time.sleep(_RECONNECT)
 
-    def _generation_for_update(self, conn: psycopg.Connection[Any], *, create: bool) -> str:
-        """The current generation, its row locked against a concurrent ``replace`` until the
-        transaction ends; with ``create``, a first one for a tree that has none."""
-        if create:
-            conn.execute(f"INSERT INTO {self._table('kwtree_trees')} (tree, generation) VALUES (%s, %s) "
-                         "ON CONFLICT DO NOTHING", (self.tree, uuid.uuid4().hex))
+    def _generation_for_update(self, conn: psycopg.Connection[Any]) -> str:
+        """The current generation (a first one made for a tree that has none), its row locked
+        against a concurrent ``replace`` until the transaction ends."""
+        conn.execute(f"INSERT INTO {self._table('kwtree_trees')} (tree, generation) VALUES (%s, %s) "
+                     "ON CONFLICT DO NOTHING", (self.tree, uuid.uuid4().hex))
         row = conn.execute(f"SELECT generation FROM {self._table('kwtree_trees')} WHERE tree = %s FOR SHARE",
                            (self.tree,)).fetchone()
         if row is None:
-            raise Behind(f"the PostgreSQL log {self.tree!r} is empty: append after None")
+            raise Behind(f"the PostgreSQL log {self.tree!r} has no generation: append after None")
         return str(row[0])
 
     def replace(self, operations: Iterable[tuple[str, bytes]], *, after: Position | None,
