@@ -222,11 +222,22 @@ def test_a_bad_progress_interval_is_an_error(tree_dir: Path, loaded: Path, capsy
 
 def test_the_worker_command_shows_its_progress(tree_dir: Path, loaded: Path, capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    run(capsys, "load", tree_dir, loaded)
+    run(capsys, "load", tree_dir, loaded, "--no-wait")  # the embedding left to the worker
     monkeypatch.setenv("KWTREE_PROGRESS_EVERY", "0")
     out, err = run(capsys, "worker", tree_dir, "--once")
     embedded = int(out.split()[1])
     assert embedded > 0 and f"kwtree: embedding: {embedded:,}/{embedded:,} texts (100%), done\n" in err
+
+
+def test_load_returns_with_its_texts_embedded_and_shows_it(tree_dir: Path, loaded: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KWTREE_PROGRESS_EVERY", "0")
+    _, err = run(capsys, "load", tree_dir, loaded)
+    assert "kwtree: embedding: " in err and "(100%), done\n" in err
+    with KeywordTree(tree_dir, read_only=True) as tree:
+        assert tree.outbox_status()["pending"] + tree.outbox_status()["leased"] == 0
+        assert tree.recall("memory number 7", k=1, mode="vector")
 
 
 def test_on_a_terminal_the_progress_is_a_bar(tree_dir: Path, loaded: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,7 +109,10 @@ def _quickstart(_: None, args: argparse.Namespace) -> None:
 def _load(tree: KeywordTree, args: argparse.Namespace) -> Any:
     from kwtree.cli.outline import load_outline
 
-    return load_outline(tree, args.file)
+    loaded = load_outline(tree, args.file)
+    if not args.no_wait:  # embedded before the command returns, its progress shown (stderr)
+        tree.wait_indexed()
+    return loaded
 
 
 def _worker(_: None, args: argparse.Namespace) -> None:
@@ -283,7 +286,11 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "load", "kwtree.cli.outline.load_outline", "add the keywords, infos and relations of an outline file",
         example="./notes data/quickstart.json", opens="create", call=_load,
-        args=(arg("file", type=Path, metavar="FILE", help="a JSON outline (see kwtree/cli/outline.py)"),), long=True,
+        args=(arg("file", type=Path, metavar="FILE", help="a JSON outline (see kwtree/cli/outline.py)"),
+              arg("--no-wait", action="store_true", help="return once written, leaving the embedding of the "
+                                                         "texts to the next process that embeds (kwtree serve, "
+                                                         "kwtree worker, a writer)")),
+        long=True,
         show=lambda r, t, a: print(
             f"loaded {len(r.keyword_ids)} keywords, {r.infos} infos and {r.relations} relations into {a.dir}"),
     ),
