@@ -403,3 +403,18 @@ def test_a_forget_has_the_server_drop_the_erased_text_at_once(served: tuple[Path
     assert server.wait() == 0
     log = server.first + server.rest()
     assert "read 1 operation(s) another process asked it to read" in log
+
+
+def test_a_hung_server_never_jams_a_hook(served: tuple[Path, Path, Server]) -> None:
+    """A server that stops answering (here: stopped with SIGSTOP) is passed over after
+    KWTREE_SERVE_TIMEOUT seconds: the hook answers by itself, as it would without a server."""
+    directory, runtime, server = served
+    args = ("hook", "prompt", str(directory), "--scope", "user:alice")
+    alone = kwtree(runtime, *args, mode="off", stdin=HOOK_PROMPT)
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        done = subprocess.run([sys.executable, "-m", "kwtree", *args], input=HOOK_PROMPT, capture_output=True,
+                              text=True, timeout=120, env={**_env(runtime), "KWTREE_SERVE_TIMEOUT": "1"})
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    assert (done.returncode, done.stdout, done.stderr) == (alone.returncode, alone.stdout, alone.stderr)
