@@ -418,3 +418,93 @@ def test_a_hung_server_never_jams_a_hook(served: tuple[Path, Path, Server]) -> N
     finally:
         server.proc.send_signal(signal.SIGCONT)
     assert (done.returncode, done.stdout, done.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+
+
+# --- what a review found ------------------------------------------------------------------------
+
+
+def test_a_lock_another_process_holds_makes_the_server_decline_not_fail(served: tuple[Path, Path, Server]) -> None:
+    """The server's tree keeps the shared full-text index current, under its lock; a command
+    alone reads it read-only and never waits for that lock. While another process holds it,
+    the served command is declined (within the server's short lock timeout) and runs alone."""
+    directory, runtime, _ = served
+    wrote = kwtree(runtime, "add-info", str(directory), "Canoeing on Mondays.", "--keyword", "Tools")
+    assert wrote.returncode == 0, wrote.stderr
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from kwtree import KeywordTree
+tree = KeywordTree({str(directory)!r}, worker=False)
+with tree._caches.fulltext._lock.held():
+    print("held", flush=True)
+    sys.stdin.readline()
+tree.close()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        alone = kwtree(runtime, "recall", str(directory), "canoeing", mode="off")
+        answered, by_server = probe(runtime, "recall", str(directory), "canoeing")
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(60)
+    assert alone.returncode == 0 and "Canoeing on Mondays." in alone.stdout
+    assert not by_server and (answered.returncode, answered.stdout) == (0, alone.stdout)
+
+
+def test_what_other_threads_print_during_an_answer_stays_out_of_it() -> None:
+    """The server's other threads (its embedding worker logging a retry, a warning) print while
+    a command is answered; only the answering thread's output goes into the reply (a review
+    found 7 replies in 50 carrying a worker's log lines when stdout and stderr were redirected
+    for the whole process)."""
+    import io
+
+    from kwtree.cli.server import _Routed
+
+    real = io.StringIO()
+    routed = _Routed(real)
+    started, written = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        started.wait(5)
+        routed.write("embedding worker: HTTP 503; trying again\n")
+        written.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    with routed.captured() as answer:
+        routed.write("the answer\n")
+        started.set()
+        assert written.wait(5)
+    thread.join()
+    assert answer.getvalue() == "the answer\n"
+    assert real.getvalue() == "embedding worker: HTTP 503; trying again\n"
+
+
+def test_a_server_whose_kwtree_changed_declines_and_stops(served: tuple[Path, Path, Server]) -> None:
+    """An upgrade in place or an edited editable install: the server answers with the code it
+    loaded, so it must not answer once that code changed."""
+    import kwtree.cli.output as loaded  # a module every server loads
+
+    directory, runtime, server = served
+    path = Path(loaded.__file__)
+    before = path.stat()
+    try:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        done, by_server = probe(runtime, "recall", str(directory), "uv")
+        assert not by_server and "Uses uv" in done.stdout
+        assert server.wait() == 0
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_command_in_a_removed_working_directory_runs_by_itself(served: tuple[Path, Path, Server],
+                                                                tmp_path: Path) -> None:
+    directory, runtime, _ = served
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run([sys.executable, "-c", f"import os, sys\nos.chdir({str(gone)!r})\nos.rmdir({str(gone)!r})\n"
+                           "from kwtree.cli.entry import main\nsys.exit(main(sys.argv[1:]))",
+                           "recall", str(directory), "uv"], env=_env(runtime), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "Uses uv" in done.stdout, done.stderr

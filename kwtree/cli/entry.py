@@ -22,6 +22,7 @@ import io
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
     """The server's reply to ``request``: ``{"rc", "out", "err"}`` as the command here would
     have printed them; ``{}`` when no server listens; None when it declines, fails or is too
     slow (the command then runs here)."""
+    deadline = time.monotonic() + _timeout()  # for the whole exchange
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(_timeout())
@@ -52,8 +54,10 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
             conn.connect(where.socket)
         except (FileNotFoundError, ConnectionRefusedError):
             return {}
+        if not rendezvous.peer_is_me(conn):
+            return None  # not a server of this user's: never asked, never replaced
         rendezvous.send(conn, request)
-        reply = rendezvous.receive(conn)
+        reply = rendezvous.receive(conn, deadline)
     except (OSError, ValueError):
         return None
     finally:
@@ -67,12 +71,15 @@ def start_server(where: rendezvous.Endpoint) -> None:
     """Start the server of ``where.directory`` in the background, detached from this command
     (its own session, no terminal); a second one started at the same time exits at once."""
     import subprocess  # here: a command that a server answers never needs it
-    with open(where.log, "ab") as log:
-        os.chmod(where.log, 0o600)
+    log = os.open(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
         subprocess.Popen(
             [sys.executable, "-m", "kwtree", "serve", where.directory,
              "--idle", os.environ.get("KWTREE_SERVE_IDLE", "") or str(rendezvous.DEFAULT_IDLE)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+            cwd="/")  # (not the command's directory: the server must not hold it, or a mount, busy)
+    finally:
+        os.close(log)
 
 
 def _is_tree(directory: str) -> bool:
@@ -86,12 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     directory = rendezvous.served_directory(args)
-    where = None if directory is None or _mode() == "off" else rendezvous.endpoint(directory)
+    where, stdin, reply = None, None, None
     try:
+        where = None if directory is None or _mode() == "off" else rendezvous.endpoint(directory)
         stdin = sys.stdin.read() if where is not None and args[0] == "hook" else None
         reply = None if where is None else ask(where, {"argv": args, "cwd": os.getcwd(), "stdin": stdin})
     except KeyboardInterrupt:  # as the command run here answers Ctrl-C
         return 130
+    except OSError:  # (a working directory removed, say): the command runs here, as it would alone
+        where = None
     if reply:
         try:
             sys.stdout.write(reply["out"])

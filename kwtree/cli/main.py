@@ -18,7 +18,6 @@ import io
 import json
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -50,6 +49,7 @@ from kwtree.cli.table import (
     read_content,
 )
 from kwtree.errors import (
+    ClosedError,
     HasChildrenError,
     InvalidInputError,
     KwtreeError,
@@ -153,8 +153,10 @@ def _serve(_: None, args: argparse.Namespace) -> None:
         # Writable where it may be, for its embedding worker: commands and hooks exit before
         # the texts they wrote are embedded, and the server, which outlives them, embeds them.
         # It never writes the log (it answers only reading commands).
+        # A short lock_timeout: a cache lock another process holds makes a command decline
+        # (it then runs by itself, never waiting for that lock) rather than wait 10 s.
         try:
-            return kwtree.KeywordTree(where.directory), True
+            return kwtree.KeywordTree(where.directory, lock_timeout=_SERVER_LOCK_TIMEOUT), True
         except (StorageError, ReadOnlyError, LockTimeoutError):
             return kwtree.KeywordTree(where.directory, read_only=True), False
 
@@ -708,10 +710,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _reported(args)
 
 
-def _reported(args: argparse.Namespace) -> int:
-    """Run the parsed command; its exit code, with a kwtree error's message (and hint) on stderr."""
+def _reported(args: argparse.Namespace, own: tuple[type[KwtreeError], ...] = ()) -> int:
+    """Run the parsed command; its exit code, with a kwtree error's message (and hint) on stderr
+    (errors of the ``own`` kinds are raised instead)."""
     try:
         run(args.row, args)
+    except own:
+        raise
     except KwtreeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         for kind, hint in _HINTS:
@@ -745,31 +750,38 @@ def _server_parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+#: Errors of a server's own situation, not of the command: a lock another process holds (the
+#: server's tree writes caches; a command alone reads them read-only), its tree closed or
+#: unwritable. The command then runs by itself.
+_SERVER_OWN = (LockTimeoutError, StorageError, ReadOnlyError, ClosedError)
+#: How long a server's tree waits for a lock another process holds (seconds).
+_SERVER_LOCK_TIMEOUT = 1.0
+
+
 def answer_request(tree: KeywordTree, request: dict[str, Any]) -> dict[str, Any]:
-    """What ``kwtree ARGV`` run in ``cwd`` with ``stdin`` would print and return, read from
-    ``tree`` (a server's, open on the directory ARGV names): ``{"rc", "out", "err"}``, or
-    ``{"declined": why}`` for a request the server does not answer."""
+    """Run ``kwtree ARGV`` as in ``cwd`` with ``stdin``, reading ``tree`` (a server's, open on
+    the directory ARGV names), printing what the command prints (the server captures it:
+    ``kwtree.cli.server``): ``{"rc"}``, or ``{"declined": why}`` for a request the server
+    does not answer as the command alone would."""
     argv, cwd, stdin = request.get("argv"), request.get("cwd"), request.get("stdin")
     if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str)
             and isinstance(stdin, str | None)):
         return {"declined": "not a request"}
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
-        warnings.simplefilter("default", append=True)  # each warning shown again, as in a new process
-        try:
-            args = _server_parser().parse_args(argv)
-        except SystemExit as exc:  # usage errors, as the command prints them
-            return {"rc": exc.code if isinstance(exc.code, int) else 0, "out": out.getvalue(), "err": err.getvalue()}
-        args.dir = Path(cwd) / args.dir
-        if not _served(args) or os.path.realpath(args.dir) != os.path.realpath(tree.data_dir):
-            return {"declined": "not a command this server answers"}
-        args.held = tree
-        saved, sys.stdin = sys.stdin, io.StringIO(stdin or "")
-        try:
-            code = _reported(args)
-        finally:
-            sys.stdin = saved
-    return {"rc": code, "out": out.getvalue(), "err": err.getvalue()}
+    try:
+        args = _server_parser().parse_args(argv)
+    except SystemExit:  # help and usage errors are laid out for the command's own terminal
+        return {"declined": "help or a usage error"}
+    args.dir = Path(cwd) / args.dir
+    if not _served(args) or os.path.realpath(args.dir) != os.path.realpath(tree.data_dir):
+        return {"declined": "not a command this server answers"}
+    args.held = tree
+    saved, sys.stdin = sys.stdin, io.StringIO(stdin or "")
+    try:
+        return {"rc": _reported(args, own=_SERVER_OWN)}
+    except _SERVER_OWN as exc:
+        return {"declined": f"the server's own {type(exc).__name__}"}
+    finally:
+        sys.stdin = saved
 
 
 if __name__ == "__main__":

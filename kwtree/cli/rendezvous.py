@@ -20,15 +20,20 @@ import json
 import os
 import socket
 import stat
+import struct
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["DEFAULT_IDLE", "MAX_MESSAGE", "SERVED", "SERVED_HOOKS", "Endpoint", "endpoint", "receive", "send",
-           "served_directory"]
+__all__ = ["DEFAULT_IDLE", "MAX_MESSAGE", "SERVED", "SERVED_HOOKS", "Endpoint", "endpoint", "peer_is_me", "receive",
+           "send", "served_directory"]
 
 #: The largest message either side reads (a request's stdin, a reply's output).
 MAX_MESSAGE = 256 << 20
+#: The environment variables kwtree and the model clients it builds read (their values are
+#: hashed into a server's name: a command never reaches a server started with other ones).
+_SETTINGS = ("KWTREE_", "OPENAI_", "ANTHROPIC_", "PYTHONWARNINGS", "PYTHONIOENCODING")
 #: Variables that choose how commands reach a server; they do not change what a command does.
 _ROUTING = ("KWTREE_SERVE", "KWTREE_SERVE_IDLE", "KWTREE_SERVE_TIMEOUT")
 
@@ -68,13 +73,26 @@ class Endpoint(NamedTuple):
     log: str
 
 
+def _safe_base(base: str, uid: int) -> bool:
+    """Whether nobody but this user (or root) can swap what ``base`` holds: owned by one of
+    them, and sticky where others may write to it (as /tmp is)."""
+    try:
+        info = os.stat(base)
+    except OSError:
+        return False
+    return info.st_uid in (uid, 0) and (not info.st_mode & 0o022 or bool(info.st_mode & stat.S_ISVTX))
+
+
 def _private_directory() -> str | None:
     """This user's rendezvous directory, made if missing; None unless it is a real directory
-    that only this user can enter (else another user could answer in a server's place)."""
+    that only this user can enter, in a directory nobody else can swap it in (else another
+    user could answer in a server's place)."""
     base = os.environ.get("XDG_RUNTIME_DIR", "")
     if not (os.path.isabs(base) and os.path.isdir(base)):
         base = os.environ.get("TMPDIR", "") or "/tmp"
     uid = os.getuid()
+    if not _safe_base(base, uid):
+        return None
     path = os.path.join(base, f"kwtree-{uid}")
     try:
         os.mkdir(path, 0o700)
@@ -107,10 +125,21 @@ def endpoint(directory: str | os.PathLike[str]) -> Endpoint | None:
     if private is None:
         return None
     real = os.path.realpath(directory)
-    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("KWTREE_") and k not in _ROUTING)
+    settings = sorted((k, v) for k, v in os.environ.items()
+                      if k.startswith(_SETTINGS) and k not in _ROUTING)
     digest = hashlib.sha256(json.dumps([real, _installed(), settings]).encode()).hexdigest()[:24]
     base = os.path.join(private, digest)
     return Endpoint(real, f"{base}.sock", f"{base}.lock", f"{base}.log")
+
+
+def peer_is_me(conn: socket.socket) -> bool:
+    """Whether the process at the other end runs as this user (where the system tells: Linux's
+    SO_PEERCRED; elsewhere the private directory is the only guard)."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:
+        return True
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+    return bool(uid == os.getuid())
 
 
 def send(conn: socket.socket, message: dict[str, Any]) -> None:
@@ -119,11 +148,17 @@ def send(conn: socket.socket, message: dict[str, Any]) -> None:
     conn.shutdown(socket.SHUT_WR)
 
 
-def receive(conn: socket.socket) -> dict[str, Any]:
-    """The one message the other side sent; ValueError if it is not a JSON object or too long."""
+def receive(conn: socket.socket, deadline: float | None = None) -> dict[str, Any]:
+    """The one message the other side sent; ValueError if it is not a JSON object or too long,
+    TimeoutError if it is not all there by ``deadline`` (``time.monotonic()``)."""
     chunks: list[bytes] = []
     size = 0
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no whole message in time")
+            conn.settimeout(left)
         chunk = conn.recv(1 << 16)
         if not chunk:
             break
