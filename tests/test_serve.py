@@ -304,7 +304,10 @@ def test_stop_asks_the_server_to_leave(served: tuple[Path, Path, Server]) -> Non
     directory, runtime, server = served
     stopped = kwtree(runtime, "serve", str(directory), "--stop")
     assert stopped.returncode == 0 and "stopped the server" in stopped.stdout
-    assert server.wait() == 0 and not list(runtime.glob("kwtree-*/*.sock"))
+    assert server.proc.poll() is not None or server.wait(5) == 0  # gone when --stop returns (or all but)
+    assert not list(runtime.glob("kwtree-*/*.sock"))
+    after = Server(directory, runtime, "--idle", "60").ready()  # its place is free at once
+    after.kill()
     assert "no server serves" in kwtree(runtime, "serve", str(directory), "--stop").stdout
 
 
@@ -315,11 +318,17 @@ def test_an_idle_server_stops_by_itself(tmp_path: Path, runtime: Path) -> None:
     assert not list(runtime.glob("kwtree-*/*.sock"))
 
 
-def test_a_command_starts_the_server_the_next_one_uses(tmp_path: Path, runtime: Path) -> None:
+def test_the_second_command_starts_the_server_the_third_uses(tmp_path: Path, runtime: Path) -> None:
+    """A single read leaves no process behind; a second one within the idle time starts the
+    server, in the background, and the next command is answered by it."""
     directory = tmp_path / "tree"
     _fill(directory)
     first, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
     assert not by_server and "Uses uv" in first.stdout
+    time.sleep(0.5)
+    assert not list(runtime.glob("kwtree-*/*.log"))  # no server was started
+    again, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
+    assert not by_server and again.stdout == first.stdout
     deadline = time.monotonic() + 60
     while not list(runtime.glob("kwtree-*/*.sock")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -328,6 +337,19 @@ def test_a_command_starts_the_server_the_next_one_uses(tmp_path: Path, runtime: 
         assert by_server and second.stdout == first.stdout
     finally:
         assert "stopped the server" in kwtree(runtime, "serve", str(directory), "--stop").stdout
+
+
+def test_no_server_is_started_for_a_minute_after_one_failed_to_start(tmp_path: Path, runtime: Path) -> None:
+    directory = tmp_path / "tree"
+    _fill(directory)
+    probe(runtime, "recall", str(directory), "uv", mode="auto")  # the first read: wanted
+    failed = next(runtime.glob("kwtree-*/*.wanted")).with_suffix(".failed")
+    failed.touch()  # as a server that failed to open the tree leaves it (its log says why)
+    for _ in range(2):
+        done, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
+        assert not by_server and "Uses uv" in done.stdout
+    time.sleep(0.5)
+    assert not list(runtime.glob("kwtree-*/*.log"))
 
 
 def test_no_server_is_started_for_what_is_not_a_tree(tmp_path: Path, runtime: Path) -> None:

@@ -4,12 +4,12 @@ it, everything else runs here (``kwtree.cli.main``).
 A reading command (``recall``, ``context``, ``get``, ... and the ``prompt`` and
 ``session-start`` hooks) on a directory whose server runs is answered by that server, which
 holds the tree open: the command costs a bare interpreter and one round trip instead of
-importing the library and replaying the log. Without a server the command runs here and then
-starts one in the background for the next command (``KWTREE_SERVE``: ``auto``, the default;
-``use`` only uses a running one; ``off`` never does). A server that does not answer in
-``KWTREE_SERVE_TIMEOUT`` seconds (default 30), or declines, leaves the command to run here, so
-a server can make a command faster but never change or lose what it does. ``kwtree serve``
-(``kwtree.cli.server``) is the server.
+importing the library and replaying the log. Without a server the command runs here; the second
+such command within the idle time then starts one in the background for the commands after it
+(``KWTREE_SERVE``: ``auto``, the default; ``use`` only uses a running one; ``off`` never does).
+A server that does not answer in ``KWTREE_SERVE_TIMEOUT`` seconds (default 30), or declines,
+leaves the command to run here, so a server can make a command faster but never change or lose
+what it does. ``kwtree serve`` (``kwtree.cli.server``) is the server.
 
 This module imports only the standard library until it runs a command here: choosing costs
 nothing a bare interpreter does not pay.
@@ -28,7 +28,12 @@ from typing import Any
 
 from kwtree.cli import rendezvous
 
-__all__ = ["ask", "main", "start_server"]
+__all__ = ["ask", "main", "start_server", "want_server"]
+
+#: A server that failed to start is not started again by a command for this long (seconds).
+_FAILED_BACKOFF = 60.0
+#: An autostarted server's log past this size is started anew (bytes).
+_LOG_LIMIT = 1 << 20
 
 def _mode() -> str:
     mode = os.environ.get("KWTREE_SERVE", "").strip().lower() or "auto"
@@ -67,11 +72,40 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
     return reply
 
 
+def _within(path: str, seconds: float) -> bool:
+    """Whether the file ``path`` was touched less than ``seconds`` ago."""
+    try:
+        return time.time() - os.stat(path, follow_symlinks=False).st_mtime < seconds
+    except OSError:
+        return False
+
+
+def _touch(path: str) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    os.utime(path, follow_symlinks=False)
+
+
+def want_server(where: rendezvous.Endpoint) -> None:
+    """After a served command ran here for want of a server: start one when this is the second
+    such command within the idle time (a single read leaves no process behind), unless a server
+    of this endpoint failed to start in the last minute (its log says why)."""
+    idle = float(os.environ.get("KWTREE_SERVE_IDLE", "") or rendezvous.DEFAULT_IDLE)
+    if _within(where.failed, _FAILED_BACKOFF):
+        return
+    if _within(where.wanted, idle):
+        os.unlink(where.wanted)
+        start_server(where)
+    else:
+        _touch(where.wanted)
+
+
 def start_server(where: rendezvous.Endpoint) -> None:
     """Start the server of ``where.directory`` in the background, detached from this command
     (its own session, no terminal); a second one started at the same time exits at once."""
     import subprocess  # here: a command that a server answers never needs it
-    log = os.open(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+    fresh = os.O_TRUNC if _size(where.log) > _LOG_LIMIT else os.O_APPEND  # (a log only grows: started anew)
+    log = os.open(where.log, os.O_WRONLY | fresh | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         subprocess.Popen(
             [sys.executable, "-m", "kwtree", "serve", where.directory,
@@ -80,6 +114,13 @@ def start_server(where: rendezvous.Endpoint) -> None:
             cwd="/")  # (not the command's directory: the server must not hold it, or a mount, busy)
     finally:
         os.close(log)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path, follow_symlinks=False).st_size
+    except OSError:
+        return 0
 
 
 def _is_tree(directory: str) -> bool:
@@ -117,6 +158,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     code = run_here(args)
     if where is not None and reply == {} and code == 0 and _mode() == "auto" and _is_tree(where.directory):
-        with contextlib.suppress(OSError):  # else the next command runs here too
-            start_server(where)
+        with contextlib.suppress(OSError, ValueError):  # else the next command runs here too
+            want_server(where)
     return code

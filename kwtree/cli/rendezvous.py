@@ -65,12 +65,16 @@ def served_directory(argv: Sequence[str]) -> str | None:
 
 class Endpoint(NamedTuple):
     """The files of one directory's server: its socket, the lock its process holds for as long
-    as it runs, and the log its stderr goes to when a command started it."""
+    as it runs, the log its stderr goes to when a command started it, the mark a command leaves
+    when it ran alone (the next one starts a server) and the mark of a server that failed to start
+    (no command starts another for a while)."""
 
     directory: str
     socket: str
     lock: str
     log: str
+    wanted: str
+    failed: str
 
 
 def _safe_base(base: str, uid: int) -> bool:
@@ -129,7 +133,7 @@ def endpoint(directory: str | os.PathLike[str]) -> Endpoint | None:
                       if k.startswith(_SETTINGS) and k not in _ROUTING)
     digest = hashlib.sha256(json.dumps([real, _installed(), settings]).encode()).hexdigest()[:24]
     base = os.path.join(private, digest)
-    return Endpoint(real, f"{base}.sock", f"{base}.lock", f"{base}.log")
+    return Endpoint(real, f"{base}.sock", f"{base}.lock", f"{base}.log", f"{base}.wanted", f"{base}.failed")
 
 
 def peer_is_me(conn: socket.socket) -> bool:

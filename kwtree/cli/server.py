@@ -276,7 +276,13 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        tree, embeds, warned = _opened(open_tree, say)
+        try:
+            tree, embeds, warned = _opened(open_tree, say)
+        except BaseException:
+            _mark_failed(where)  # commands start no other server for a while (kwtree.cli.entry)
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(where.failed)
         out, err = _Routed(sys.stdout), _Routed(sys.stderr)
         server = _Server(where, tree, embeds, answer, idle, say, out, err, warned)
         try:
@@ -288,6 +294,12 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
         return True
     finally:
         os.close(lock)
+
+
+def _mark_failed(where: rendezvous.Endpoint) -> None:
+    with contextlib.suppress(OSError):
+        os.close(os.open(where.failed, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        os.utime(where.failed, follow_symlinks=False)
 
 
 def _run(server: _Server, where: rendezvous.Endpoint, out: _Routed, err: _Routed) -> None:
@@ -327,11 +339,28 @@ def _tell(where: rendezvous.Endpoint, message: dict[str, Any]) -> dict[str, Any]
         conn.close()
 
 
-def stop(where: rendezvous.Endpoint) -> bool:
-    """Ask the server of ``where`` to stop; whether one was running. It stops once the request
-    under way, if any, is answered."""
+def stop(where: rendezvous.Endpoint, wait: float = 30.0) -> bool:
+    """Ask the server of ``where`` to stop; whether one was running. Returns once it is gone (its
+    lock released: a server started next takes its place at once), or after ``wait`` seconds."""
+    import fcntl
+
     reply = _tell(where, {"stop": True})
-    return reply is not None and reply.get("stopped") is True
+    if reply is None or reply.get("stopped") is not True:
+        return False
+    deadline = time.monotonic() + wait
+    lock = os.open(where.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.05)
+            else:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                break
+    finally:
+        os.close(lock)
+    return True
 
 
 def status(where: rendezvous.Endpoint) -> dict[str, Any] | None:
