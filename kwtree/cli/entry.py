@@ -51,10 +51,11 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
     """The server's reply to ``request``: ``{"rc", "out", "err"}`` as the command here would
     have printed them; ``{}`` when no server listens; None when it declines, fails or is too
     slow (the command then runs here)."""
-    deadline = time.monotonic() + _timeout()  # for the whole exchange
+    timeout = _timeout()
+    deadline = time.monotonic() + timeout  # for the whole exchange
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.settimeout(_timeout())
+        conn.settimeout(timeout)
         try:
             conn.connect(where.socket)
         except (FileNotFoundError, ConnectionRefusedError):
@@ -80,11 +81,6 @@ def _within(path: str, seconds: float) -> bool:
         return False
 
 
-def _touch(path: str) -> None:
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-    os.utime(path, follow_symlinks=False)
-
-
 def want_server(where: rendezvous.Endpoint) -> None:
     """After a served command ran here for want of a server: start one when this is the second
     such command within the idle time (a single read leaves no process behind), unless a server
@@ -96,7 +92,7 @@ def want_server(where: rendezvous.Endpoint) -> None:
         os.unlink(where.wanted)
         start_server(where)
     else:
-        _touch(where.wanted)
+        rendezvous.touch(where.wanted)
 
 
 def start_server(where: rendezvous.Endpoint) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 __all__ = ["DEFAULT_IDLE", "MAX_MESSAGE", "SERVED", "SERVED_HOOKS", "Endpoint", "endpoint", "peer_is_me", "receive",
-           "send", "served_directory"]
+           "send", "served_directory", "touch"]
 
 #: The largest message either side reads (a request's stdin, a reply's output).
 MAX_MESSAGE = 256 << 20
@@ -144,6 +144,13 @@ def peer_is_me(conn: socket.socket) -> bool:
         return True
     _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
     return bool(uid == os.getuid())
+
+
+def touch(path: str) -> None:
+    """Make ``path`` (a file of the private directory, never followed if a link) or renew its
+    modification time."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    os.utime(path, follow_symlinks=False)
 
 
 def send(conn: socket.socket, message: dict[str, Any]) -> None:

@@ -270,7 +270,7 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
     embeds (it was opened writable). ``idle`` 0 never stops for idleness."""
     import fcntl
 
-    lock = os.open(where.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    lock = _lock_file(where)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -279,7 +279,8 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
         try:
             tree, embeds, warned = _opened(open_tree, say)
         except BaseException:
-            _mark_failed(where)  # commands start no other server for a while (kwtree.cli.entry)
+            with contextlib.suppress(OSError):  # commands start no other server for a while (kwtree.cli.entry)
+                rendezvous.touch(where.failed)
             raise
         with contextlib.suppress(FileNotFoundError):
             os.unlink(where.failed)
@@ -296,10 +297,9 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
         os.close(lock)
 
 
-def _mark_failed(where: rendezvous.Endpoint) -> None:
-    with contextlib.suppress(OSError):
-        os.close(os.open(where.failed, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-        os.utime(where.failed, follow_symlinks=False)
+def _lock_file(where: rendezvous.Endpoint) -> int:
+    """The endpoint's lock file, opened (made if missing; never followed if a link)."""
+    return os.open(where.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
 
 def _run(server: _Server, where: rendezvous.Endpoint, out: _Routed, err: _Routed) -> None:
@@ -348,7 +348,7 @@ def stop(where: rendezvous.Endpoint, wait: float = 30.0) -> bool:
     if reply is None or reply.get("stopped") is not True:
         return False
     deadline = time.monotonic() + wait
-    lock = os.open(where.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    lock = _lock_file(where)
     try:
         while time.monotonic() < deadline:
             try:

@@ -340,16 +340,11 @@ class Engine:
     def try_catch_up(self) -> int | None:
         """``catch_up()`` unless another thread of this process is writing or refreshing:
         then None at once (for a reader that must not wait for a writer)."""
-        self.check_open()
-        if self._bound is not None:
-            return 0
-        if not self._mutex.acquire(blocking=False):
-            return None
-        try:
+        def caught_up() -> int:
             before = self.state.op_count
             return self._follow().op_count - before
-        finally:
-            self._mutex.release()
+
+        return self._unless_busy(caught_up, in_view=0)
 
     def try_newer_versions(self, entity_ids: Collection[str]) -> dict[str, Info | Keyword] | None:
         """The newest versions of ``entity_ids`` that the log holds beyond the state, read
@@ -357,13 +352,21 @@ class Engine:
         the state (an embedding worker judging another process's text) may look at. None when
         another thread of this process is writing or refreshing (ask again); none of them when
         the log was replaced since the state read it (only a replay tells) or in a view."""
+        def newer() -> dict[str, Info | Keyword]:
+            return newer_versions(self._store, self._position, entity_ids) or {}
+
+        return self._unless_busy(newer, in_view={})
+
+    def _unless_busy(self, work: Callable[[], T], *, in_view: T) -> T | None:
+        """``work()`` under the write mutex, unless another thread of this process holds it
+        (writing or refreshing): then None at once; ``in_view`` in a view, which never moves."""
         self.check_open()
         if self._bound is not None:
-            return {}
+            return in_view
         if not self._mutex.acquire(blocking=False):
             return None
         try:
-            return newer_versions(self._store, self._position, entity_ids) or {}
+            return work()
         finally:
             self._mutex.release()
 
