@@ -355,7 +355,8 @@ class Engine:
         def newer() -> dict[str, Info | Keyword]:
             return newer_versions(self._store, self._position, entity_ids) or {}
 
-        return self._unless_busy(newer, in_view={})
+        nothing: dict[str, Info | Keyword] = {}  # (a view: never read past its bound)
+        return self._unless_busy(newer, in_view=nothing)
 
     def _unless_busy(self, work: Callable[[], T], *, in_view: T) -> T | None:
         """``work()`` under the write mutex, unless another thread of this process holds it
