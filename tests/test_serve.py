@@ -325,8 +325,8 @@ def test_the_second_command_starts_the_server_the_third_uses(tmp_path: Path, run
     _fill(directory)
     first, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
     assert not by_server and "Uses uv" in first.stdout
-    time.sleep(0.5)
-    assert not list(runtime.glob("kwtree-*/*.log"))  # no server was started
+    # (a command that starts a server makes its log before it exits: no log, no server started)
+    assert not list(runtime.glob("kwtree-*/*.log"))
     again, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
     assert not by_server and again.stdout == first.stdout
     deadline = time.monotonic() + 60
@@ -348,15 +348,13 @@ def test_no_server_is_started_for_a_minute_after_one_failed_to_start(tmp_path: P
     for _ in range(2):
         done, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
         assert not by_server and "Uses uv" in done.stdout
-    time.sleep(0.5)
-    assert not list(runtime.glob("kwtree-*/*.log"))
+    assert not list(runtime.glob("kwtree-*/*.log"))  # (made by a command that starts a server, before it exits)
 
 
 def test_no_server_is_started_for_what_is_not_a_tree(tmp_path: Path, runtime: Path) -> None:
     done, _ = probe(runtime, "hook", "prompt", str(tmp_path / "nothing"), stdin=HOOK_PROMPT, mode="auto")
     assert done.returncode == 0 and done.stdout == ""
-    time.sleep(0.5)
-    assert not list(runtime.glob("kwtree-*/*.log"))  # no server was started, so none wrote a log
+    assert not list(runtime.glob("kwtree-*/*.log"))  # (made by a command that starts a server, before it exits)
 
 
 def test_a_rendezvous_directory_others_can_enter_is_not_used(tmp_path: Path, runtime: Path) -> None:
