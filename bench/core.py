@@ -6,8 +6,6 @@
   (WAL, synchronous=FULL, one row per transaction) inserting into a table of N rows;
 - durable_write: the same into new trees, interleaved with SQLite and a bare 200-byte
   append + fsync on the same file system;
-- batch: a 10,000-keyword batch_create_keywords with durability="none" against SQLite
-  executemany of 10,000 rows in one transaction;
 - memory: RSS per keyword and per info after opening N of them (strings counted apart),
   against the same rows in SQLite (bytes of file, and of cache after reading them all).
 """
@@ -242,40 +240,6 @@ def bench_writes_at_size(rows: int, n: int, work: Path) -> dict:
     return out
 
 
-# --- batch ------------------------------------------------------------------------------------
-
-
-def bench_batch(size: int, rounds: int, work: Path) -> dict:
-    from kwtree import KeywordTree
-
-    kw_rates, sqlite_rates = [], []
-    for r in range(rounds):
-        with KeywordTree(work / f"batch_{r}", durability="none") as tree:
-            for b in range(3):  # later batches land in a tree that already holds keywords
-                specs = [{"name": f"kw {b}-{i}"} for i in range(size)]
-                t = time.perf_counter()
-                tree.batch_create_keywords(specs)
-                kw_rates.append(size / (time.perf_counter() - t))
-        db = work / f"batch_{r}.db"
-        con = sqlite3.connect(db, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("CREATE TABLE kw(id TEXT PRIMARY KEY, name TEXT, parent TEXT, created REAL, version INTEGER)")
-        for b in range(3):
-            rows = [(os.urandom(16).hex(), f"kw {b}-{i}", "root", time.time(), 1) for i in range(size)]
-            t = time.perf_counter()
-            con.execute("BEGIN")
-            con.executemany("INSERT INTO kw VALUES (?,?,?,?,?)", rows)
-            con.execute("COMMIT")
-            sqlite_rates.append(size / (time.perf_counter() - t))
-        con.close()
-    out = {"batch_size": size, "kwtree_rows_per_s": summary(kw_rates),
-           "sqlite_executemany_rows_per_s": summary(sqlite_rates),
-           "raw_rows_per_s": {"kwtree": [round(r) for r in kw_rates], "sqlite": [round(r) for r in sqlite_rates]}}
-    out["ratio_median_kwtree_to_sqlite"] = (out["kwtree_rows_per_s"]["median"]
-                                            / out["sqlite_executemany_rows_per_s"]["median"])
-    return out
-
-
 # --- memory -----------------------------------------------------------------------------------
 
 _MEMORY_PROBE = r"""
@@ -400,15 +364,13 @@ class Plan:
     sized_writes: int
     write_n: int
     write_rounds: int
-    batch_rounds: int
     memory_repeats: int
-    batch_size: int = 10_000
 
 
 QUICK = Plan(sizes=(10_000, 50_000), replay_repeats=3, sized_writes=100, write_n=300, write_rounds=2,
-             batch_rounds=2, memory_repeats=2)
+             memory_repeats=2)
 FULL = Plan(sizes=(10_000, 100_000, 1_000_000), replay_repeats=3, sized_writes=300, write_n=2000, write_rounds=3,
-            batch_rounds=5, memory_repeats=2)
+            memory_repeats=2)
 
 
 def run(plan: Plan, work: Path | None = None) -> dict:
@@ -425,7 +387,6 @@ def run(plan: Plan, work: Path | None = None) -> dict:
             "replay": replay,
             "writes_at_size": sized,
             "durable_write": bench_durable_write(plan.write_n, plan.write_rounds, tmp_path),
-            "batch": bench_batch(plan.batch_size, plan.batch_rounds, tmp_path),
             "memory": [bench_memory(n, plan.memory_repeats, tmp_path) for n in plan.sizes],
         }
     return results
@@ -493,14 +454,6 @@ def markdown(results: dict) -> str:
         out.append(f"| {label} | {s['median']:.0f} | {s['p90']:.0f} | {s['p99']:.0f} | {s['max']:.0f} | {s['n']} |")
     out.append(f"\nRatio of medians, `create_keyword` ÷ SQLite: **{w['ratio_p50_keyword_to_sqlite']:.2f}×** "
                f"(`create_info`: {w['ratio_p50_info_to_sqlite']:.2f}×).")
-    b = results["batch"]
-    out += ["", f"### Batch of {b['batch_size']:,} keywords, durability=none (rows/s)", "",
-            "| writer | median | p90 | max | runs |", "|---|---:|---:|---:|---:|"]
-    for key, label in (("kwtree_rows_per_s", "kwtree `batch_create_keywords`"),
-                       ("sqlite_executemany_rows_per_s", "SQLite executemany, one transaction")):
-        s = b[key]
-        out.append(f"| {label} | {s['median']:,.0f} | {s['p90']:,.0f} | {s['max']:,.0f} | {s['n']} |")
-    out.append(f"\nRatio of medians, kwtree ÷ SQLite: **{b['ratio_median_kwtree_to_sqlite']:.2f}×**.")
     memory = results["memory"]
     out += ["", "### Memory per keyword and per info (RSS delta after opening N of them, fresh processes)", "",
             "Infos are about 120 characters, each linked to one of 100 keywords (its link included). \"strings\" "

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("KWTREE_EMBEDDER", "hash")
 
 import abstracts
+import bulk
 import compaction
 import core
 import export
@@ -102,6 +103,11 @@ def write_doc(sections: list[str], info: dict, mode: str) -> None:
 def _run_core(quick: bool, work: Path | None) -> tuple[dict, dict]:
     plan = core.QUICK if quick else core.FULL
     return dataclasses.asdict(plan), core.run(plan, work)
+
+
+def _run_bulk(quick: bool, work: Path | None) -> tuple[dict, dict]:
+    rounds = 3 if quick else 5
+    return {"size": 10_000, "rounds": rounds}, bulk.run(10_000, rounds, work)
 
 
 def _run_reads(quick: bool, work: Path | None) -> tuple[dict, dict]:
@@ -216,6 +222,7 @@ def _run_peers(quick: bool, work: Path | None) -> tuple[dict, dict]:
 #: Each suite: how to run it, and how to print its results as markdown.
 SUITES = {
     "core": (_run_core, core.markdown),
+    "bulk": (_run_bulk, bulk.markdown),
     "reads": (_run_reads, reads.markdown),
     "placement": (_run_placement, placement.markdown),
     "retrieval": (_run_retrieval, retrieval.markdown),

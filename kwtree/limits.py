@@ -83,8 +83,8 @@ class Limits:
             entity, before = change.after, change.before
             for field, limit, measure in _CHECKED[type(entity)]:
                 value = getattr(entity, field)
-                if before is not None and value == getattr(before, field):
-                    continue
+                if not value or (before is not None and value == getattr(before, field)):
+                    continue  # (an empty value is within every limit: each is at least 1)
                 size = measure(value, getattr(self, limit))
                 if size is not None:
                     raise _exceeded(field, size, getattr(self, limit), limit, f" of {_describe(change)}")

@@ -18,7 +18,7 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
     finally:
         sys.path.remove(str(BENCH))
     plan = core.Plan(sizes=(1_000, 2_000), replay_repeats=1, sized_writes=10, write_n=5, write_rounds=1,
-                     batch_rounds=1, memory_repeats=1, batch_size=500)
+                     memory_repeats=1)
     results = core.run(plan, tmp_path)
     assert [r["rows"] >= n for r, n in zip(results["replay"], plan.sizes, strict=True)] == [True, True]
     for replay in results["replay"]:
@@ -29,7 +29,6 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
     assert set(results["durable_write"]["raw_us"]) == {
         "kwtree_create_keyword", "kwtree_create_info", "sqlite_wal_full", "append_fsync"}
     assert all(len(v) == 5 for v in results["durable_write"]["raw_us"].values())
-    assert results["batch"]["batch_size"] == 500 and len(results["batch"]["raw_rows_per_s"]["kwtree"]) == 3
     for memory, n in zip(results["memory"], plan.sizes, strict=True):
         for kind in ("keyword", "info"):
             (ours,) = memory[kind]["raw"]["kwtree"]
@@ -40,6 +39,21 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
                     "### Memory per keyword and per info"):
         assert heading in table
     assert table.count("Scaling, from the medians") == 3
+    assert list(tmp_path.iterdir()) == []  # its scratch data is removed
+
+
+def test_bulk_benchmark_runs_on_tiny_sizes(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bulk
+    finally:
+        sys.path.remove(str(BENCH))
+    results = bulk.run(size=200, rounds=2, work=tmp_path)
+    raw = results["raw_rows_per_s"]
+    assert [len(raw[f"keywords_{who}"]) for who in ("kwtree", "sqlite", "floor")] == [6, 6, 6]
+    assert [len(raw[f"{load}_{who}"]) for load in ("infos", "load") for who in ("kwtree", "sqlite")] == [2] * 4
+    assert results["load_rows"] == 20 + 2 * 200 and all(ratio > 0 for ratio in results["ratios"].values())
+    assert "### Bulk loads against SQLite" in bulk.markdown(results)
     assert list(tmp_path.iterdir()) == []  # its scratch data is removed
 
 

@@ -89,10 +89,20 @@ def test_batch_create_infos_is_one_operation(tree, two):
     assert len(tree.history(limit=1)[0].changes) == 5
     assert tree.get_infos_of_keyword(py.id) == infos
     last = tree.last_op_id
-    with pytest.raises(NotFoundError, match=r"specs\[1\]"):
+    with pytest.raises(NotFoundError, match=r"^specs\[1\]\.keyword_ids\[0\]: no keyword has id"):
         tree.batch_create_infos([{"content": "c"}, {"content": "d", "keyword_ids": ["0" * 32]}])
-    with pytest.raises(InvalidInputError, match="content"):
-        tree.batch_create_infos([{"content": "   "}])
+    refused = {  # each message names the spec and its field
+        r"^specs\[0\]\.content must not be empty": [{"content": "   "}],
+        r"^specs\[1\]\.source must be a string": [{"content": "c"}, {"content": "d", "source": None}],
+        r"^specs\[0\]\.metadata must be a dict": [{"content": "c", "metadata": [1]}],
+        r"^specs\[0\]\.provenance must be one of": [{"content": "c", "provenance": "me"}],
+        r"^specs\[0\]\.keyword_ids must be a list": [{"content": "c", "keyword_ids": py.id}],
+        r"^specs\[0\] has unknown field\(s\) text": [{"text": "c"}],
+        r"^specs\[1\] must be a dict": [{"content": "c"}, "d"],
+    }
+    for message, specs in refused.items():
+        with pytest.raises(InvalidInputError, match=message):
+            tree.batch_create_infos(specs)
     assert tree.last_op_id == last
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from kwtree import (
@@ -236,6 +238,13 @@ def test_batch_create_keywords_is_one_operation_with_parent_refs(tree):
     assert tree.batch_create_keywords([]) == []
 
 
+def test_batch_ids_are_distinct_uuid4s(tree):
+    created = tree.batch_create_keywords([{"name": f"k{i}"} for i in range(2000)])
+    ids = [uuid.UUID(k.id) for k in created]
+    assert all(u.version == 4 and u.variant == uuid.RFC_4122 for u in ids)
+    assert [u.hex for u in ids] == [k.id for k in created] and len(set(ids)) == 2000
+
+
 def test_batch_create_is_all_or_nothing(tree):
     last = tree.last_op_id
     bad_specs = [
@@ -248,6 +257,9 @@ def test_batch_create_is_all_or_nothing(tree):
         [{"aliases": ["x"]}],
         ["not a dict"],
         [{"name": "A", "parent_id": "0" * 32}],
+        [{"name": "A", "description": None}],  # (the empty description skips the check; nothing else does)
+        [{"name": "A", "description": 0}],
+        [{"name": "A", "description": "bad \ud800 text"}],
     ]
     for specs in bad_specs:
         with pytest.raises((InvalidInputError, NotFoundError)) as info:

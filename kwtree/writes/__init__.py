@@ -17,12 +17,16 @@ from kwtree.validate import clean_id
 __all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]
 
 
+#: Byte maps that set a random byte's top bits: the UUID version (4) and the RFC 4122 variant.
+_VERSION_4 = bytes((b & 0x0F) | 0x40 for b in range(256))
+_VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))
+
+
 def new_ids(count: int) -> list[str]:
     """``count`` random UUID4 ids as 32 lowercase hex digits (one read of the OS's randomness)."""
     raw = bytearray(os.urandom(16 * count))
-    for base in range(0, 16 * count, 16):
-        raw[base + 6] = (raw[base + 6] & 0x0F) | 0x40  # version 4
-        raw[base + 8] = (raw[base + 8] & 0x3F) | 0x80  # RFC 4122 variant
+    raw[6::16] = raw[6::16].translate(_VERSION_4)  # every id's byte 6 at once, in C
+    raw[8::16] = raw[8::16].translate(_VARIANT)
     hexed = raw.hex()
     return [hexed[i : i + 32] for i in range(0, 32 * count, 32)]
 

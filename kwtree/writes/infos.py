@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from kwtree.engine.state import State
-from kwtree.errors import InvalidInputError, NotFoundError, VersionConflictError
+from kwtree.errors import InvalidInputError, KwtreeError, NotFoundError, VersionConflictError
 from kwtree.models import Change, Info, Keyword, Link, Relation, RelationType
 from kwtree.validate import (
     check_patch,
@@ -68,14 +68,16 @@ def _new_info_changes(
     stamp: Stamp,
     iid: str,
     spec: Mapping[str, object],
-    where: str,
     agent_links: Sequence[tuple[str, RelationType]] = (),
 ) -> list[Change]:
-    content = clean_text(spec.get("content"), f"{where}content", allow_empty=False)
-    source = clean_text(spec.get("source", ""), f"{where}source", allow_empty=True)
-    metadata = clean_metadata(spec.get("metadata"))
-    provenance = clean_provenance(spec.get("provenance", API_PROVENANCE), f"{where}provenance")
-    keywords = _keywords(state, spec.get("keyword_ids"), f"{where}keyword_ids")
+    get = spec.get
+    content = clean_text(get("content"), "content", allow_empty=False)
+    source = get("source", "")
+    if type(source) is not str or source:  # ("" is the common case and needs no check)
+        source = clean_text(source, "source", allow_empty=True)
+    metadata = clean_metadata(get("metadata"))
+    provenance = clean_provenance(get("provenance", API_PROVENANCE))
+    keywords = _keywords(state, get("keyword_ids"), "keyword_ids")
     ts, op = stamp.timestamp, stamp.op_id
     changes = [Change(Info(iid, content, source, metadata, 1, ts, ts, False, op, provenance), None)]
     for keyword in keywords:
@@ -106,7 +108,7 @@ def create_info(
     spec = {"content": content, "source": source, "keyword_ids": keyword_ids, "metadata": metadata,
             "provenance": provenance}
     (iid,) = new_ids(1)
-    return _new_info_changes(state, stamp, iid, spec, "", agent_links)
+    return _new_info_changes(state, stamp, iid, spec, agent_links)
 
 
 def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change]:
@@ -115,15 +117,18 @@ def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change
     ids = new_ids(len(specs))
     changes: list[Change] = []
     for index, spec in enumerate(specs):
-        where = f"specs[{index}]"
-        if not isinstance(spec, Mapping):
-            raise InvalidInputError(f"{where} must be a dict, got {type(spec).__name__}")
-        unknown = sorted(str(key) for key in spec if key not in _INFO_SPEC_FIELDS)
-        if unknown:
-            raise InvalidInputError(
-                f"{where} has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_INFO_SPEC_FIELDS))}"
-            )
-        changes.extend(_new_info_changes(state, stamp, ids[index], spec, f"{where}."))
+        if type(spec) is not dict and not isinstance(spec, Mapping):
+            raise InvalidInputError(f"specs[{index}] must be a dict, got {type(spec).__name__}")
+        if not _INFO_SPEC_FIELDS.issuperset(spec):
+            unknown = sorted(str(key) for key in spec if key not in _INFO_SPEC_FIELDS)
+            raise InvalidInputError(f"specs[{index}] has unknown field(s) {', '.join(unknown)}; "
+                                    f"allowed: {', '.join(sorted(_INFO_SPEC_FIELDS))}")
+        try:
+            changes.extend(_new_info_changes(state, stamp, ids[index], spec))
+        except KwtreeError as exc:
+            # Every message starts with the field it names: say which spec's (built only on this rare path).
+            exc.args = (f"specs[{index}].{exc.args[0]}", *exc.args[1:])
+            raise
     return changes
 
 

@@ -323,8 +323,9 @@ def _batch_keyword(
     if "name" not in spec:
         raise InvalidInputError("has no 'name'")
     name, key = clean_name_key(spec["name"])
-    parent_ref = spec.get("parent_ref")
-    pid = spec.get("parent_id")
+    get = spec.get
+    parent_ref = get("parent_ref")
+    pid = get("parent_id")
     if parent_ref is not None:
         if pid is not None:
             raise InvalidInputError("gives both parent_id and parent_ref; give one")
@@ -343,10 +344,12 @@ def _batch_keyword(
     if parent_ref is None and key in names:
         _check_unique_sibling(state, parent, key)
     planned[sibling] = kid
-    aliases = spec.get("aliases")
-    description = spec.get("description", "")
-    metadata = spec.get("metadata")
-    ref = spec.get("ref")
+    aliases = get("aliases")
+    description = get("description", "")
+    if type(description) is not str or description:  # ("" is the common case and needs no check)
+        description = clean_text(description, "description", allow_empty=True)
+    metadata = get("metadata")
+    ref = get("ref")
     if ref is not None:
         if type(ref) is not str or not ref:
             raise InvalidInputError(f"ref must be a non-empty string, got {shown(ref)}")
@@ -357,7 +360,7 @@ def _batch_keyword(
         name,
         () if aliases is None else clean_aliases(aliases, key),
         parent.id,
-        clean_text(description, "description", allow_empty=True),
+        description,
         EMPTY_METADATA if metadata is None else check_user_metadata(clean_metadata(metadata)),
         1,
         ts,
