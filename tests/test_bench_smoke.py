@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import bench_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -43,11 +44,7 @@ def test_core_benchmarks_run_on_tiny_sizes(tmp_path):
 
 
 def test_bulk_benchmark_runs_on_tiny_sizes(tmp_path):
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bulk
-    finally:
-        sys.path.remove(str(BENCH))
+    bulk = bench_module("bulk")
     results = bulk.run(size=200, rounds=2, work=tmp_path)
     raw = results["raw_rows_per_s"]
     assert [len(raw[f"keywords_{who}"]) for who in ("kwtree", "sqlite", "floor")] == [6, 6, 6]
