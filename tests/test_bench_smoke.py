@@ -110,16 +110,8 @@ def test_compaction_benchmark_runs_on_a_tiny_log(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def _bench_module(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(BENCH))
-
-
 def test_export_benchmark_runs_on_tiny_trees(tmp_path):
-    export = _bench_module("export")
+    export = bench_module("export")
     result = export.run(20, 200, tmp_path, runs=2)
     assert result["same_counts"] and [size["infos"] for size in result["sizes"]] == [20, 200]
     for size in result["sizes"]:
@@ -131,7 +123,7 @@ def test_export_benchmark_runs_on_tiny_trees(tmp_path):
 
 
 def test_snapshot_benchmark_runs_on_tiny_logs(tmp_path):
-    snapshot = _bench_module("snapshot")
+    snapshot = bench_module("snapshot")
     work = tmp_path / "work"
     work.mkdir()
     result = snapshot.run(2, 2, cache=tmp_path / "cache", work=work)
@@ -145,7 +137,7 @@ def test_snapshot_benchmark_runs_on_tiny_logs(tmp_path):
 
 
 def test_fulltext_benchmark_runs_on_a_tiny_corpus(tmp_path):
-    fulltext = _bench_module("fulltext")
+    fulltext = bench_module("fulltext")
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
     docs = [" ".join(words[(n + i) % 6] for i in range(n % 4 + 1)) for n in range(60)]
     result = fulltext.run(docs, [("alpha", "beta"), ("gamma", "omega")], 2, tmp_path)
@@ -158,7 +150,7 @@ def test_fulltext_benchmark_runs_on_a_tiny_corpus(tmp_path):
 
 
 def test_retrieval_benchmark_runs_on_tiny_corpora(tmp_path):
-    retrieval = _bench_module("retrieval")
+    retrieval = bench_module("retrieval")
     if not retrieval.CORPUS.exists():
         pytest.skip(f"{retrieval.CORPUS} not found")
     result = retrieval.run(600, 60, tmp_path, sizes=(300, 600))
@@ -174,7 +166,7 @@ def test_retrieval_benchmark_runs_on_tiny_corpora(tmp_path):
 
 
 def test_locomo_benchmark_times_recall_and_its_baselines(tmp_path):
-    locomo = _bench_module("locomo")
+    locomo = bench_module("locomo")
     if not locomo.DATA.exists():
         pytest.skip(f"{locomo.DATA} not found")
     result = locomo.run("hash", work=tmp_path, conversations=1)
