@@ -54,6 +54,16 @@ def test_bulk_benchmark_runs_on_tiny_sizes(tmp_path):
     assert list(tmp_path.iterdir()) == []  # its scratch data is removed
 
 
+def test_checkpoint_benchmark_runs_on_a_tiny_tree(monkeypatch):
+    bench_checkpoint = bench_module("checkpoint")
+    from kwtree.engine import checkpoint
+
+    monkeypatch.setattr(checkpoint, "MIN_LOG_BYTES", 1)  # (this tree's log is far below it)
+    results = bench_checkpoint.run(keywords=300, infos=300, runs=1)
+    assert [len(results["raw"][how]) for how in ("checkpoint", "replay")] == [1, 1]  # (it asserts which open read what)
+    assert results["covered"] > 0 and results["checkpoint_bytes"] > 0 and results["ratio_rss"] > 0
+
+
 TINY_WORDNET = """\
 id\tparent\tdepth\tname\tpath\tlemmas\tgloss\tn_hypernyms
 1\t\t0\tfood\tfood\tfood; nutrient\tany substance that can be eaten\t1

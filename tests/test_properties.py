@@ -64,6 +64,7 @@ from kwtree import (
     UndoConflictError,
     VersionConflictError,
 )
+from kwtree.engine import checkpoint
 from kwtree.normalize import normalize_name
 from kwtree.testing import (
     ACTIONS,
@@ -825,6 +826,20 @@ class KwtreeMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         """§4.1: a fresh tree on the directory answers every read the same way."""
+        self.check_reopen()
+
+    @rule()
+    def checkpoint_then_reopen(self) -> None:
+        """§4.1 with a state checkpoint: written now, a fresh open starts from it (and later
+        opens from it and the operations written after it; a cut copy of the log, a view,
+        a compaction or an undo must not be misled by it)."""
+        saved = checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION
+        checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION = 1, 0.0
+        try:
+            with self.t._engine.exclusive():
+                self.t._engine.save_checkpoint()
+        finally:
+            checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION = saved
         self.check_reopen()
 
     def check_as_of(self, op_id: str) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import random
 import threading
 import time
@@ -38,6 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from kwtree.engine import checkpoint
 from kwtree.engine.events import (
     GENESIS,
     NOTE_RECHAIN,
@@ -72,6 +74,8 @@ from kwtree.stores.modes import apply_file_mode
 from kwtree.stores.segments import SegmentStore
 
 __all__ = ["CommitListener", "Decide", "Engine", "LogCut", "LogSize", "LogStoreFactory"]
+
+log = logging.getLogger("kwtree.engine.replay")
 
 T = TypeVar("T")
 #: How many times a write to a store without a cross-writer lock (``UnlockedAppends``) may
@@ -160,6 +164,7 @@ class Engine:
         self._store: LogStore
         self._unlocked: UnlockedAppends | None = None  # the store, when it refuses a stale append itself
         self._position: Position | None = None  # just after the last operation applied (the store's)
+        self._checkpointed = 0  # the log bytes the state checkpoint this engine read or wrote covers
         #: The digest of the last operation in the log as followed (a chained store: what the
         #: next append names as ``prev``); GENESIS before the first.
         self._head = GENESIS
@@ -188,7 +193,7 @@ class Engine:
                 if file_mode is not None and file_mode != manifest.file_mode:
                     with store.locked():
                         manifest = apply_file_mode(directory, Manifest.load(directory), file_mode)
-            state, position, head = replay_store(store, self._bound, self.state_lock)
+            state, position, head = self._replay(store)
             self._check_view_exists(state)
         except BaseException:
             if store is not None:
@@ -201,6 +206,47 @@ class Engine:
         self._unlocked = store if isinstance(store, UnlockedAppends) else None
         self._observe_clock()
         self._closed = False
+
+    def _replay(self, store: LogStore) -> tuple[State, Position | None, str | None]:
+        """The state of ``store``'s log: from the directory's state checkpoint and the
+        operations after it when the checkpoint is current (``kwtree.engine.checkpoint``),
+        else by replaying the whole log (up to the view's bound)."""
+        self._checkpointed = 0
+        loaded = None
+        if self._bound is None and isinstance(store, SegmentStore):
+            loaded = checkpoint.load(self._dir, store)
+        if loaded is None:
+            return replay_store(store, self._bound, self.state_lock)
+        try:
+            state, position, head = replay_store(store, None, self.state_lock, (loaded.state, loaded.position))
+        except StorageError as exc:  # (its position is gone: the log changed under the check)
+            log.info("replaying the log of %s from its start: %s", self._dir, exc)
+            return replay_store(store, None, self.state_lock)
+        self._checkpointed = loaded.covered
+        return state, position, loaded.head if head is None else head
+
+    def save_checkpoint(self) -> int | None:
+        """Write the state checkpoint if it is due (``checkpoint.is_due``; a closing engine
+        calls this), under the writer lock if no one holds it, and only while the log is the
+        one the state was read from; returns the log bytes it covers, None when none was
+        written. A failure to write it is logged, never raised (it is a cache). Under
+        ``exclusive()`` or at close (no write in flight)."""
+        store, position = self._store, self._position
+        if not self._writable or self._bound is not None or position is None or not isinstance(store, SegmentStore):
+            return None
+        try:
+            if not checkpoint.is_due(checkpoint.log_bytes(self._dir, store, position), self._checkpointed):
+                return None
+            with self.state_lock:
+                state, head = self.state, (self._head if store.chained else None)
+                covered = store.if_current(position, lambda: checkpoint.save(
+                    self._dir, store, state, position, head, self._file_mode))
+        except (OSError, StorageError) as exc:
+            log.warning("could not write the state checkpoint of %s: %s", self._dir, exc)
+            return None
+        if covered is not None:
+            self._checkpointed = covered
+        return covered
 
     def _check_view_exists(self, state: State) -> None:
         bound = self._bound
@@ -220,7 +266,10 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
-            self._store.close()
+            try:
+                self.save_checkpoint()
+            finally:
+                self._store.close()
 
     def release(self) -> None:
         """Let go of the log store (after a failed open of the owner, or before a restore
@@ -654,6 +703,8 @@ class Engine:
         Afterwards the engine follows the new log and its state is the replayed one; other
         processes replay the new log at their next look.
         """
+        checkpoint.discard(self._dir)  # (it describes the old log: what a forget erases must not stay in it)
+        self._checkpointed = 0
         rebuilt = State()
         sizes = [0, 0, 0]  # bytes, rows, operations
 

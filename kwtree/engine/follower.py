@@ -121,14 +121,18 @@ def newer_versions(store: LogStore, position: Position | None,
     return {entity_id: entity for entity_id, (_, entity) in found.items()}
 
 
-def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock) -> Followed:
+def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Lock,
+                 start: tuple[State, Position] | None = None) -> Followed:
     """A new State from the whole log in ``store`` (up to ``bound``), as ``follow`` from the
-    start gives it, with the garbage collector paused meanwhile: replay allocates millions of
-    objects that never form cycles."""
+    start gives it, or from ``start`` (a state and the position it stands at: a checkpoint),
+    with the garbage collector paused meanwhile: replay allocates millions of objects that
+    never form cycles."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return follow(store, None, State(), bound, state_lock)
+        if start is None:
+            return follow(store, None, State(), bound, state_lock)
+        return follow(store, start[1], start[0], bound, state_lock)
     finally:
         if collecting:
             gc.enable()

@@ -27,6 +27,7 @@ import shutil
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -43,6 +44,8 @@ from kwtree.stores.manifest import Manifest
 __all__ = ["SegmentStore", "check_tail", "completes_an_operation", "row_after_damage", "whole_operations_end"]
 
 log = logging.getLogger("kwtree.engine.replay")
+
+T = TypeVar("T")
 
 _ROW_START = b'{"op":"'
 
@@ -332,6 +335,26 @@ class SegmentStore:
     # Not part of the LogStore protocol: a snapshot archives segment files, undo looks an
     # operation up in the segment its id sorts into, and metrics count segments. Another store
     # gives these its own way (or the engine says it cannot).
+
+    def generation(self) -> str:
+        """The generation of the log this store reads now, as its positions name it."""
+        return str(self._cursor.generation)
+
+    def if_current(self, at: Position, action: Callable[[], T]) -> T | None:
+        """``action()`` under the writer lock, taken without waiting, when ``at`` is a position
+        in the log as it is now (not replaced since); None, nothing done, when another process
+        holds the lock or the log was replaced. For a cache that must never describe a
+        replaced log (a forget erased texts from it). Only for a writable store."""
+        lock = self._lock
+        if lock is None or not lock.try_acquire():
+            return None
+        try:
+            events = self._cursor
+            if events.rewritten() or at.generation != str(events.generation):
+                return None
+            return action()
+        finally:
+            lock.release()
 
     def segment_names(self) -> list[str]:
         """The names of the current log's segments (each its first op id), oldest first."""
