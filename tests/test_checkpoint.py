@@ -17,6 +17,8 @@ from helpers import copy_tree_dir
 from kwtree import CorruptLogError, KeywordTree
 from kwtree.engine import checkpoint
 from kwtree.engine.state import State
+from kwtree.ops.repair import repair_directory
+from kwtree.ops.verify import verify_directory
 from kwtree.testing import assert_replay_equivalent
 
 CKPT = Path("cache") / checkpoint.CHECKPOINT_NAME
@@ -223,3 +225,38 @@ def test_a_writer_of_the_old_log_that_never_read_the_new_one_writes_no_checkpoin
     assert stale._engine.save_checkpoint() is None  # its state is of the old log
     stale.close()
     assert (tree_dir / CKPT).read_bytes() == current
+
+
+def _verdict(directory: Path) -> list[tuple[str, str]]:
+    return [(f.severity, f.message) for f in verify_directory(directory).findings if f.code == "state-checkpoint"]
+
+
+def test_verify_says_what_the_checkpoint_is_and_repair_deletes_a_false_one(tree_dir):
+    with KeywordTree(tree_dir, worker=False) as tree:
+        fill(tree)
+    (severity, message), = _verdict(tree_dir)
+    assert severity == "info" and message.startswith("current: it covers")
+    with KeywordTree(tree_dir, worker=False) as tree:
+        tree.create_keyword("after it")  # (a few bytes: not rewritten at close)
+    assert _verdict(tree_dir)[0][1].startswith("current")  # and the operation after it is replayed onto it
+    # A file that passes every check but holds another state: only a comparison finds it.
+    _rewrite(tree_dir, lambda d: _with_payload(d, d[d.index(b"\n", 24) + 1:].replace(b"leaf 7", b"LEAF 7", 1)))
+    (severity, message), = _verdict(tree_dir)
+    assert severity == "error" and "keywords" in message
+    repaired = repair_directory(tree_dir)
+    assert any(f.code == "removed-cache" and f.file == str(CKPT) for f in repaired.findings)
+    assert not (tree_dir / CKPT).exists() and _verdict(tree_dir) == []
+
+
+@pytest.mark.parametrize("damage", ["stale", "damaged"])
+def test_verify_reports_a_stale_or_damaged_checkpoint_without_an_error(tree_dir, damage):
+    with KeywordTree(tree_dir, worker=False) as tree:
+        fill(tree)
+    if damage == "stale":
+        _rewrite(tree_dir, lambda d: d.replace(b'"generation":"', b'"generation":"9', 1))
+    else:
+        _rewrite(tree_dir, lambda d: d[:-10])
+    (severity, message), = _verdict(tree_dir)
+    expected = ("info", "not current") if damage == "stale" else ("warning", "damaged")
+    assert (severity, message.split(" (")[0]) == expected
+    assert not any(f.severity == "error" for f in verify_directory(tree_dir).findings)

@@ -55,7 +55,8 @@ from kwtree.stores.files import make_dir, write_atomically
 from kwtree.stores.logstore import Position
 from kwtree.stores.segments import SegmentStore
 
-__all__ = ["CHECKPOINT_NAME", "MIN_LOG_BYTES", "REFRESH_FRACTION", "Loaded", "discard", "is_due", "load", "save"]
+__all__ = ["CHECKPOINT_NAME", "MIN_LOG_BYTES", "REFRESH_FRACTION", "Loaded", "Unusable", "discard", "examine", "is_due",
+           "load", "save"]
 
 log = logging.getLogger("kwtree.engine.replay")
 
@@ -244,15 +245,18 @@ def save(directory: Path, store: SegmentStore, state: State, position: Position,
     return sum(size for _, size, _ in segments)
 
 
-def discard(directory: Path) -> None:
+def discard(directory: Path) -> bool:
     """Delete the checkpoint (and any a killed writer left half written): the log it describes
-    is about to be replaced."""
+    is about to be replaced or mended. Whether there was one."""
     cache = directory / CACHE_DIR
-    with contextlib.suppress(FileNotFoundError):
-        (cache / CHECKPOINT_NAME).unlink()
     with contextlib.suppress(OSError):
         for leftover in cache.glob(f".{CHECKPOINT_NAME}.*.tmp"):
             leftover.unlink(missing_ok=True)
+    try:
+        (cache / CHECKPOINT_NAME).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -285,26 +289,43 @@ class _Stale(Exception):
 def load(directory: Path, store: SegmentStore) -> Loaded | None:
     """The directory's checkpoint when it is whole and current for ``store``'s log (module
     docstring); None, said in the log, when it is absent, stale or damaged."""
+    found = examine(directory, store)
+    if isinstance(found, Unusable):
+        path = directory / CACHE_DIR / CHECKPOINT_NAME
+        if found.damaged:
+            log.warning("the state checkpoint %s is damaged (%s); ignoring it and replaying the log", path, found.why)
+        else:
+            log.info("the state checkpoint %s is not current (%s); replaying the log", path, found.why)
+        return None
+    return found
+
+
+class Unusable(NamedTuple):
+    """Why a checkpoint cannot be used: ``damaged`` (its own bytes), or else stale."""
+
+    why: str
+    damaged: bool
+
+
+def examine(directory: Path, store: SegmentStore) -> Loaded | Unusable | None:
+    """The directory's checkpoint loaded when it is whole and current for ``store``'s log;
+    else why not; None when there is none."""
     path = directory / CACHE_DIR / CHECKPOINT_NAME
     try:
         file = open(path, "rb")  # noqa: SIM115 -- closed below, whatever happens
     except FileNotFoundError:
         return None
     except OSError as exc:
-        log.warning("could not read the state checkpoint %s (%s); replaying the log", path, exc)
-        return None
+        return Unusable(f"it cannot be read: {exc}", True)
     try:
         with file:
             return _loaded(directory, store, file)
     except _Stale as exc:
-        log.info("the state checkpoint %s is not current (%s); replaying the log", path, exc)
+        return Unusable(str(exc), False)
     except FileNotFoundError as exc:
-        log.info("the state checkpoint %s is not current (the log changed as it was checked: %s); "
-                 "replaying the log", path, exc)
+        return Unusable(f"the log changed as it was checked: {exc}", False)
     except Exception as exc:  # noqa: BLE001 -- damage of any kind: the log decides
-        log.warning("the state checkpoint %s is damaged (%s: %s); ignoring it and replaying the log",
-                    path, type(exc).__name__, exc)
-    return None
+        return Unusable(f"{type(exc).__name__}: {exc}", True)
 
 
 def _loaded(directory: Path, store: SegmentStore, file: BinaryIO) -> Loaded:

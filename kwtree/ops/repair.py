@@ -30,6 +30,7 @@ from pathlib import Path
 
 import orjson
 
+from kwtree.engine import checkpoint
 from kwtree.engine.events import (
     CRC_KEY,
     GENESIS,
@@ -228,6 +229,9 @@ def _remove_caches(directory: Path, exam: _Examination, done: _Findings) -> None
             remove_cache_dir(cache.directory)
             done.add("info", "removed-cache", str(cache.directory.relative_to(directory)), None,
                      "deleted the cache; the tree rebuilds it from the log when it opens")
+    if checkpoint.discard(directory):
+        done.add("info", "removed-cache", f"{CACHE_DIR}/{checkpoint.CHECKPOINT_NAME}", None,
+                 "deleted the state checkpoint; the next writable close writes one of the mended log")
 
 
 def _quarantine_spans(directory: Path, segment: Segment, done: _Findings) -> bytes:

@@ -55,6 +55,7 @@ from kwtree.errors import (
 from kwtree.models import ROOT_ID
 from kwtree.ops.erasure import find_unfinished
 from kwtree.ops.verify_chain import Chain, check_chain
+from kwtree.ops.verify_checkpoint import check_checkpoint
 from kwtree.ops.verify_fulltext import check_fulltext
 from kwtree.ops.verify_log import LOCKED_READ_TIMEOUT, REREADS, Replaced, read_log
 from kwtree.ops.verify_segments import (
@@ -694,6 +695,8 @@ def _examine_once(directory: Path, head: str | None) -> _Examination:
     _check_caches(exam)
     if state is not None and not any(f.severity == "error" for f in exam.findings.items):
         check_fulltext(exam.directory, state, exam.findings)  # against a log read without damage
+        if elsewhere is None:
+            check_checkpoint(exam.directory, state, exam.findings)
     check_vectors(exam.directory, exam.findings)  # against their own rows: the log is not needed
     _note_quarantine(exam)
     return exam

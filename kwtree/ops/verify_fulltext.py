@@ -35,11 +35,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Protocol
 
 from kwtree.caches.texts import search_text
 from kwtree.engine.state import State
 from kwtree.normalize import terms
+from kwtree.ops.verify_segments import Findings
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.fulltext import KINDS, FullTextIndex, checksum_problems, is_panic
 
@@ -50,10 +50,6 @@ SAMPLE = 64
 #: Terms of each kind whose document counts are compared (all of them in smaller trees).
 TERMS = 20_000
 _FULLTEXT = "fulltext"
-
-
-class _Findings(Protocol):
-    def add(self, severity: str, code: str, file: str | None, line: int | None, message: str) -> None: ...
 
 
 def _texts(state: State, kind: str) -> dict[str, str]:
@@ -99,7 +95,7 @@ def _problems(index: FullTextIndex, state: State) -> list[str]:
     return problems
 
 
-def _compare(index: FullTextIndex, where: Path, state: State, findings: _Findings) -> list[str]:
+def _compare(index: FullTextIndex, where: Path, state: State, findings: Findings) -> list[str]:
     if index.available and (index.watermark != state.last_op_id
                             or index.ops not in (None, state.op_count)):
         return []  # it lags (the next open catches it up) or is ahead (a cache-watermark error)
@@ -121,7 +117,7 @@ def _compare(index: FullTextIndex, where: Path, state: State, findings: _Finding
     return problems
 
 
-def check_fulltext(directory: Path, state: State, findings: _Findings) -> None:
+def check_fulltext(directory: Path, state: State, findings: Findings) -> None:
     """Compare the full-text index under ``directory`` with ``state`` (the log's replay) and
     add a ``fulltext-mismatch`` error to ``findings`` if they disagree (or tantivy cannot
     open it). Nothing to compare when there is no index or it does not reflect the log's

@@ -20,8 +20,8 @@ whose meta.json is unreadable or of a format this version does not read is left 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
+from kwtree.ops.verify_segments import Findings
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.vector_erase import vector_directories
 from kwtree.stores.vector_files import META_FILE, VECTORS_FILE, read_json
@@ -43,10 +43,6 @@ _MENDED = {VECTORS_FILE: ("erased-vectors", "the next writer embeds their texts 
            INDEX_META_FILE: ("removed-cache", "the next search builds it again from the rows")}
 
 
-class _Findings(Protocol):
-    def add(self, severity: str, code: str, file: str | None, line: int | None, message: str) -> None: ...
-
-
 def _stores(directory: Path) -> list[tuple[Path, str, int]]:
     """(store directory, model, dim) of every store under ``directory`` whose meta.json this
     version reads."""
@@ -59,7 +55,7 @@ def _stores(directory: Path) -> list[tuple[Path, str, int]]:
     return found
 
 
-def check_vectors(directory: Path, findings: _Findings) -> None:
+def check_vectors(directory: Path, findings: Findings) -> None:
     """Add a ``vector-cache-mismatch`` error to ``findings`` for each part of a vector store
     under ``directory`` that does not match what it was derived from. Never writes."""
     for store_dir, model, dim in _stores(directory):
@@ -74,7 +70,7 @@ def check_vectors(directory: Path, findings: _Findings) -> None:
                          f"the vector cache does not match what it was derived from: {problem}; {_EFFECTS[name]}")
 
 
-def mend_vectors(directory: Path, done: _Findings) -> None:
+def mend_vectors(directory: Path, done: Findings) -> None:
     """Mend every vector store under ``directory`` (``VectorStore.mend``) and add what was
     done to ``done``: ``removed-cache`` for a deleted graph, ``erased-vectors`` for erased
     rows. Raises LockTimeoutError (a store's appenders' lock), StorageError."""
