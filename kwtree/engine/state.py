@@ -58,6 +58,7 @@ class State:
         "rel_in",
         "rel_out",
         "relations",
+        "solo_links",
     )
 
     def __init__(self) -> None:
@@ -71,8 +72,11 @@ class State:
         self.children: dict[str, list[str]] = {}
         #: keyword id -> {info id: live link}, in link order
         self.infos_by_keyword: dict[str, dict[str, Link]] = {}
-        #: info id -> keyword ids it has a live link to
-        self.keywords_by_info: dict[str, tuple[str, ...]] = {}  # tuples: a one-link info's costs one object
+        #: info id -> keyword ids it has a live link to. An info linked to one keyword holds
+        #: that keyword's one tuple in ``solo_links`` (most infos: 48 bytes less each)
+        self.keywords_by_info: dict[str, tuple[str, ...]] = {}
+        #: keyword id -> the tuple of just that id, shared by the infos linked to it alone
+        self.solo_links: dict[str, tuple[str]] = {}
         self.rel_out: dict[str, dict[tuple[str, str], Relation]] = {}
         self.rel_in: dict[str, dict[tuple[str, str], Relation]] = {}
         self.op_count = 0
@@ -94,6 +98,7 @@ class State:
         copy.children = {key: list(ids) for key, ids in self.children.items()}
         copy.infos_by_keyword = {key: dict(links) for key, links in self.infos_by_keyword.items()}
         copy.keywords_by_info = dict(self.keywords_by_info)  # (tuples: shared)
+        copy.solo_links = dict(self.solo_links)
         copy.rel_out = {key: dict(rels) for key, rels in self.rel_out.items()}
         copy.rel_in = {key: dict(rels) for key, rels in self.rel_in.items()}
         copy.op_count = self.op_count
@@ -328,17 +333,30 @@ class State:
                 if not by_keyword:
                     del self.infos_by_keyword[link.keyword_id]
                 by_info = tuple(kid for kid in self.keywords_by_info[link.info_id] if kid != link.keyword_id)
-                if by_info:
+                if len(by_info) > 1:
                     self.keywords_by_info[link.info_id] = by_info
+                elif by_info:
+                    self.keywords_by_info[link.info_id] = self._solo(by_info[0])
                 else:
                     del self.keywords_by_info[link.info_id]
         elif by_keyword is None:
             self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
-            self.keywords_by_info[link.info_id] = (*self.keywords_by_info.get(link.info_id, ()), link.keyword_id)
+            self._add_keyword_of(link.info_id, link.keyword_id)
         else:
             by_keyword[link.info_id] = link
             if not indexed:
-                self.keywords_by_info[link.info_id] = (*self.keywords_by_info.get(link.info_id, ()), link.keyword_id)
+                self._add_keyword_of(link.info_id, link.keyword_id)
+
+    def _add_keyword_of(self, info_id: str, keyword_id: str) -> None:
+        held = self.keywords_by_info.get(info_id)
+        self.keywords_by_info[info_id] = self._solo(keyword_id) if held is None else (*held, keyword_id)
+
+    def _solo(self, keyword_id: str) -> tuple[str]:
+        """The one ``(keyword_id,)`` tuple every info linked to that keyword alone holds."""
+        solo = self.solo_links.get(keyword_id)
+        if solo is None:
+            solo = self.solo_links[keyword_id] = (keyword_id,)
+        return solo
 
     def put_relation(self, rel: Relation) -> None:
         key = (rel.from_id, rel.to_id, rel.type)
