@@ -39,3 +39,16 @@ def test_a_link_holds_its_info_and_keyword_objects_own_id_and_time(tree_dir: Pat
     stored = state.infos[info.id]
     assert link.info_id is stored.id and link.keyword_id is state.keywords[topic.id].id
     assert link.created_at is stored.created_at and link.op_id is stored.op_id
+
+
+def test_the_entities_of_one_batch_hold_one_time_object(tree_dir: Path) -> None:
+    with KeywordTree(tree_dir, durability="none", worker=False) as tree:
+        made = tree.batch_create_keywords([{"name": f"k{i}"} for i in range(3)])
+        infos = tree.batch_create_infos([{"content": f"text {i}", "keyword_ids": [made[0].id]} for i in range(3)])
+
+    state = Engine(tree_dir, writable=False).state
+    keywords = [state.keywords[k.id] for k in made]
+    stored = [state.infos[i.id] for i in infos]
+    assert [k.created_at for k in keywords] == [k.created_at for k in made]  # (values as written)
+    assert keywords[0].created_at is keywords[1].created_at is keywords[2].created_at is keywords[2].updated_at
+    assert stored[0].created_at is stored[1].created_at is stored[2].created_at is stored[2].updated_at

@@ -58,6 +58,7 @@ class State:
         "rel_in",
         "rel_out",
         "relations",
+        "shared_time",
         "solo_links",
     )
 
@@ -82,6 +83,9 @@ class State:
         self.op_count = 0
         self.last_op_id: str | None = None
         self.last_timestamp = 0.0
+        #: the created_at of the keyword or info stored last: the next one that has the same time
+        #: (the rows of one operation do) holds this float object, not an equal one of its own
+        self.shared_time = 0.0
         #: ids of keywords written since a consumer (the agent's text index) last took the
         #: list; None until a consumer asks for it, so replay pays nothing for it
         self.keyword_journal: list[str] | None = None
@@ -104,6 +108,7 @@ class State:
         copy.op_count = self.op_count
         copy.last_op_id = self.last_op_id
         copy.last_timestamp = self.last_timestamp
+        copy.shared_time = self.shared_time
         return copy
 
     # --- queries the reducer and the commands share ---------------------------------------
@@ -160,6 +165,7 @@ class State:
     # --- keyword reducer -------------------------------------------------------------------
 
     def put_keyword(self, k: Keyword) -> None:
+        self._share_time(k)
         keywords = self.keywords
         kid = k.id
         journal = self.keyword_journal
@@ -302,7 +308,19 @@ class State:
 
     # --- info, link and relation reducers --------------------------------------------------
 
+    def _share_time(self, entity: Keyword | Info) -> None:
+        """Let ``entity`` hold the float of the entity stored before it when their times are
+        equal (32 bytes less per row of a batch)."""
+        created, shared = entity.created_at, self.shared_time
+        if created != shared:
+            self.shared_time = created
+        elif created is not shared:
+            if entity.updated_at == shared:
+                entity.updated_at = shared
+            entity.created_at = shared
+
     def put_info(self, info: Info) -> None:
+        self._share_time(info)
         old = self.infos.get(info.id)
         if old is not None:
             info.version = old.version + 1
