@@ -165,7 +165,13 @@ class State:
     # --- keyword reducer -------------------------------------------------------------------
 
     def put_keyword(self, k: Keyword) -> None:
-        self._share_time(k)
+        shared = self.shared_time  # (as put_info: inline, this runs for every keyword row)
+        if k.created_at == shared:
+            if k.updated_at == shared:
+                k.updated_at = shared
+            k.created_at = shared
+        else:
+            self.shared_time = k.created_at
         keywords = self.keywords
         kid = k.id
         journal = self.keyword_journal
@@ -308,19 +314,16 @@ class State:
 
     # --- info, link and relation reducers --------------------------------------------------
 
-    def _share_time(self, entity: Keyword | Info) -> None:
-        """Let ``entity`` hold the float of the entity stored before it when their times are
-        equal (32 bytes less per row of a batch)."""
-        created, shared = entity.created_at, self.shared_time
-        if created != shared:
-            self.shared_time = created
-        elif created is not shared:
-            if entity.updated_at == shared:
-                entity.updated_at = shared
-            entity.created_at = shared
-
     def put_info(self, info: Info) -> None:
-        self._share_time(info)
+        # An info written at the time of the entity stored before it (the rows of one
+        # operation) holds that one's float: 32 bytes less per row of a batch.
+        shared = self.shared_time
+        if info.created_at == shared:
+            if info.updated_at == shared:
+                info.updated_at = shared
+            info.created_at = shared
+        else:
+            self.shared_time = info.created_at
         old = self.infos.get(info.id)
         if old is not None:
             info.version = old.version + 1
@@ -357,17 +360,18 @@ class State:
                     self.keywords_by_info[link.info_id] = self._solo(by_info[0])
                 else:
                     del self.keywords_by_info[link.info_id]
-        elif by_keyword is None:
-            self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
-            self._add_keyword_of(link.info_id, link.keyword_id)
         else:
-            by_keyword[link.info_id] = link
+            if by_keyword is None:
+                self.infos_by_keyword[link.keyword_id] = {link.info_id: link}
+            else:
+                by_keyword[link.info_id] = link
             if not indexed:
-                self._add_keyword_of(link.info_id, link.keyword_id)
-
-    def _add_keyword_of(self, info_id: str, keyword_id: str) -> None:
-        held = self.keywords_by_info.get(info_id)
-        self.keywords_by_info[info_id] = self._solo(keyword_id) if held is None else (*held, keyword_id)
+                held = self.keywords_by_info.get(link.info_id)
+                if held is None:  # (inline: this runs for every link row)
+                    held = self.solo_links.get(link.keyword_id) or self._solo(link.keyword_id)
+                else:
+                    held = (*held, link.keyword_id)
+                self.keywords_by_info[link.info_id] = held
 
     def _solo(self, keyword_id: str) -> tuple[str]:
         """The one ``(keyword_id,)`` tuple every info linked to that keyword alone holds."""
