@@ -135,10 +135,11 @@ def _snapshot(state: State) -> dict[str, Any]:
         "names": state.names,
         "children": state.children,
         "keywords_by_info": state.keywords_by_info,
+        "solo_links": state.solo_links,  # (the tuples keywords_by_info shares: pickle keeps them shared)
         "infos_by_keyword": {kid: list(infos) for kid, infos in state.infos_by_keyword.items()},
         "rel_out": {kid: list(rels) for kid, rels in state.rel_out.items()},
         "rel_in": {kid: list(rels) for kid, rels in state.rel_in.items()},
-        "counters": (state.op_count, state.last_op_id, state.last_timestamp),
+        "counters": (state.op_count, state.last_op_id, state.last_timestamp, state.shared_time),
     }
 
 
@@ -164,7 +165,7 @@ def _state_of(snapshot: dict[str, Any]) -> State:
     state.links = dict(zip(zip(link_columns[0], link_columns[1], strict=True), links, strict=True))
     state.relations = dict(zip(zip(*rel_columns[:3], strict=True), rels, strict=True))
     state.names, state.children = snapshot["names"], snapshot["children"]
-    state.keywords_by_info = snapshot["keywords_by_info"]
+    state.keywords_by_info, state.solo_links = snapshot["keywords_by_info"], snapshot["solo_links"]
     by_link, by_relation = state.links, state.relations
     state.infos_by_keyword = {kid: {iid: by_link[iid, kid] for iid in iids}
                               for kid, iids in snapshot["infos_by_keyword"].items()}
@@ -172,7 +173,8 @@ def _state_of(snapshot: dict[str, Any]) -> State:
                      for kid, keys in snapshot["rel_out"].items()}
     state.rel_in = {kid: {(frm, kind): by_relation[frm, kid, kind] for frm, kind in keys}
                     for kid, keys in snapshot["rel_in"].items()}
-    state.op_count, state.last_op_id, state.last_timestamp = snapshot["counters"]
+    state.op_count, state.last_op_id, state.last_timestamp, shared_time = snapshot["counters"]
+    state.shared_time = times.get(shared_time, shared_time)
     return state
 
 

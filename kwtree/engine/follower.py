@@ -12,6 +12,7 @@ bytes is found by the replay itself (``kwtree.engine.replay.check_checksum``, to
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import threading
@@ -126,7 +127,9 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
     """A new State from the whole log in ``store`` (up to ``bound``), as ``follow`` from the
     start gives it, or from ``start`` (a state and the position it stands at: a checkpoint),
     with the garbage collector paused meanwhile: replay allocates millions of objects that
-    never form cycles."""
+    never form cycles. Afterwards the memory used only on the way (the rows as read, the
+    indexes' outgrown tables, a checkpoint's columns) goes back to the system
+    (``_release_freed``)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -136,6 +139,28 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
     finally:
         if collecting:
             gc.enable()
+        _release_freed()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def _release_freed() -> None:
+    """Give the C heap's free pages back to the system. Replay frees what it used on the way
+    (each dict it grows leaves its outgrown tables behind, between the ones that stay), and
+    glibc keeps such free pages in the middle of its heap resident: measured at 50,000 infos,
+    about 310 bytes per info, a quarter of the open tree's memory (docs/scaling.md). The call
+    takes about 1 ms there; it changes nothing but the process's resident size."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _replay_store_sorted(store: LogStore, bound: Bound | None) -> Followed:
