@@ -81,9 +81,10 @@ UNLOCKED_TRIES = 8
 #: (seconds) times 2, 4, ... 32 (doubling with each refusal) before it reads and decides
 #: again: the log takes one append at a time, so a loser that raced again at once would
 #: mostly lose again, each loss costing an append refused and a read on a machine those
-#: writers share. bench/postgres.py, 4 writers, interleaved rounds on the 2-core VM: 0.5 ms
-#: made about 900 writes/s, 2 ms 1,550, 4 ms 1,840 (and a longer p99: a loser waits longer
-#: while a winner keeps appending on the state it just wrote); 0.1 ms and none, fewer.
+#: writers share. bench/postgres.py, 4 writers, interleaved rounds on the 2-core VM busy with
+#: other work: 0.5 ms made about 900 writes/s, 2 ms 1,550, 4 ms 1,840 (and a longer p99: a
+#: loser waits longer while a winner keeps appending on the state it just wrote); 0.1 ms and
+#: none, fewer. With the VM quiet, 2 ms against 0.5: 2,100 writes/s against 1,800.
 UNLOCKED_BACKOFF = 0.002
 #: A decider: the changes one operation makes, decided against the current state.
 Decide = Callable[[State, Stamp], list[Change]]
