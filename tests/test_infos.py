@@ -97,6 +97,8 @@ def test_batch_create_infos_is_one_operation(tree, two):
         r"^specs\[0\]\.metadata must be a dict": [{"content": "c", "metadata": [1]}],
         r"^specs\[0\]\.provenance must be one of": [{"content": "c", "provenance": "me"}],
         r"^specs\[0\]\.keyword_ids must be a list": [{"content": "c", "keyword_ids": py.id}],
+        r"^specs\[0\]\.keyword_ids\[1\] must be a non-empty id string": [{"content": "c", "keyword_ids": [py.id, 5]}],
+        r"^specs\[1\]\.content must not be empty": [{"content": "c"}, {"content": "\u2003\t"}],
         r"^specs\[0\] has unknown field\(s\) text": [{"text": "c"}],
         r"^specs\[1\] must be a dict": [{"content": "c"}, "d"],
     }

@@ -54,11 +54,16 @@ def retire_relation(rel: Relation, op_id: str) -> Change:
 def _keywords(state: State, keyword_ids: object, field: str) -> list[Keyword]:
     if keyword_ids is None:
         return []
-    if isinstance(keyword_ids, (str, bytes)) or not isinstance(keyword_ids, Sequence):
+    if type(keyword_ids) is not list and (isinstance(keyword_ids, (str, bytes)) or
+                                           not isinstance(keyword_ids, Sequence)):
         raise InvalidInputError(f"{field} must be a list of keyword ids, got {type(keyword_ids).__name__}")
     found: dict[str, Keyword] = {}
     for index, kid in enumerate(keyword_ids):
-        keyword = require_keyword(state, kid, f"{field}[{index}]")
+        try:
+            keyword = require_keyword(state, kid, field)
+        except KwtreeError as exc:  # (the index is named only on this rare path)
+            exc.args = (f"{field}[{index}]{exc.args[0][len(field):]}", *exc.args[1:])
+            raise
         found.setdefault(keyword.id, keyword)
     return list(found.values())
 
@@ -83,7 +88,7 @@ def _new_info_changes(
     for keyword in keywords:
         link = Link(iid, keyword.id, RelationType.PRIMARY, stamp.actor, ts, False, 1, op)
         changes.append(Change(link, None))
-    linked = {keyword.id for keyword in keywords}
+    linked = {keyword.id for keyword in keywords} if agent_links else set()
     for keyword_id, relation in agent_links:
         # The agent chose these on an earlier look at the state; one deleted since is skipped.
         if keyword_id not in linked and state.live_keyword(keyword_id) is not None:
