@@ -200,3 +200,48 @@ def test_verify_on_a_read_only_file_system_warns_that_it_could_not_open_the_inde
         report = verify_directory(home / "m")
         assert report.ok, report.to_text()
         assert [finding.code for finding in report.findings] == ["fulltext-unchecked"]
+
+
+def test_two_writers_creating_the_index_at_once_do_not_remove_each_other_s(tree_dir: Path, monkeypatch) -> None:
+    """Two writers that open a directory without an index create it at the same moment. One
+    used to delete the other's half-made index (its meta.json's temporary file included), and
+    the other failed with StorageError (seen as a flaky two-process commit_session test)."""
+    import os
+    import threading
+
+    KeywordTree(tree_dir).close()
+    shutil.rmtree(tree_dir / "cache" / "fulltext", ignore_errors=True)
+    first, second = KeywordTree(tree_dir), KeywordTree(tree_dir)
+    inside, second_done, errors = threading.Event(), threading.Event(), []
+    replace = os.replace
+
+    def slow_replace(source, target, *args, **kwargs):  # the first creator stops before its meta.json's rename
+        if threading.current_thread().name == "first" and str(target).endswith("meta.json") and not inside.is_set():
+            inside.set()
+            second_done.wait(1)  # (the second now waits for the first's lock: 1 s, then on)
+        return replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", slow_replace)
+
+    def open_index(tree: KeywordTree, after: threading.Event | None) -> None:
+        try:
+            if after is not None:
+                after.wait(5)
+            tree._caches.fulltext.indexed_text_hits("x", "info", 5, 10)
+        except Exception as exc:  # noqa: BLE001 -- collected and asserted on below
+            errors.append(exc)
+        finally:
+            if after is not None:
+                second_done.set()
+
+    threads = [threading.Thread(target=open_index, args=(first, None), name="first"),
+               threading.Thread(target=open_index, args=(second, inside), name="second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    first.close()
+    second.close()
+    assert inside.is_set()  # the race was run: the first creator stood between its files
+    assert errors == []
+    assert not any(f.severity == "error" for f in verify_directory(tree_dir).findings)

@@ -157,7 +157,14 @@ class FullTextProjection:
 
     @property
     def _fulltext(self) -> FullTextIndex:
-        with self._open_lock:
+        index = self._index
+        if index is not None:
+            return index
+        # A writer's open may create the shared index (and delete a broken one first): under the
+        # index's lock, as every write of its files, or two processes opening a directory at
+        # once delete each other's half-made index. (The index's lock, then the open lock.)
+        creating = self._lock.held() if self._writes and not self._private else contextlib.nullcontext()
+        with creating, self._open_lock:
             if self._index is None:
                 self._index = FullTextIndex(None if self._private else self._cache / "fulltext",
                                             writable=self._writes, file_mode=self._file_mode)
@@ -462,8 +469,9 @@ class FullTextProjection:
         first and no id is returned."""
         if self._writes:
             ops = self._read(lambda state: state.op_count)
+            index = self._fulltext  # (opened before the state lock: opening may take the index's lock)
             with self._state_lock:
-                known = (self._expected_ops == ops and self._fulltext.watermark is not None
+                known = (self._expected_ops == ops and index.watermark is not None
                          and len(self._pending) <= most_unindexed)
                 unindexed = frozenset(eid for (what, eid) in self._pending if what == kind) if known else None
             if unindexed is not None:
