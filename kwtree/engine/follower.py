@@ -12,7 +12,6 @@ bytes is found by the replay itself (``kwtree.engine.replay.check_checksum``, to
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import threading
@@ -30,6 +29,7 @@ from kwtree.engine.replay import (
 from kwtree.engine.state import State
 from kwtree.errors import ClosedError, KwtreeError
 from kwtree.models import Info, Keyword
+from kwtree.stores.heap import release_freed
 from kwtree.stores.logstore import LogStore, Position
 
 __all__ = ["FOLLOW_POLL", "BackgroundFollower", "Followed", "follow", "newer_versions", "replay_store"]
@@ -129,7 +129,7 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
     with the garbage collector paused meanwhile: replay allocates millions of objects that
     never form cycles. Afterwards the memory used only on the way (the rows as read, the
     indexes' outgrown tables, a checkpoint's columns) goes back to the system
-    (``_release_freed``)."""
+    (``kwtree.stores.heap.release_freed``)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -139,28 +139,9 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
     finally:
         if collecting:
             gc.enable()
-        _release_freed()
+        release_freed()
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
-
-
-def _release_freed() -> None:
-    """Give the C heap's free pages back to the system. Replay frees what it used on the way
-    (each dict it grows leaves its outgrown tables behind, between the ones that stay), and
-    glibc keeps such free pages in the middle of its heap resident: measured at 50,000 infos,
-    about 310 bytes per info, a quarter of the open tree's memory (docs/scaling.md). The call
-    takes about 1 ms there; it changes nothing but the process's resident size."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _replay_store_sorted(store: LogStore, bound: Bound | None) -> Followed:

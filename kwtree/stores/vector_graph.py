@@ -26,6 +26,7 @@ from typing import Any
 import hnswlib
 import orjson
 
+from kwtree.stores.heap import release_freed
 from kwtree.stores.vector_files import file_crc, file_size
 
 __all__ = [
@@ -112,6 +113,7 @@ def load_graph(directory: Path, dim: int, rows: int, stored_rows: int) -> tuple[
         return None, f"hnswlib could not load it ({exc})"
     if index.element_count != rows:
         return None, f"hnsw.bin holds {index.element_count} rows, not {rows}"
+    release_freed()  # (what the store's load of its keys freed: ~22 MB at 100,000 rows)
     return index, None
 
 
