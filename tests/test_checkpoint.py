@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
+import shutil
 import zlib
 from pathlib import Path
 
@@ -260,3 +262,63 @@ def test_verify_reports_a_stale_or_damaged_checkpoint_without_an_error(tree_dir,
     expected = ("info", "not current") if damage == "stale" else ("warning", "damaged")
     assert (severity, message.split(" (")[0]) == expected
     assert not any(f.severity == "error" for f in verify_directory(tree_dir).findings)
+
+
+def _replace_segments(directory: Path, source: Path) -> None:
+    """What a git checkout does to a tree's log: the segment files rewritten in place."""
+    for segment in (directory / "log").glob("*.jsonl"):
+        segment.unlink()
+    for segment in (source / "log").glob("*.jsonl"):
+        shutil.copy(segment, directory / "log" / segment.name)
+
+
+def test_a_writer_whose_log_was_rewritten_in_place_under_it_writes_no_checkpoint(tree_dir, tmp_path):
+    # Found by review: the close took the CRCs of the files as they were then, with the state
+    # of the files it had read; every later open trusted that pairing.
+    with KeywordTree(tree_dir, worker=False) as tree:
+        base = tree.create_keyword("base")
+    other = copy_tree_dir(tree_dir, tmp_path / "other")
+    with KeywordTree(other, worker=False) as theirs:
+        theirs.create_info("theirs AAAA", keyword_ids=[base.id])  # the same length as ours
+    writer = KeywordTree(tree_dir, worker=False)
+    writer.create_info("secret BBBB", keyword_ids=[base.id])
+    _replace_segments(tree_dir, other)
+    writer._engine._checkpointed = 0  # (due)
+    assert writer._engine.save_checkpoint() is None
+    writer.close()
+    with opened(tree_dir) as tree:
+        assert sorted(i.content for i in tree._engine.state.infos.values()) == ["theirs AAAA"]
+
+
+def test_the_head_an_open_from_a_checkpoint_writes_after_is_the_log_s_own(tree_dir):
+    # Found by review: the head came from the file's header, which no checksum covered; one
+    # changed digit broke the log's hash chain at the next write. It is read from the log now.
+    with KeywordTree(tree_dir, worker=False) as tree:
+        fill(tree)
+        head = tree._engine.head
+    forged = b'"head":"' + b"0" * 64 + b'"'
+    _rewrite(tree_dir, lambda d: re.sub(rb'"head":"[0-9a-f]{64}"', forged, d, count=1) if b'"head":"' in d
+             else d.replace(b'"layout":', forged + b',"layout":', 1))
+    with KeywordTree(tree_dir, worker=False) as tree:
+        assert tree._engine._checkpointed > 0 and tree._engine.head == head
+        tree.create_keyword("written after it")
+    assert not any(f.severity == "error" for f in verify_directory(tree_dir).findings)
+
+
+def test_a_writable_open_deletes_a_checkpoint_it_cannot_use(tree_dir, tmp_path, monkeypatch):
+    # Found by review: a forget that reached this directory through git left its stale
+    # checkpoint, with the erased text, on disk for as long as no close wrote a new one.
+    with KeywordTree(tree_dir, worker=False) as tree:
+        base = tree.create_keyword("base")
+        secret = tree.create_info("my secret is quokka", keyword_ids=[base.id]).id
+    other = copy_tree_dir(tree_dir, tmp_path / "other")
+    with KeywordTree(other, worker=False) as theirs:
+        theirs.forget(secret)
+    _replace_segments(tree_dir, other)
+    monkeypatch.setattr(checkpoint, "MIN_LOG_BYTES", 4 << 20)  # (no close writes a new one)
+    with opened(tree_dir):
+        pass
+    assert b"quokka" in (tree_dir / CKPT).read_bytes()  # a reader writes nothing, not even a deletion
+    with KeywordTree(tree_dir, worker=False):
+        pass
+    assert not (tree_dir / CKPT).exists()

@@ -15,10 +15,16 @@ rebuilt from the log, and trusted only when the log proves it current:
   op-id order make that a full sorted replay, as always).
 
 Otherwise it is ignored, said in the log (``kwtree.engine.replay``, info when stale, warning
-when damaged), and the open replays the whole log. A checkpoint is written when a writable
+when damaged), deleted by a writable open (a stale one may hold a text a forget that reached
+the directory through git erased), and the open replays the whole log. The digest of the last
+operation before its position (a chained log's head, which the next write names) is read from
+the log, never from the file. A checkpoint is written when a writable
 tree closes if the log reached ``MIN_LOG_BYTES`` and grew by ``REFRESH_FRACTION`` since the
 checkpoint it opened from (or it had none), under the writer lock taken without waiting and
-only while the log is still the one the state was read from: a log a compaction or a forget
+only while the log is still the one the state was read from (the same ``log/`` directory, and
+before the position the bytes whose last operation has the head the state reflects: files
+rewritten in place under an open tree, by a git checkout, are not described) and has a hash
+chain (format 3; older logs get none): a log a compaction or a forget
 replaced (``Engine.replace_log`` deletes the checkpoint first) is never described again by a
 process that read the old one, so an erased text does not come back through this file.
 
@@ -47,10 +53,11 @@ from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
+from kwtree.engine.events import GENESIS, last_operation, op_digest
 from kwtree.engine.state import State
 from kwtree.models import EMPTY_METADATA, Info, Keyword, Link, Relation, RelationType
 from kwtree.stores.directory import CACHE_DIR
-from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX
+from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, seals_start
 from kwtree.stores.files import make_dir, write_atomically
 from kwtree.stores.logstore import Position
 from kwtree.stores.segments import SegmentStore
@@ -68,7 +75,7 @@ MIN_LOG_BYTES = 4 << 20
 REFRESH_FRACTION = 0.25
 _MAGIC = b"kwtree state checkpoint\n"
 _CHUNK = 1 << 20
-_FORMAT = 1
+_FORMAT = 2  # (2: no head in the header; it is read from the log)
 _ENTITIES = (Keyword, Info, Link, Relation)
 
 
@@ -83,11 +90,12 @@ _LAYOUT = zlib.crc32(repr([(cls.__name__, _fields(cls)) for cls in _ENTITIES] + 
 
 class Loaded(NamedTuple):
     """A checkpoint found current: its state, its position in the log, the digest of the
-    last operation it holds (None for a log without a chain) and the log bytes it covers."""
+    last operation before that position (read from the log, never from the file) and the log
+    bytes it covers."""
 
     state: State
     position: Position
-    head: str | None
+    head: str
     covered: int
 
 
@@ -182,20 +190,33 @@ def _segment_path(directory: Path, name: str) -> Path:
     return directory / LOG_DIR / f"{name}{SEGMENT_SUFFIX}"
 
 
-def _covered_segments(directory: Path, store: SegmentStore, position: Position) -> list[tuple[str, int, int]]:
-    """(name, bytes, CRC-32) of each segment up to ``position``'s: whole files before it, and
-    the position's segment up to the position. FileNotFoundError if one is gone."""
+class _Covered(NamedTuple):
+    """What the log holds before a position: (name, bytes, CRC-32) of each segment up to the
+    position's (whole files before it, its own up to the position), and the digest of the
+    last operation there (GENESIS for none): a chained log's head, which commits to every
+    operation before it."""
+
+    segments: list[tuple[str, int, int]]
+    head: str
+
+
+def _covered(directory: Path, store: SegmentStore, position: Position) -> _Covered:
+    """The log before ``position`` as it is on disk now. FileNotFoundError if a segment is gone."""
     segment, offset = _key(position)
     names = store.segment_names()
     if segment not in names:
         raise FileNotFoundError(f"no segment {segment} in the log")
-    covered = []
+    segments, last = [], b""
     for name in names[: names.index(segment) + 1]:
         data = _segment_path(directory, name).read_bytes()
         if name == segment:
             data = data[:offset]
-        covered.append((name, len(data), zlib.crc32(data)))
-    return covered
+        segments.append((name, len(data), zlib.crc32(data)))
+        operations = data.split(b"\0", 1)[0]  # (a segment's operations: before padding and seals)
+        operations = operations[: seals_start(operations)]
+        if operations:
+            last = operations
+    return _Covered(segments, op_digest(last_operation(last)) if last else GENESIS)
 
 
 def _key(position: Position) -> tuple[str, int]:
@@ -221,19 +242,29 @@ def is_due(log_size: int, covered: int) -> bool:
     return log_size >= MIN_LOG_BYTES and log_size >= covered * (1 + REFRESH_FRACTION)
 
 
-def save(directory: Path, store: SegmentStore, state: State, position: Position, head: str | None,
-         file_mode: int) -> int:
-    """Write the checkpoint of ``state``, which stands at ``position`` of ``store``'s current log
-    (the caller holds the writer lock and knows the log was not replaced); returns the bytes
-    of the log it covers. OSError when the file cannot be written."""
-    segments = _covered_segments(directory, store, position)
+def save(directory: Path, store: SegmentStore, state: State, position: Position, head: str,
+         file_mode: int) -> int | None:
+    """Write the checkpoint of ``state``, which stands at ``position`` of ``store``'s current
+    log and reflects the operations up to the one whose digest is ``head`` (the caller holds
+    the writer lock and knows the log was not replaced); returns the bytes of the log it
+    covers. None, nothing written, for a log without a hash chain (format 1 and 2), or when
+    the log's bytes before the position are no longer those the state was read from (a file
+    rewritten in place under an open tree: a git checkout): their last operation's digest, which
+    commits to every operation before it, is not ``head``. OSError when it cannot be written."""
+    if not store.chained:
+        return None
+    segments, found = _covered(directory, store, position)
+    if found != head:
+        log.info("not writing the state checkpoint of %s: the log before the state's position changed "
+                 "since it was read", directory)
+        return None
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=5)
     pickler.dispatch_table = _reducers()
     pickler.dump(_snapshot(state))
     payload = buffer.getbuffer()
     header = {"format": _FORMAT, "layout": _LAYOUT, "generation": position.generation,
-              "position": list(position.key), "head": head, "segments": segments,
+              "position": list(position.key), "segments": segments,
               "payload_bytes": len(payload), "payload_crc": zlib.crc32(payload)}
     cache = directory / CACHE_DIR
     make_dir(cache, file_mode, exist_ok=True)
@@ -288,9 +319,11 @@ class _Stale(Exception):
     """The checkpoint is whole but describes another log (or another kwtree)."""
 
 
-def load(directory: Path, store: SegmentStore) -> Loaded | None:
+def load(directory: Path, store: SegmentStore, *, writable: bool) -> Loaded | None:
     """The directory's checkpoint when it is whole and current for ``store``'s log (module
-    docstring); None, said in the log, when it is absent, stale or damaged."""
+    docstring); None, said in the log, when it is absent, stale or damaged. A ``writable``
+    tree deletes one it cannot use: a stale one may hold texts a forget that reached this
+    directory through git erased from the log."""
     found = examine(directory, store)
     if isinstance(found, Unusable):
         path = directory / CACHE_DIR / CHECKPOINT_NAME
@@ -298,6 +331,9 @@ def load(directory: Path, store: SegmentStore) -> Loaded | None:
             log.warning("the state checkpoint %s is damaged (%s); ignoring it and replaying the log", path, found.why)
         else:
             log.info("the state checkpoint %s is not current (%s); replaying the log", path, found.why)
+        if writable:
+            with contextlib.suppress(OSError):
+                discard(directory)
         return None
     return found
 
@@ -345,8 +381,11 @@ def _loaded(directory: Path, store: SegmentStore, file: BinaryIO) -> Loaded:
     position = Position(header["generation"], (segment, offset, line))
     if store.generation() != position.generation:
         raise _Stale("the log was replaced since it was written")
+    if not store.chained:
+        raise _Stale("the log has no hash chain (format 1 or 2)")
     recorded = [tuple(entry) for entry in header["segments"]]
-    if recorded != _covered_segments(directory, store, position):
+    covered = _covered(directory, store, position)
+    if recorded != covered.segments:
         raise _Stale("the log's bytes before its position differ from those it was written from")
     collecting = gc.isenabled()
     gc.disable()  # (millions of objects, no cycles among them)
@@ -356,4 +395,4 @@ def _loaded(directory: Path, store: SegmentStore, file: BinaryIO) -> Loaded:
     finally:
         if collecting:
             gc.enable()
-    return Loaded(state, position, header["head"], sum(size for _, size, _ in recorded))
+    return Loaded(state, position, covered.head, sum(size for _, size, _ in recorded))

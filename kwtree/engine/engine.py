@@ -219,7 +219,7 @@ class Engine:
         self._checkpointed = 0
         loaded = None
         if self._bound is None and isinstance(store, SegmentStore):
-            loaded = checkpoint.load(self._dir, store)
+            loaded = checkpoint.load(self._dir, store, writable=self._writable)
         if loaded is None:
             return replay_store(store, self._bound, self.state_lock)
         try:
@@ -243,11 +243,11 @@ class Engine:
             if not checkpoint.is_due(checkpoint.log_bytes(self._dir, store, position), self._checkpointed):
                 return None
             with self.state_lock:
-                state, head = self.state, (self._head if store.chained else None)
+                state, head = self.state, self._head
                 covered = store.if_current(position, lambda: checkpoint.save(
                     self._dir, store, state, position, head, self._file_mode))
-        except (OSError, StorageError) as exc:
-            log.warning("could not write the state checkpoint of %s: %s", self._dir, exc)
+        except Exception as exc:  # noqa: BLE001 -- a cache: whatever fails, the close goes on
+            log.warning("could not write the state checkpoint of %s: %s: %s", self._dir, type(exc).__name__, exc)
             return None
         if covered is not None:
             self._checkpointed = covered

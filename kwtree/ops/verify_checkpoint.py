@@ -69,8 +69,8 @@ def check_checkpoint(directory: Path, state: State, findings: Findings) -> None:
         if isinstance(found, checkpoint.Unusable):
             severity, what = ("warning", "damaged") if found.damaged else ("info", "not current")
             findings.add(severity, "state-checkpoint", _FILE, None,
-                         f"{what} ({found.why}): an open replays the whole log instead, and the next writable "
-                         f"close writes a current one")
+                         f"{what} ({found.why}): an open replays the whole log instead; the next writable open "
+                         f"deletes it")
             return
         if found is None:
             return
