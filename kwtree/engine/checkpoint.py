@@ -212,11 +212,12 @@ def _covered(directory: Path, store: SegmentStore, position: Position) -> _Cover
         if name == segment:
             data = data[:offset]
         segments.append((name, len(data), zlib.crc32(data)))
-        operations = data.split(b"\0", 1)[0]  # (a segment's operations: before padding and seals)
-        operations = operations[: seals_start(operations)]
-        if operations:
-            last = operations
-    return _Covered(segments, op_digest(last_operation(last)) if last else GENESIS)
+        if data:
+            last = data  # (every sealed segment holds operations; only the newest may hold none yet)
+    padding = last.find(b"\0")
+    operations = last if padding < 0 else last[:padding]
+    operations = operations[: seals_start(operations)]
+    return _Covered(segments, op_digest(last_operation(operations)) if operations else GENESIS)
 
 
 def _key(position: Position) -> tuple[str, int]:
