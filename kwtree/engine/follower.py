@@ -142,8 +142,6 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
         release_freed()
 
 
-
-
 def _replay_store_sorted(store: LogStore, bound: Bound | None) -> Followed:
     """A new State from every whole operation in ``store``, applied in op-id order, the
     position at the end of the log, and the digest of the operation with the greatest id

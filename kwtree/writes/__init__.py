@@ -10,11 +10,11 @@ import os
 
 from kwtree.engine.events import Stamp
 from kwtree.engine.state import State
-from kwtree.errors import NotFoundError
+from kwtree.errors import KwtreeError, NotFoundError
 from kwtree.models import Info, Keyword
 from kwtree.validate import clean_id
 
-__all__ = ["Stamp", "new_ids", "require_info", "require_keyword"]
+__all__ = ["Stamp", "name_in_message", "new_ids", "require_info", "require_keyword"]
 
 
 #: Byte maps that set a random byte's top bits: the UUID version (4) and the RFC 4122 variant.
@@ -51,3 +51,13 @@ def require_info(state: State, info_id: object, field: str = "info_id") -> Info:
     if info.deleted:
         raise NotFoundError(f"{field}: info {iid!r} was deleted by operation {info.op_id}")
     return info
+
+
+def name_in_message(exc: KwtreeError, name: str, *, instead_of: str = "") -> None:
+    """Say in ``exc``'s message which item of a batch or list was wrong (the caller raises it
+    again): ``name`` before the message, or in place of its start ``instead_of`` (the field
+    it names). Built only on the failing path, so a batch pays nothing for it."""
+    message = exc.args[0]
+    if instead_of and message.startswith(instead_of):
+        message = message[len(instead_of):]
+    exc.args = (f"{name}{message}", *exc.args[1:])

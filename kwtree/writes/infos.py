@@ -18,7 +18,7 @@ from kwtree.validate import (
     clean_text,
     clean_weight,
 )
-from kwtree.writes import Stamp, new_ids, require_info, require_keyword
+from kwtree.writes import Stamp, name_in_message, new_ids, require_info, require_keyword
 
 __all__ = [
     "API_PROVENANCE",
@@ -61,8 +61,8 @@ def _keywords(state: State, keyword_ids: object, field: str) -> list[Keyword]:
     for index, kid in enumerate(keyword_ids):
         try:
             keyword = require_keyword(state, kid, field)
-        except KwtreeError as exc:  # (the index is named only on this rare path)
-            exc.args = (f"{field}[{index}]{exc.args[0][len(field):]}", *exc.args[1:])
+        except KwtreeError as exc:
+            name_in_message(exc, f"{field}[{index}]", instead_of=field)
             raise
         found.setdefault(keyword.id, keyword)
     return list(found.values())
@@ -131,8 +131,7 @@ def batch_create_infos(state: State, stamp: Stamp, specs: object) -> list[Change
         try:
             changes.extend(_new_info_changes(state, stamp, ids[index], spec))
         except KwtreeError as exc:
-            # Every message starts with the field it names: say which spec's (built only on this rare path).
-            exc.args = (f"specs[{index}].{exc.args[0]}", *exc.args[1:])
+            name_in_message(exc, f"specs[{index}].")  # (every message starts with the field it names)
             raise
     return changes
 

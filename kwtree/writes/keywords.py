@@ -38,7 +38,7 @@ from kwtree.validate import (
     clean_text,
     shown,
 )
-from kwtree.writes import Stamp, new_ids, require_keyword
+from kwtree.writes import Stamp, name_in_message, new_ids, require_keyword
 from kwtree.writes.abstracts import check_user_metadata
 from kwtree.writes.infos import retire_link, retire_relation
 
@@ -295,8 +295,7 @@ def batch_create_keywords(state: State, stamp: Stamp, specs: object) -> list[Cha
         try:
             keyword, ref = _batch_keyword(state, spec, ids[index], ts, op, root, names, by_ref, planned)
         except KwtreeError as exc:
-            # Say which spec was wrong (the message is built only on this rare path).
-            exc.args = (f"specs[{index}]: {exc.args[0]}", *exc.args[1:])
+            name_in_message(exc, f"specs[{index}]: ")
             raise
         if ref is not None:
             by_ref[ref] = keyword
