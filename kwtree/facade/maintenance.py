@@ -1,5 +1,6 @@
 """KeywordTree's maintenance methods: ``compact``, ``snapshot`` and ``restore``, ``verify``
-and ``repair``, ``export`` (``import_json``, which makes a new tree, is KeywordTree's own).
+and ``repair``, ``export`` and ``load_outline`` (``import_json``, which makes a new tree, is
+KeywordTree's own).
 
 They are a base class of KeywordTree, kept here so each module stays readable in one sitting;
 they hold the engine's locks through its public contexts (``exclusive``, ``locked``,
@@ -26,6 +27,7 @@ from kwtree.validate import clean_choice, clean_flag
 if TYPE_CHECKING:
     from kwtree.ops.compaction import CompactionReport
     from kwtree.ops.verify import Report
+    from kwtree.writes.outline import LoadedOutline
 
 __all__ = ["MaintenanceMethods"]
 
@@ -233,3 +235,14 @@ class MaintenanceMethods(ForgetMethods):
         data = self._read(exporting.collect)
         return exporting.write_export(data, path, format, str(self._engine.directory), self.file_mode,
                                       self._progress)
+
+    def load_outline(self, outline: dict[str, Any]) -> LoadedOutline:
+        """Add an outline's keywords (under the root, or under an earlier keyword of it),
+        infos and relations (see ``kwtree.writes.outline``) in ONE operation: an outline wrong
+        anywhere writes nothing, and one ``undo`` takes the whole load back. Returns the new
+        keyword ids by ``ref`` and the counts. InvalidInputError (or DuplicateKeywordError)
+        names the item that is wrong."""
+        from kwtree.writes import outline as outlines
+
+        op = self._commit("load_outline", lambda state, stamp: outlines.load_outline(state, stamp, outline))
+        return outlines.loaded(() if op is None else op.changes, outlines.check_outline(outline))
