@@ -7,8 +7,9 @@
   keywords, against ``executemany`` into an info table and a link table (primary keys, a
   keyword index on the links), both in one transaction;
 - load: ``kwtree load``'s work (``load_outline``: read an outline file of ``size // 10``
-  keywords and ``size`` infos, add them) against reading the same JSON and the SQLite inserts
-  of both kinds (rows counted: keywords + infos + links);
+  keywords, ``size`` infos and ``size // 10`` relations, add them as one operation) against
+  reading the same JSON and the SQLite inserts of every kind (rows counted: keywords + infos +
+  links + relations);
 - floor (keywords only): the least work any kwtree write of those keywords does in Python: the
   same keyword objects, row dicts and JSON bytes, and the same id, children and name indexes,
   with no checks, no log and no operation around them.
@@ -48,6 +49,9 @@ CREATE TABLE info(id TEXT PRIMARY KEY, content TEXT, source TEXT, created REAL, 
 CREATE TABLE link(info TEXT, keyword TEXT, relation TEXT, created REAL, version INTEGER,
                   PRIMARY KEY (info, keyword));
 CREATE INDEX link_keyword ON link(keyword);
+CREATE TABLE relation(source TEXT, target TEXT, type TEXT, weight REAL, created REAL, version INTEGER,
+                      PRIMARY KEY (source, target, type));
+CREATE INDEX relation_target ON relation(target);
 """
 
 
@@ -154,12 +158,15 @@ def _infos_round(size: int, work: Path, tag: str) -> tuple[float, float]:
 
 
 def _outline(size: int, path: Path) -> int:
-    """An outline of ``size // 10`` keywords (two levels) and ``size`` linked infos; its rows."""
+    """An outline of ``size // 10`` keywords (two levels), ``size`` linked infos and a
+    relation from each keyword to the next; its rows."""
     keywords = [{"ref": f"k{i}", "name": f"topic {i}", **({"parent": f"k{i % 10}"} if i >= 10 else {})}
                 for i in range(max(size // 10, 10))]
     infos = [{"content": _text(i), "keywords": [f"k{i % len(keywords)}"]} for i in range(size)]
-    path.write_text(json.dumps({"keywords": keywords, "infos": infos}))
-    return len(keywords) + 2 * len(infos)
+    relations = [{"from": f"k{i}", "to": f"k{(i + 1) % len(keywords)}", "type": "see_also"}
+                 for i in range(len(keywords))]
+    path.write_text(json.dumps({"keywords": keywords, "infos": infos, "relations": relations}))
+    return 2 * len(keywords) + 2 * len(infos)
 
 
 def _load_round(size: int, work: Path, tag: str) -> tuple[float, float, int]:
@@ -181,10 +188,12 @@ def _load_round(size: int, work: Path, tag: str) -> tuple[float, float, int]:
         info_rows = [(_uuid(), item["content"], "", now, 1) for item in data["infos"]]
         link_rows = [(info[0], ids[ref], "primary", now, 1)
                      for info, item in zip(info_rows, data["infos"], strict=True) for ref in item["keywords"]]
+        relation_rows = [(ids[item["from"]], ids[item["to"]], item["type"], 1.0, now, 1) for item in data["relations"]]
         con.execute("BEGIN")
         con.executemany("INSERT INTO keyword VALUES (?,?,?,?,?)", keyword_rows)
         con.executemany("INSERT INTO info VALUES (?,?,?,?,?)", info_rows)
         con.executemany("INSERT INTO link VALUES (?,?,?,?,?)", link_rows)
+        con.executemany("INSERT INTO relation VALUES (?,?,?,?,?,?)", relation_rows)
         con.execute("COMMIT")
 
     sqlite_s = _timed(insert)
@@ -238,7 +247,8 @@ def markdown(results: dict) -> str:
     rows = (
         ("keywords", f"{size:,} keywords, 3 batches (`batch_create_keywords`)", size),
         ("infos", f"{size:,} infos with a link each (`batch_create_infos`; 2 rows per info)", size),
-        ("load", f"`kwtree load` of an outline: {results['load_rows']:,} rows (keywords, infos, links)", size),
+        ("load", f"`kwtree load` of an outline: {results['load_rows']:,} rows (keywords, infos, links, relations)",
+         size),
     )
     for key, label, _ in rows:
         k, s = rates[f"{key}_kwtree"], rates[f"{key}_sqlite"]

@@ -49,7 +49,7 @@ def test_bulk_benchmark_runs_on_tiny_sizes(tmp_path):
     raw = results["raw_rows_per_s"]
     assert [len(raw[f"keywords_{who}"]) for who in ("kwtree", "sqlite", "floor")] == [6, 6, 6]
     assert [len(raw[f"{load}_{who}"]) for load in ("infos", "load") for who in ("kwtree", "sqlite")] == [2] * 4
-    assert results["load_rows"] == 20 + 2 * 200 and all(ratio > 0 for ratio in results["ratios"].values())
+    assert results["load_rows"] == 2 * 20 + 2 * 200 and all(ratio > 0 for ratio in results["ratios"].values())
     assert "### Bulk loads against SQLite" in bulk.markdown(results)
     assert list(tmp_path.iterdir()) == []  # its scratch data is removed
 
