@@ -244,5 +244,6 @@ class MaintenanceMethods(ForgetMethods):
         names the item that is wrong."""
         from kwtree.writes import outline as outlines
 
-        op = self._commit("load_outline", lambda state, stamp: outlines.load_outline(state, stamp, outline))
-        return outlines.loaded(() if op is None else op.changes, outlines.check_outline(outline))
+        sections = outlines.check_outline(outline)
+        op = self._commit("load_outline", lambda state, stamp: outlines.load_outline(state, stamp, sections))
+        return outlines.loaded(() if op is None else op.changes, sections)

@@ -96,10 +96,9 @@ def _renamed(exc: KwtreeError, section: str) -> KwtreeError:
     return exc
 
 
-def load_outline(state: State, stamp: Stamp, outline: object) -> list[Change]:
-    """The keywords, infos (with their links) and relations of ``outline`` (``check_outline``),
-    in that order."""
-    sections = check_outline(outline)
+def load_outline(state: State, stamp: Stamp, sections: Mapping[str, list[Any]]) -> list[Change]:
+    """The keywords, infos (with their links) and relations of an outline that passed
+    ``check_outline``, in that order."""
     try:
         keyword_changes = batch_create_keywords(state, stamp, _keyword_specs(sections.get("keywords", [])))
     except KwtreeError as exc:
