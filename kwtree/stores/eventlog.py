@@ -147,6 +147,7 @@ class EventLog:
         self._hidden = 0  # non-padding bytes found after that NUL (a torn tail: see hidden_bytes)
         self._fd = -1
         self._fd_index = -1
+        self._fd_ino = 0  # the inode of the segment file ``_fd`` has open
         self._path_str: str | None = None
         self._path_index = -1
         # Size of the newest segment as last seen. Only a hint: a stale value costs a sync
@@ -167,10 +168,19 @@ class EventLog:
         self._dir_fd, self._dir_ino = fd, os.fstat(fd).st_ino
 
     def rewritten(self) -> bool:
-        """True when ``log/`` is no longer the directory this log was reading: compaction
-        or a restore replaced it, and the caller must ``reattach`` and replay from the start."""
+        """True when the log is no longer the one this log was reading, and the caller must
+        ``reattach`` and replay from the start: ``log/`` was replaced (compaction, a restore),
+        or the segment it holds open was (a git merge, pull or checkout, rsync or a sync tool
+        renamed another file over it: reading or appending on would use a file no one else
+        sees)."""
         try:
-            return os.stat(self.log_dir).st_ino != self._dir_ino
+            if os.stat(self.log_dir).st_ino != self._dir_ino:
+                return True
+            if self._fd < 0:
+                return False
+            if self._fd_index >= len(self._segments):
+                return True  # (the segments were listed again, and fewer)
+            return os.stat(self._segments[self._fd_index] + SEGMENT_SUFFIX, dir_fd=self._dir_fd).st_ino != self._fd_ino
         except FileNotFoundError:
             return True
 
@@ -236,7 +246,7 @@ class EventLog:
             self._close_fd()
             flags = os.O_RDWR if self.writable else os.O_RDONLY
             self._fd = os.open(self._segments[self._index] + SEGMENT_SUFFIX, flags, dir_fd=self._dir_fd)
-            self._fd_index = self._index
+            self._fd_index, self._fd_ino = self._index, os.fstat(self._fd).st_ino
         return self._fd
 
     def _close_fd(self) -> None:
