@@ -103,7 +103,7 @@ class Baseline:
         store = tree._caches.vectors.store
         matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
         row_of: dict[str, int] = {}
-        for row, (entity_id, _) in enumerate(store._keys):  # row order, as vectors.f32
+        for row, (entity_id, _) in enumerate(store._rows.every_key()):  # row order, as vectors.f32
             row_of.setdefault(entity_id, row)
         self.matrices: dict[str, np.ndarray] = {}
         self.con.execute("BEGIN")

@@ -141,7 +141,7 @@ def vector_figures(tree: KeywordTree, queries: list[str], warmup: list[str]) -> 
     store.warm_up()
     hnsw_build_s = time.perf_counter() - started
     matrix = np.fromfile(store.directory / "vectors.f32", dtype=np.float32).reshape(-1, store.dim)
-    ids = [entity_id for entity_id, _ in store._keys]  # row order, as vectors.f32
+    ids = [entity_id for entity_id, _ in store._rows.every_key()]  # row order, as vectors.f32
     for vector in embed_queries(indexes.vectors.embedder, warmup):
         store.search(vector, 10)
     vectors = embed_queries(indexes.vectors.embedder, queries)

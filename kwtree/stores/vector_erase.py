@@ -32,7 +32,7 @@ from kwtree.stores.vector_files import (
     parse_keys,
     read_json,
 )
-from kwtree.stores.vector_graph import remove_graph, rows_digest
+from kwtree.stores.vector_graph import remove_graph
 
 __all__ = ["erase_rows", "erase_vectors", "erased_since", "key_lines", "vector_directories"]
 
@@ -106,18 +106,14 @@ def erase_vectors(directory: Path, entity_ids: set[str], lock_timeout: float = 3
         lock.release()
 
 
-def erased_since(directory: Path, keys_end: int, keys: list[tuple[str, str]],
-                 checks: list[str | None]) -> dict[int, tuple[tuple[str, str], str | None]]:
-    """The rows among ``keys`` (a store's first rows as it read them, with their ``checks``;
-    its keys file's first ``keys_end`` bytes hold them) whose key lines another process
-    erased since (a ``forget``), with the key and check each line holds now; empty when none
-    was. A graph built from the rows as they were holds the erased vectors: it must never be
-    saved. The caller holds the store's lock. Raises OSError."""
+def erased_since(directory: Path, taken: bytes) -> dict[int, bytes]:
+    """The key lines among ``taken`` (the first bytes of the store's keys file, as a store
+    read them: its rows) that another process erased since (a ``forget``), by row, as they
+    are now; empty when none was. A graph built from the rows as they were holds the erased
+    vectors: it must never be saved. The caller holds the store's lock. Raises OSError."""
     with open(directory / KEYS_FILE, "rb") as f:
-        lines = [line for _, line in key_lines(f.read(keys_end))]
-    now, now_checks = parse_keys(lines)
-    rows = min(len(now), len(keys))
-    if rows_digest(now, now_checks, rows) == rows_digest(keys, checks, rows):
+        now = f.read(len(taken))
+    if now == taken:
         return {}
-    return {row: (now[row], now_checks[row]) for row in range(rows)
-            if now[row] != keys[row] or now_checks[row] != checks[row]}
+    return {row: line for row, ((_, line), (_, old)) in enumerate(zip(key_lines(now), key_lines(taken), strict=False))
+            if line != old}

@@ -22,9 +22,9 @@ class Picker:
     graph, so two equal texts could tie differently after a rebuild stored them in another
     order (DESIGN §4 invariant 4); recomputed, equal vectors score exactly alike."""
 
-    def __init__(self, keys: list[tuple[str, str]], k: int, accept: Accept | None,
+    def __init__(self, key: Callable[[int], tuple[str, str]], k: int, accept: Accept | None,
                  matrix: Callable[[], np.ndarray], sound: Callable[[int], bool], query: np.ndarray) -> None:
-        self.keys = keys
+        self.key = key  # a row's (entity id, content hash)
         self.k = k
         self.accept = accept
         self.matrix = matrix
@@ -41,7 +41,7 @@ class Picker:
         taken: set[str] = set()
         matrix: np.ndarray | None = None
         for row, score in zip(rows.tolist(), scores.tolist(), strict=True):
-            entity_id, content_hash = self.keys[row]
+            entity_id, content_hash = self.key(row)
             if entity_id in taken:
                 continue  # a better row of the same entity was already taken
             if not self.sound(row):

@@ -30,6 +30,10 @@ records format 2).
 
 The hnswlib graph is loaded (or built) on the first search of ``exact_below`` rows or more,
 then kept current as rows come; smaller stores, and searches ``among`` given ids, are exact.
+The rows' keys are held as keys.jsonl's bytes, told from torn or garbled lines as they are
+taken, and a row's line is parsed when that row is returned (``kwtree.stores.vector_keys``):
+an open and a first search build no per-row objects; ``has``/``known`` (writers) and
+``among`` parse every line once.
 
 A store opened with ``writable=False`` (what trees that may not write use: ``read_only``,
 ``as_of``) never creates, changes or removes a file, the lock file included: a missing
@@ -45,7 +49,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -78,7 +82,6 @@ from kwtree.stores.vector_files import (
     file_id_and_size,
     file_size,
     file_stamp,
-    parse_keys,
     read_json,
     row_check,
 )
@@ -90,8 +93,8 @@ from kwtree.stores.vector_graph import (
     load_graph,
     new_graph,
     remove_graph,
-    rows_digest,
 )
+from kwtree.stores.vector_keys import KeyRows
 from kwtree.stores.vector_picker import Accept, Picker
 
 __all__ = ["VectorStore", "VectorStoreStats"]
@@ -164,14 +167,11 @@ class VectorStore:
         self._index_meta_path = self.directory / INDEX_META_FILE
         self._mutex = threading.RLock()
         self._closed = False
-        self._keys: list[tuple[str, str]] = []
-        self._checks: list[str | None] = []  # each row's check, as its key line records it
+        self._rows = KeyRows()  # each row's key and check, as its key line records them
         self._row_state = bytearray()  # per row: _UNCHECKED, _SOUND or _DAMAGED
         self._damage_logged = False
         #: The row files' stamps when every row in them was known sound (see checked_stamp).
         self._vouched: tuple[FileStamp, FileStamp] | None = None
-        self._known: set[tuple[str, str]] = set()
-        self._keys_end = 0  # byte offset in keys.jsonl just after the last row taken
         self._matrix: np.ndarray | None = None  # memmap of the rows, rebuilt when they grow
         self._file_ids: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
         self._vec_fd = -1
@@ -258,44 +258,37 @@ class VectorStore:
         keys_id, keys_size = file_id_and_size(self._keys_path)  # keys first: their vectors came before
         vec_id, vec_size = file_id_and_size(self._vectors_path)
         vec_rows = vec_size // self._row_bytes
-        rows = len(self._keys)
+        rows = len(self._rows)
         replaced = (keys_id, vec_id) != self._file_ids
         if replaced:
             self._close_append_fds()  # they may point at unlinked files
             self._file_ids = (keys_id, vec_id)
-        if rows and (replaced or keys_size < self._keys_end or vec_rows < rows):
+        if rows and (replaced or keys_size < self._rows.size or vec_rows < rows):
             log.warning("vector cache %s was replaced or shrank under this process (emptied by "
                         "another one?); reading it again", self.directory)
             self._forget_rows()
             rows = 0
-        if keys_size == self._keys_end or vec_rows == rows:
+        if keys_size == self._rows.size or vec_rows == rows:
             return 0
         with open(self._keys_path, "rb") as f:
-            f.seek(self._keys_end)
-            data = f.read(keys_size - self._keys_end)
-        lines = data.split(b"\n")[:-1]  # the last piece is empty or a torn line
-        lines = lines[: vec_rows - rows]  # a key line counts only with its whole vector
-        if not lines:
-            return 0
-        new, checks = parse_keys(lines)
-        self._keys.extend(new)
-        self._checks.extend(checks)
-        self._row_state.extend(bytes(len(new)))  # _UNCHECKED until a search or a graph needs them
-        self._known.update(new)
-        self._keys_end += sum(len(line) + 1 for line in lines[: len(new)])
-        self._matrix = None
-        return len(new)
+            f.seek(self._rows.size)
+            data = f.read(keys_size - self._rows.size)
+        # Whole lines only (a torn one is left), and a key line counts only with its whole vector.
+        new = self._rows.take(data, vec_rows - rows)
+        if new:
+            self._row_state.extend(bytes(new))  # _UNCHECKED until a search or a graph needs them
+            self._matrix = None
+        return new
 
     def _forget_rows(self) -> None:
-        self._keys, self._known, self._keys_end = [], set(), 0
-        self._checks, self._row_state = [], bytearray()
+        self._rows, self._row_state = KeyRows(), bytearray()
         self._matrix = None
         self._index = None
         self._loaded_rows = self._persisted_rows = 0
 
     def _rows_matrix(self) -> np.ndarray:
         """The rows as an (n, dim) float32 array mapped from vectors.f32 (no private copy)."""
-        rows = len(self._keys)
+        rows = len(self._rows)
         if self._matrix is None or len(self._matrix) != rows:
             if rows == 0:
                 self._matrix = np.empty((0, self.dim), dtype=np.float32)
@@ -308,14 +301,14 @@ class VectorStore:
         a row of a format-1 line has no check and counts as sound)."""
         state = self._row_state[row]
         if state == _UNCHECKED:
-            check = self._checks[row]
+            check = self._rows.check(row)
             sound = check is None or row_check(self._rows_matrix()[row]) == check
             state = self._row_state[row] = _SOUND if sound else _DAMAGED
             if not sound and not self._damage_logged:  # once per store: a garbled file damages many rows
                 self._damage_logged = True
                 log.warning("vector cache %s: the vector of row %d (entity %s) does not match its key line's check; "
                             "such rows are never searched (a writer's repair scan embeds their texts again)",
-                            self.directory, row, self._keys[row][0])
+                            self.directory, row, self._rows.key(row)[0])
         return state == _SOUND
 
     def _damaged_rows(self, start: int, end: int) -> list[int]:
@@ -380,7 +373,7 @@ class VectorStore:
                 chosen: list[int] = []
                 in_batch: set[tuple[str, str]] = set()
                 for i, key in enumerate(checked):
-                    if key not in self._known and key not in in_batch:
+                    if not self._rows.has(key) and key not in in_batch:
                         in_batch.add(key)
                         chosen.append(i)
                 if not chosen:
@@ -406,17 +399,14 @@ class VectorStore:
                         self._trim_torn_tail()
                     raise storage_error(f"could not append to the vector cache {self.directory}",
                                         exc, self.directory) from exc
-                self._keys.extend(new_keys)
-                self._checks.extend(checks)
+                self._rows.take(lines, len(new_keys))
                 self._row_state.extend(bytes([_SOUND]) * len(new_keys))  # checked as they were made
-                self._known.update(new_keys)
-                self._keys_end += len(lines)
                 self._matrix = None
             self._index_tail()
 
     def _trim_torn_tail(self) -> None:
         """Cut bytes beyond the last whole row; the caller holds the lock and has read every row."""
-        for path, end in ((self._keys_path, self._keys_end), (self._vectors_path, len(self._keys) * self._row_bytes)):
+        for path, end in ((self._keys_path, self._rows.size), (self._vectors_path, len(self._rows) * self._row_bytes)):
             size = file_size(path)
             if size > end:
                 log.warning("vector cache %s: dropping a torn tail of %d bytes from %s",
@@ -428,7 +418,7 @@ class VectorStore:
     def _index_tail(self) -> None:
         """Add the rows the in-memory index lacks (no-op when no index is built yet)."""
         index = self._index
-        rows = len(self._keys)
+        rows = len(self._rows)
         if index is None or index.element_count >= rows:
             return
         start = index.element_count
@@ -454,7 +444,7 @@ class VectorStore:
         if self._index is not None:
             self._index_tail()
             return self._index
-        rows = len(self._keys)
+        rows = len(self._rows)
         index = new_graph(self.dim, rows)
         self._index = index
         self._loaded_rows = 0
@@ -470,13 +460,13 @@ class VectorStore:
 
     def _index_meta(self, rows: int) -> dict[str, Any]:
         """hnsw.json of a graph of our first ``rows`` rows (hnsw.bin's size and CRC aside)."""
-        return graph_meta(self.model, self.dim, rows, rows_digest(self._keys, self._checks, rows))
+        return graph_meta(self.model, self.dim, rows, self._rows.digest(rows))
 
     def _plausible_persisted_rows(self) -> int:
         """Rows covered by the persisted index per hnsw.json, if it matches our rows and the
         size of hnsw.bin (the CRC is checked only when loading); else 0."""
         meta = read_json(self._index_meta_path)
-        if meta is None or graph_problem(self.directory, meta, len(self._keys), self._index_meta, crc=False):
+        if meta is None or graph_problem(self.directory, meta, len(self._rows), self._index_meta, crc=False):
             return 0
         return int(meta["rows"])
 
@@ -485,20 +475,20 @@ class VectorStore:
         may, or if there is none."""
         if meta is None and not self._index_path.exists():
             return None
-        return graph_problem(self.directory, meta, len(self._keys), self._index_meta)
+        return graph_problem(self.directory, meta, len(self._rows), self._index_meta)
 
     def _load_index(self) -> hnswlib.Index | None:
         """The persisted index if it was built from a prefix of our rows and is sound, else None."""
         meta = read_json(self._index_meta_path)
         rows = meta.get("rows") if meta else None
-        if isinstance(rows, int) and rows > len(self._keys):
+        if isinstance(rows, int) and rows > len(self._rows):
             self._read_new_rows()  # saved by a process that has seen rows we have not
         index, problem = None, self._saved_graph_problem(meta)
         if meta is None and problem is None:
             return None  # no graph saved
         if problem is None:
             assert meta is not None  # graph_problem names a missing hnsw.json
-            index, problem = load_graph(self.directory, self.dim, meta["rows"], len(self._keys))
+            index, problem = load_graph(self.directory, self.dim, meta["rows"], len(self._rows))
         if index is None:
             log.warning("vector cache %s: not using the persisted index: %s; rebuilding it from "
                         "the vectors", self.directory, problem)
@@ -513,16 +503,18 @@ class VectorStore:
             raise ClosedError(f"the vector store {self.directory} was closed; open a new VectorStore")
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._rows)
 
     def has(self, entity_id: str, content_hash: str) -> bool:
-        """Whether a vector of this entity's text with this content hash is stored."""
-        return (entity_id, content_hash) in self._known
+        """Whether a vector of this entity's text with this content hash is stored. (The first
+        call parses every key line: ``vector_keys``.)"""
+        with self._mutex:
+            return self._rows.has((entity_id, content_hash))
 
     def known(self) -> set[tuple[str, str]]:
         """A copy of every stored (entity_id, content_hash) key."""
         with self._mutex:
-            return set(self._known)
+            return self._rows.known()
 
     def checked_stamp(self) -> tuple[FileStamp, FileStamp] | None:
         """The stamps (``vector_files.file_stamp``) of keys.jsonl and vectors.f32 while they are
@@ -559,8 +551,8 @@ class VectorStore:
 
     def _holds_exactly(self, stamps: tuple[FileStamp, FileStamp]) -> bool:
         keys, vectors = stamps
-        return (keys is not None and vectors is not None and len(self._keys) > 0
-                and keys[2] == self._keys_end and vectors[2] == len(self._keys) * self._row_bytes)
+        return (keys is not None and vectors is not None and len(self._rows) > 0
+                and keys[2] == self._rows.size and vectors[2] == len(self._rows) * self._row_bytes)
 
     def refresh(self) -> int:
         """Take rows other processes appended since the last look; returns how many."""
@@ -575,14 +567,14 @@ class VectorStore:
         A store that may write saves a graph it had to build."""
         with self._mutex:
             self._check_open()
-            if len(self._keys) >= self.exact_below:
+            if len(self._rows) >= self.exact_below:
                 self._ensure_index()
 
     def stats(self) -> VectorStoreStats:
         with self._mutex:
             index = self._index
             return VectorStoreStats(
-                rows=len(self._keys),
+                rows=len(self._rows),
                 indexed_rows=index.element_count if index is not None else 0,
                 loaded_rows=self._loaded_rows if index is not None else 0,
                 capacity=index.max_elements if index is not None else 0,
@@ -599,11 +591,11 @@ class VectorStore:
             # hnsw.json before the rows: a graph saved meanwhile covers only rows already there.
             meta = read_json(self._index_meta_path)
             self._read_new_rows()
-            rows = len(self._keys)
+            rows = len(self._rows)
             problems = []
             damaged = self._damaged_rows(0, rows)
             if damaged:
-                first = f"row {damaged[0]}, entity {self._keys[damaged[0]][0]}"
+                first = f"row {damaged[0]}, entity {self._rows.key(damaged[0])[0]}"
                 problems.append((VECTORS_FILE, f"{len(damaged)} of its {rows} rows hold vectors that do not match "
                                                f"the checks their key lines record (the first: {first})"))
             problem = self._saved_graph_problem(meta) if meta is not None else None  # (no hnsw.json: no graph)
@@ -626,8 +618,8 @@ class VectorStore:
                 with self._locked():
                     self._read_new_rows()
                     if self._stamps() != self._vouched:  # changed by others: every row is read again
-                        self._row_state = bytearray(len(self._keys))
-                    damaged = self._damaged_rows(0, len(self._keys))
+                        self._row_state = bytearray(len(self._rows))
+                    damaged = self._damaged_rows(0, len(self._rows))
                     if damaged:
                         self._erase_rows(damaged)
                         done.append((VECTORS_FILE, f"erased {len(damaged)} rows whose vectors failed their checks"))
@@ -641,22 +633,27 @@ class VectorStore:
                 raise storage_error(f"could not mend the vector cache {self.directory}", exc, self.directory) from exc
             return done
 
-    def _take_rows(self, changed: dict[int, tuple[tuple[str, str], str | None]]) -> None:
-        """Take the (key, check) of rows erased in place (by ``mend``, or a forget elsewhere; the
-        caller holds the lock): their vectors are checked again, the graph built again."""
-        for row, (key, check) in changed.items():
-            self._keys[row], self._checks[row] = key, check
+    def _take_rows(self, rows: Collection[int], lines: Mapping[int, bytes]) -> None:
+        """Take rows erased in place (by ``mend``, or a forget elsewhere; the caller holds the
+        lock): ``rows`` whose vectors changed, and ``lines``, the key lines of some of them as
+        they are now. Their vectors are checked again, the graph built again. A line that no
+        erasure wrote (not a key line as long as the old one) means the file was changed some
+        other way: every row is read again."""
+        if not all(self._rows.replace(row, line) for row, line in lines.items()):
+            log.warning("vector cache %s: a key line changed length or form in place; reading the rows again",
+                        self.directory)
+            self._forget_rows()
+            self._read_new_rows()
+            return
+        for row in rows:
             self._row_state[row] = _UNCHECKED
-        self._known, self._index = set(self._keys), None
+        self._index = None
         self._loaded_rows = self._persisted_rows = 0
 
     def _erase_rows(self, rows: list[int]) -> None:
         """Erase ``rows`` in place (see mend); the caller holds the lock and has read every row."""
-        lines = key_lines(self._keys_path.read_bytes()[: self._keys_end])
-        written = erase_rows(self.directory, {row: lines[row] for row in rows}, self._row_bytes)
-        keys, checks = parse_keys(list(written.values()))
-        self._take_rows({row: (self._keys[row], self._checks[row]) for row in rows}
-                        | dict(zip(written, zip(keys, checks, strict=True), strict=True)))
+        lines = key_lines(self._keys_path.read_bytes()[: self._rows.size])
+        self._take_rows(rows, erase_rows(self.directory, {row: lines[row] for row in rows}, self._row_bytes))
 
     def search(self, query: np.ndarray, k: int, accept: Accept | None = None,
                among: Collection[str] | None = None) -> list[tuple[str, float]]:
@@ -683,14 +680,14 @@ class VectorStore:
         with self._mutex:
             self._check_open()
             # Loading the index may take rows saved by other processes: count rows after it.
-            index = self._ensure_index() if len(self._keys) >= self.exact_below and among is None else None
-            rows = len(self._keys)
+            index = self._ensure_index() if len(self._rows) >= self.exact_below and among is None else None
+            rows = len(self._rows)
             if rows == 0:
                 return []
-            picker = Picker(self._keys, k, accept, self._rows_matrix, self._row_sound, q)
+            picker = Picker(self._rows.key, k, accept, self._rows_matrix, self._row_sound, q)
             if index is None:
                 return picker.exact(q, None if among is None else np.array(
-                    [row for row, (eid, _) in enumerate(self._keys) if eid in among], dtype=np.int64))
+                    [row for row, (eid, _) in enumerate(self._rows.every_key()) if eid in among], dtype=np.int64))
             # 2k: room for a few rejected or repeated rows without a second round.
             fetch, ef = 2 * k, max(self.ef, 2 * k)
             while fetch * 4 <= rows:  # beyond a quarter of the rows, exact is as cheap
@@ -725,9 +722,9 @@ class VectorStore:
                 with self._locked():
                     if self._plausible_persisted_rows() > rows:
                         tmp.unlink()  # another process saved more
-                    elif erased := erased_since(self.directory, self._keys_end, self._keys, self._checks):
+                    elif erased := erased_since(self.directory, self._rows.data):
                         tmp.unlink()  # it holds vectors another process's forget erased
-                        self._take_rows(erased)
+                        self._take_rows(erased, erased)
                         return
                     else:
                         # hnsw.json first: a crash before the new one is written leaves a graph
@@ -753,7 +750,7 @@ class VectorStore:
         ReadOnlyError for a store opened with ``writable=False``."""
         with self._mutex:
             self._check_writable()
-            rows = len(self._keys)
+            rows = len(self._rows)
             if rows < self.exact_below:
                 return False
             saved = self._persisted_rows if self._index is not None else self._plausible_persisted_rows()
@@ -794,4 +791,4 @@ class VectorStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"VectorStore({str(self.directory)!r}, model={self.model!r}, dim={self.dim}, rows={len(self._keys)})"
+        return f"VectorStore({str(self.directory)!r}, model={self.model!r}, dim={self.dim}, rows={len(self._rows)})"
