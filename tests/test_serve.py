@@ -72,7 +72,11 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "kwtree", "serve", str(directory), *extra],
                                      env=_env(runtime), stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
-        self.first = self.proc.stderr.readline()
+        self.first = ""  # what it said up to "serving" (what opening the tree logged comes first)
+        while line := self.proc.stderr.readline():
+            self.first += line
+            if "serving" in line:
+                break
 
     def ready(self) -> Server:
         assert "serving" in self.first, self.first + self.rest()
@@ -318,9 +322,14 @@ def test_an_idle_server_stops_by_itself(tmp_path: Path, runtime: Path) -> None:
     assert not list(runtime.glob("kwtree-*/*.sock"))
 
 
-def test_the_second_command_starts_the_server_the_third_uses(tmp_path: Path, runtime: Path) -> None:
+@pytest.mark.parametrize("idle", [None, "0"])
+def test_the_second_command_starts_the_server_the_third_uses(tmp_path: Path, runtime: Path, idle: str | None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A single read leaves no process behind; a second one within the idle time starts the
-    server, in the background, and the next command is answered by it."""
+    server, in the background, and the next command is answered by it. With no idle limit
+    (``KWTREE_SERVE_IDLE=0``: never stops) the second one ever does (it never did: review)."""
+    if idle is not None:
+        monkeypatch.setenv("KWTREE_SERVE_IDLE", idle)
     directory = tmp_path / "tree"
     _fill(directory)
     first, by_server = probe(runtime, "recall", str(directory), "uv", mode="auto")
@@ -516,6 +525,42 @@ def test_a_server_whose_kwtree_changed_declines_and_stops(served: tuple[Path, Pa
         assert server.wait() == 0
     finally:
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_server_declines_once_a_module_it_has_not_loaded_yet_changed(served: tuple[Path, Path, Server]) -> None:
+    """A module a command imports on first use (the hooks' integration, in review: a server
+    answered a hook with its old code) is as much the server's code as one it loaded."""
+    import kwtree
+
+    directory, runtime, server = served
+    path = Path(kwtree.__file__).parent / "integrations" / "claude_code.py"
+    before = path.stat()
+    try:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        done, by_server = probe(runtime, "recall", str(directory), "uv")
+        assert not by_server and "Uses uv" in done.stdout
+        assert server.wait() == 0
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_what_opening_the_tree_logged_is_shown_by_every_command(tmp_path: Path, runtime: Path) -> None:
+    """A log with a torn tail: each command opening it alone says so on stderr (a logged
+    warning, not a ``warnings`` one). A server that opened it must leave every command to run
+    by itself, as for a warning, not answer without the message (found in review)."""
+    directory = tmp_path / "tree"
+    _fill(directory)
+    segment = sorted((directory / "log").glob("*.jsonl"))[-1]
+    with segment.open("ab") as f:
+        f.write(b'{"op":"torn-partial-write","payl')
+    alone = kwtree(runtime, "recall", str(directory), "uv", mode="off")
+    assert "incomplete operation" in alone.stderr
+    server = Server(directory, runtime, "--idle", "120").ready()
+    try:
+        done, by_server = probe(runtime, "recall", str(directory), "uv")
+        assert not by_server and done.stdout == alone.stdout and "incomplete operation" in done.stderr
+    finally:
+        server.kill()
 
 
 def test_a_command_in_a_removed_working_directory_runs_by_itself(served: tuple[Path, Path, Server],

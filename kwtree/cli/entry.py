@@ -73,6 +73,15 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
     return reply
 
 
+def _idle() -> float:
+    """How long a server waits for a request before it stops (``KWTREE_SERVE_IDLE``; 0: forever)."""
+    try:
+        idle = float(os.environ.get("KWTREE_SERVE_IDLE", "") or rendezvous.DEFAULT_IDLE)
+    except ValueError:
+        return rendezvous.DEFAULT_IDLE
+    return idle if idle > 0 else float("inf")
+
+
 def _within(path: str, seconds: float) -> bool:
     """Whether the file ``path`` was touched less than ``seconds`` ago."""
     try:
@@ -85,10 +94,9 @@ def want_server(where: rendezvous.Endpoint) -> None:
     """After a served command ran here for want of a server: start one when this is the second
     such command within the idle time (a single read leaves no process behind), unless a server
     of this endpoint failed to start in the last minute (its log says why)."""
-    idle = float(os.environ.get("KWTREE_SERVE_IDLE", "") or rendezvous.DEFAULT_IDLE)
     if _within(where.failed, _FAILED_BACKOFF):
         return
-    if _within(where.wanted, idle):
+    if _within(where.wanted, _idle()):
         os.unlink(where.wanted)
         start_server(where)
     else:
@@ -100,12 +108,12 @@ def start_server(where: rendezvous.Endpoint) -> None:
     (its own session, no terminal); a second one started at the same time exits at once."""
     import subprocess  # here: a command that a server answers never needs it
 
+    idle, inf = _idle(), float("inf")
     fresh = os.O_TRUNC if _size(where.log) > _LOG_LIMIT else os.O_APPEND  # (a log only grows: started anew)
     log = os.open(where.log, os.O_WRONLY | fresh | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "kwtree", "serve", where.directory,
-             "--idle", os.environ.get("KWTREE_SERVE_IDLE", "") or str(rendezvous.DEFAULT_IDLE)],
+            [sys.executable, "-m", "kwtree", "serve", where.directory, "--idle", f"{idle:g}" if idle < inf else "0"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
             cwd="/")  # (not the command's directory: the server must not hold it, or a mount, busy)
     finally:

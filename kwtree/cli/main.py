@@ -124,6 +124,14 @@ def _worker(_: None, args: argparse.Namespace) -> None:
     print(f"embedded {done} item(s)")
 
 
+def _seconds(text: str) -> float:
+    """A ``--idle`` value: seconds, 0 or more."""
+    value = float(text)
+    if not value >= 0:  # (nan too)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def _serve(_: None, args: argparse.Namespace) -> None:
     from kwtree.cli import server
 
@@ -578,7 +586,7 @@ COMMANDS: tuple[Command, ...] = (
         "(commands start it by themselves; KWTREE_SERVE=off: never)",
         example="./memory --stop", opens="none", call=_serve,
         args=(arg("dir", type=Path, metavar="DIR", help="the tree's directory"),
-              arg("--idle", type=float, default=rendezvous.DEFAULT_IDLE, metavar="SECONDS",
+              arg("--idle", type=_seconds, default=rendezvous.DEFAULT_IDLE, metavar="SECONDS",
                   help=f"stop after this long without a request (default: {rendezvous.DEFAULT_IDLE:g}; 0: never)"),
               arg("--stop", action="store_true", help="ask the running server to stop, and exit"),
               arg("--status", action="store_true", help="say whether a server runs, since when and how much it did"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import signal
 import socket
@@ -69,16 +70,18 @@ def _identity(directory: str) -> tuple[int, int, int] | None:
 
 
 def _code() -> dict[str, tuple[int, int]]:
-    """The files of kwtree's loaded modules, with their modification times and sizes."""
+    """Every Python file of the kwtree package, loaded or not (a command imports some on first
+    use), with its modification time and size."""
     stamps: dict[str, tuple[int, int]] = {}
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) if name == "kwtree" or name.startswith("kwtree.") else None
-        if path:
-            try:
-                info = os.stat(path)
-            except OSError:
-                stamps[path] = (-1, -1)
-            else:
+    for folder, subfolders, files in os.walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):
+        subfolders[:] = [name for name in subfolders if name != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.normpath(os.path.join(folder, name))
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue
                 stamps[path] = (info.st_mtime_ns, info.st_size)
     return stamps
 
@@ -142,11 +145,12 @@ def _warnings_shown_again() -> Iterator[None]:
 
 class _Server:
     def __init__(self, where: rendezvous.Endpoint, tree: KeywordTree, embeds: bool, answer: Answer, idle: float,
-                 say: Callable[[str], None], out: _Routed, err: _Routed, warned: str) -> None:
+                 say: Callable[[str], None], out: _Routed, err: _Routed, warned: str,
+                 code: dict[str, tuple[int, int]]) -> None:
         self.where, self.tree, self.embeds, self.answer, self.idle, self.say = where, tree, embeds, answer, idle, say
         self.out, self.err, self.warned = out, err, warned
         self.identity = _identity(where.directory)
-        self.code = _code()
+        self.code = code
         self.turn = threading.Lock()  # one request at a time
         self.stopping = threading.Event()
         self.last = time.monotonic()
@@ -246,18 +250,36 @@ def _listen(where: rendezvous.Endpoint) -> socket.socket:
     return listener
 
 
+class _Logged(logging.Handler):
+    """The messages kwtree's loggers say at WARNING or above (what a command alone prints on stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said.append(f"{record.getMessage()}\n")
+
+
 def _opened(open_tree: Callable[[], tuple[KeywordTree, bool]], say: Callable[[str], None]
             ) -> tuple[KeywordTree, bool, str]:
-    """The tree, whether it embeds, and the warnings opening it (and a first search) showed."""
-    with warnings.catch_warnings(record=True) as caught:  # (before any thread of this server runs)
-        warnings.simplefilter("default")
-        tree, embeds = open_tree()
-        try:
-            tree.recall("kwtree", k=1)  # load the indexes and the embedder before the first request
-        except BaseException:
-            tree.close()
-            raise
-    warned = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+    """The tree, whether it embeds, and the warnings opening it (and a first search) showed or
+    logged."""
+    logged, logger = _Logged(), logging.getLogger("kwtree")
+    logger.addHandler(logged)
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # (before any thread of this server runs)
+            warnings.simplefilter("default")
+            tree, embeds = open_tree()
+            try:
+                tree.recall("kwtree", k=1)  # load the indexes and the embedder before the first request
+            except BaseException:
+                tree.close()
+                raise
+    finally:
+        logger.removeHandler(logged)
+    warned = "".join(logged.said) + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+                                            for w in caught)
     if warned:
         say(f"opening the tree warned; every command will run by itself:\n{warned}")
     return tree, embeds, warned
@@ -276,6 +298,7 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
+        code = _code()  # (before the open: an edit made while it opens counts too)
         try:
             tree, embeds, warned = _opened(open_tree, say)
         except BaseException:
@@ -285,7 +308,7 @@ def serve(where: rendezvous.Endpoint, open_tree: Callable[[], tuple[KeywordTree,
         with contextlib.suppress(FileNotFoundError):
             os.unlink(where.failed)
         out, err = _Routed(sys.stdout), _Routed(sys.stderr)
-        server = _Server(where, tree, embeds, answer, idle, say, out, err, warned)
+        server = _Server(where, tree, embeds, answer, idle, say, out, err, warned, code)
         try:
             _run(server, where, out, err)
         finally:
