@@ -348,6 +348,34 @@ def test_the_second_command_starts_the_server_the_third_uses(tmp_path: Path, run
         assert "stopped the server" in kwtree(runtime, "serve", str(directory), "--stop").stdout
 
 
+def test_a_server_started_from_a_relative_pythonpath_runs_the_command_s_kwtree(tmp_path: Path, runtime: Path) -> None:
+    """The server starts in "/" (it must not hold the command's directory busy): a relative
+    ``PYTHONPATH`` would have it import another kwtree there, whose server listens where no
+    command of this one looks, holding the tree open for nothing (review)."""
+    import kwtree
+
+    shutil.copytree(Path(kwtree.__file__).parent, tmp_path / "pkg" / "kwtree",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    directory = tmp_path / "tree"
+    _fill(directory)
+    env = {**_env(runtime, "auto"), "PYTHONPATH": "pkg"}
+    seen = []
+    try:
+        for _ in range(3):
+            done = subprocess.run([sys.executable, "-c", PROBE, "recall", str(directory), "uv"], env=env,
+                                  capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            assert "Uses uv" in done.stdout, done.stderr
+            seen.append("kwtree.facade.tree" not in json.loads(done.stderr.splitlines()[-1]))
+            if len(seen) == 2:  # (the second started a server: wait for it to listen)
+                deadline = time.monotonic() + 60
+                while not list(runtime.glob("kwtree-*/*.sock")) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+        assert seen == [False, False, True]
+    finally:
+        subprocess.run([sys.executable, "-m", "kwtree", "serve", str(directory), "--stop"], env=env, cwd=tmp_path,
+                       capture_output=True, timeout=120)
+
+
 def test_no_server_is_started_for_a_minute_after_one_failed_to_start(tmp_path: Path, runtime: Path) -> None:
     directory = tmp_path / "tree"
     _fill(directory)

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kwtree.cli import rendezvous
@@ -115,9 +115,21 @@ def start_server(where: rendezvous.Endpoint) -> None:
         subprocess.Popen(
             [sys.executable, "-m", "kwtree", "serve", where.directory, "--idle", f"{idle:g}" if idle < inf else "0"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-            cwd="/")  # (not the command's directory: the server must not hold it, or a mount, busy)
+            cwd="/",  # (not the command's directory: the server must not hold it, or a mount, busy)
+            env=_absolute_path(os.environ))  # (so that in "/" it imports the kwtree this command runs)
     finally:
         os.close(log)
+
+
+def _absolute_path(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with each entry of ``PYTHONPATH`` made absolute (from this working directory)."""
+    env = dict(environ)
+    if env.get("PYTHONPATH"):
+        try:
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or ".") for p in env["PYTHONPATH"].split(os.pathsep))
+        except OSError:  # (no working directory any more: relative entries name nothing)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))
+    return env
 
 
 def _size(path: str) -> int:
