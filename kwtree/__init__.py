@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from kwtree.ops.restore import restore
     from kwtree.ops.verify import Finding, Report, verify_directory
     from kwtree.retrieval.recall import RecallWeights
+    from kwtree.writes.outline import LoadedOutline
 
 __version__ = "0.1.0"
 
@@ -133,6 +134,7 @@ _LAZY_NAMES = {
     "CommitOptions": "kwtree.memory.commit",
     "CommitResult": "kwtree.memory.commit",
     "ListedMemory": "kwtree.memory.listing",
+    "LoadedOutline": "kwtree.writes.outline",
     "MemoryPage": "kwtree.memory.listing",
     "CompactionReport": "kwtree.ops.compaction",
     "DedupThresholds": "kwtree.memory.dedup",
@@ -209,6 +211,7 @@ __all__ = [
     "Link",
     "LinkedKeyword",
     "ListedMemory",
+    "LoadedOutline",
     "LockTimeoutError",
     "Memory",
     "MemoryPage",

@@ -61,6 +61,7 @@ PUBLIC = [
     "Link",
     "LinkedKeyword",
     "ListedMemory",
+    "LoadedOutline",
     "LockTimeoutError",
     "Memory",
     "MemoryPage",
