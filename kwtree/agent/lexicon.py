@@ -22,10 +22,12 @@ candidate can be judged by the best match anywhere below it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kwtree.engine.state import State
+from kwtree.heap import collector_paused
 from kwtree.models import ROOT_ID, Keyword
 from kwtree.normalize import terms
 
@@ -34,6 +36,8 @@ __all__ = ["KeywordLexicon", "Relevance", "char_similarity"]
 COMPARISONS = frozenset(["like", "unlike", "near", "besides", "versus", "vs", "similar", "resembling", "except"])
 #: Terms in more keywords than this are too common to use as evidence (keeps queries fast).
 MAX_POSTINGS = 5000
+#: Re-indexing this many keywords at once pauses the garbage collector meanwhile.
+_MANY = 1000
 #: Scored keywords whose score is carried up to their ancestors.
 REACH_TOP = 400
 
@@ -82,15 +86,24 @@ def char_similarity(a: str, b: str) -> float:
     return max(dice, 1.0 - _edit_distance(a, b) / max(len(a), len(b)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Profile:
+class _Profile(NamedTuple):  # (a tuple: every keyword has one, made in C)
     names: tuple[tuple[str, ...], ...]  # the terms of the name and of each alias, in order
     name_sets: tuple[frozenset[str], ...]
     description: frozenset[str]
     all_terms: frozenset[str]
 
 
+_NOTHING: frozenset[str] = frozenset()
+_NO_PROFILE = _Profile((), (), _NOTHING, _NOTHING)
+
+
 def _profile(keyword: Keyword) -> _Profile:
+    if not keyword.aliases and not keyword.description:  # (most keywords: a name alone)
+        name = tuple(terms(keyword.name))
+        if not name:
+            return _NO_PROFILE
+        found = frozenset(name)
+        return _Profile((name,), (found,), _NOTHING, found)
     names = tuple(t for t in (tuple(terms(name)) for name in (keyword.name, *keyword.aliases)) if t)
     name_sets = tuple(frozenset(name) for name in names)
     description = frozenset(terms(keyword.description))
@@ -145,12 +158,17 @@ class KeywordLexicon:
             self._profiles.clear()
             self._postings.clear()
             self._state = state
-            changed: Iterable[str] = state.keywords
+            changed: Collection[str] = state.keywords
         else:
             changed = dict.fromkeys(journal)
         state.keyword_journal = []
-        for kid in changed:
-            self._reindex(state, kid)
+        if len(changed) < _MANY:
+            for kid in changed:
+                self._reindex(state, kid)
+            return
+        with collector_paused():  # (a profile per keyword: no cycles among them)
+            for kid in changed:
+                self._reindex(state, kid)
 
     def _reindex(self, state: State, kid: str) -> None:
         old = self._profiles.pop(kid, None)

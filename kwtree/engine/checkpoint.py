@@ -40,7 +40,6 @@ import array
 import contextlib
 import copyreg
 import dataclasses
-import gc
 import io
 import logging
 import operator
@@ -55,6 +54,7 @@ import orjson
 
 from kwtree.engine.events import GENESIS, last_operation, op_digest
 from kwtree.engine.state import State
+from kwtree.heap import collector_paused
 from kwtree.models import EMPTY_METADATA, Info, Keyword, Link, Relation, RelationType
 from kwtree.stores.directory import CACHE_DIR
 from kwtree.stores.eventlog import LOG_DIR, SEGMENT_SUFFIX, seals_start
@@ -388,12 +388,7 @@ def _loaded(directory: Path, store: SegmentStore, file: BinaryIO) -> Loaded:
     covered = _covered(directory, store, position)
     if recorded != covered.segments:
         raise _Stale("the log's bytes before its position differ from those it was written from")
-    collecting = gc.isenabled()
-    gc.disable()  # (millions of objects, no cycles among them)
     file.seek(start)
-    try:
+    with collector_paused():  # (millions of objects, no cycles among them)
         state = _state_of(_Unpickler(file).load())
-    finally:
-        if collecting:
-            gc.enable()
     return Loaded(state, position, covered.head, sum(size for _, size, _ in recorded))

@@ -12,7 +12,6 @@ bytes is found by the replay itself (``kwtree.engine.replay.check_checksum``, to
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -28,8 +27,8 @@ from kwtree.engine.replay import (
 )
 from kwtree.engine.state import State
 from kwtree.errors import ClosedError, KwtreeError
+from kwtree.heap import collector_paused, release_freed
 from kwtree.models import Info, Keyword
-from kwtree.stores.heap import release_freed
 from kwtree.stores.logstore import LogStore, Position
 
 __all__ = ["FOLLOW_POLL", "BackgroundFollower", "Followed", "follow", "newer_versions", "replay_store"]
@@ -129,16 +128,13 @@ def replay_store(store: LogStore, bound: Bound | None, state_lock: threading.Loc
     with the garbage collector paused meanwhile: replay allocates millions of objects that
     never form cycles. Afterwards the memory used only on the way (the rows as read, the
     indexes' outgrown tables, a checkpoint's columns) goes back to the system
-    (``kwtree.stores.heap.release_freed``)."""
-    collecting = gc.isenabled()
-    gc.disable()
+    (``kwtree.heap.release_freed``)."""
     try:
-        if start is None:
-            return follow(store, None, State(), bound, state_lock)
-        return follow(store, start[1], start[0], bound, state_lock)
+        with collector_paused():
+            if start is None:
+                return follow(store, None, State(), bound, state_lock)
+            return follow(store, start[1], start[0], bound, state_lock)
     finally:
-        if collecting:
-            gc.enable()
         release_freed()
 
 

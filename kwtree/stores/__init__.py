@@ -3,5 +3,5 @@ through (``logstore``) and its JSONL implementation (``segments``, over the segm
 ``eventlog``, the writer lock of ``lock`` and the atomic swap of ``logswap``), the manifest,
 the outbox file, the tantivy and hnswlib stores (and the in-place erasure of vectors),
 snapshot archives, file modes and the helpers that write files atomically. It imports only
-the ground floor (errors, models, normalize, validate, limits, progress, memory_schema) and
+the ground floor (errors, models, normalize, validate, limits, progress, memory_schema, heap) and
 the events codec, never anything above."""

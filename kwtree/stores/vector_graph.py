@@ -27,7 +27,7 @@ from typing import Any
 import hnswlib
 import orjson
 
-from kwtree.stores.heap import release_freed
+from kwtree.heap import release_freed
 from kwtree.stores.vector_files import file_crc, file_size
 
 __all__ = [
