@@ -38,9 +38,10 @@ def _pairs(messages: list[dict[str, Any]]) -> list[int]:
 
 
 def run(quick: bool = False, work: Path | None = None, conversations: int | None = None,
-        per_conversation: int | None = None) -> dict[str, Any]:
+        per_conversation: int | None = None, large: tuple[int, int] | None = None) -> dict[str, Any]:
     """The timings over the first ``conversations`` (default 1 quick, 3 full), each cut to its
-    first ``per_conversation`` sessions when given."""
+    first ``per_conversation`` sessions when given; and in a ``large`` tree of (keywords, infos)
+    (default ``LARGE_KEYWORDS``, ``LARGE_INFOS``; a tenth quick)."""
     data = json.loads(DATA.read_text())
     samples = data[: conversations or (1 if quick else 3)]
     plan = [(f"user:{sample['sample_id']}", session) for sample in samples
@@ -73,9 +74,59 @@ def run(quick: bool = False, work: Path | None = None, conversations: int | None
                         samples_ms.append((time.perf_counter() - started) * 1000)
                         start = end
                 tree.wait_indexed(600)
+        keywords, infos = large or (LARGE_KEYWORDS // (10 if quick else 1), LARGE_INFOS // (10 if quick else 1))
+        grown = _large_tree(plan[:LARGE_SESSIONS], Path(tmp), keywords, infos)
     return {"conversations": len(samples), "sessions": len(plan), "pairs": len(hook_ms),
             "after_turn": summary(hook_ms), "create_info": summary(single_ms),
-            "batch_create_infos": summary(batch_ms), "raw_ms": {"after_turn": hook_ms}}
+            "batch_create_infos": summary(batch_ms), "raw_ms": {"after_turn": hook_ms}, "large": grown}
+
+
+#: The tree a long-used memory grows into: ``after_turn`` is timed there too (full run; a tenth quick).
+LARGE_KEYWORDS, LARGE_INFOS, LARGE_SESSIONS = 50_000, 100_000, 2
+
+
+def _fill(path: Path, keywords: int, infos: int) -> None:
+    """``keywords`` keywords (half under another) and ``infos`` infos linked to them."""
+    with KeywordTree(path, durability="none", worker=False) as tree:
+        ids: list[str] = []
+        for start in range(0, keywords, 2500):
+            specs = [{"name": f"k{start + i}x", **({"parent_id": ids[(start + i) // 3]} if ids and i % 2 else {})}
+                     for i in range(min(2500, keywords - start))]
+            ids += [keyword.id for keyword in tree.batch_create_keywords(specs)]
+        for start in range(0, infos, 5000):
+            tree.batch_create_infos([{"content": f"memory {start + i} about things and more things here",
+                                      "keyword_ids": [ids[(start + i) % len(ids)]]}
+                                     for i in range(min(5000, infos - start))])
+
+
+def _large_tree(plan: list[tuple[str, Any]], work: Path, keywords: int, infos: int) -> dict[str, Any]:
+    """``after_turn`` of ``plan``'s sessions, pair by pair, into a tree that already holds
+    ``keywords`` keywords and ``infos`` infos, and ``create_info`` of each pair's turns into a
+    copy of it (the embedding worker off: no vectors of the filler to wait for)."""
+    import shutil
+
+    _fill(work / "large", keywords, infos)
+    shutil.copytree(work / "large", work / "large-single")
+    hook_ms: list[float] = []
+    single_ms: list[float] = []
+    with KeywordTree(work / "large", worker=False) as tree:
+        for scope, (session_id, _, messages) in plan:
+            for end in _pairs(messages):
+                started = time.perf_counter()
+                tree.after_turn(messages[:end], session_id, scope)
+                hook_ms.append((time.perf_counter() - started) * 1000)
+    with KeywordTree(work / "large-single", worker=False) as tree:
+        for _, (session_id, _, messages) in plan:
+            keyword = tree.create_keyword(session_id, llm_auto_place=False)
+            start = 0
+            for end in _pairs(messages):
+                started = time.perf_counter()
+                for message in messages[start:end]:
+                    tree.create_info(message["content"], keyword_ids=[keyword.id])
+                single_ms.append((time.perf_counter() - started) * 1000)
+                start = end
+    return {"keywords": keywords, "infos": infos, "sessions": len(plan), "pairs": len(hook_ms),
+            "after_turn": summary(hook_ms), "create_info": summary(single_ms)}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -96,7 +147,25 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`after_turn` p50 {hook['median']:.1f} ms, p99 {hook['p99']:.1f} ms; ÷ `create_info` (medians): "
         f"{hook['median'] / result['create_info']['median']:.1f}×.",
+        "",
+        *_large_markdown(result["large"]),
     ])
+
+
+def _large_markdown(large: dict[str, Any]) -> list[str]:
+    hook, single = large["after_turn"], large["create_info"]
+    return [
+        f"In a tree that already holds {large['keywords']:,} keywords and {large['infos']:,} memories "
+        f"({large['pairs']} pairs of {large['sessions']} sessions, the embedding worker off; the first pair "
+        "builds the agent's index of every keyword name):",
+        "",
+        "| call per turn pair | ms: median / p90 / p99 / max |",
+        "|---|---|",
+        f"| `after_turn` | {cell(hook)} |",
+        f"| baseline: `create_info` of each turn of the pair | {cell(single)} |",
+        "",
+        f"÷ `create_info` (medians): {hook['median'] / single['median']:.1f}×.",
+    ]
 
 
 if __name__ == "__main__":
