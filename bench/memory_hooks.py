@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from checkpoint import build  # noqa: E402
 from memory_commit import DATA, sessions  # noqa: E402
 from stats import cell, summary  # noqa: E402
 
@@ -85,27 +86,13 @@ def run(quick: bool = False, work: Path | None = None, conversations: int | None
 LARGE_KEYWORDS, LARGE_INFOS, LARGE_SESSIONS = 50_000, 100_000, 2
 
 
-def _fill(path: Path, keywords: int, infos: int) -> None:
-    """``keywords`` keywords (half under another) and ``infos`` infos linked to them."""
-    with KeywordTree(path, durability="none", worker=False) as tree:
-        ids: list[str] = []
-        for start in range(0, keywords, 2500):
-            specs = [{"name": f"k{start + i}x", **({"parent_id": ids[(start + i) // 3]} if ids and i % 2 else {})}
-                     for i in range(min(2500, keywords - start))]
-            ids += [keyword.id for keyword in tree.batch_create_keywords(specs)]
-        for start in range(0, infos, 5000):
-            tree.batch_create_infos([{"content": f"memory {start + i} about things and more things here",
-                                      "keyword_ids": [ids[(start + i) % len(ids)]]}
-                                     for i in range(min(5000, infos - start))])
-
-
 def _large_tree(plan: list[tuple[str, Any]], work: Path, keywords: int, infos: int) -> dict[str, Any]:
     """``after_turn`` of ``plan``'s sessions, pair by pair, into a tree that already holds
     ``keywords`` keywords and ``infos`` infos, and ``create_info`` of each pair's turns into a
     copy of it (the embedding worker off: no vectors of the filler to wait for)."""
     import shutil
 
-    _fill(work / "large", keywords, infos)
+    build(work / "large", keywords, infos)
     shutil.copytree(work / "large", work / "large-single")
     hook_ms: list[float] = []
     single_ms: list[float] = []

@@ -538,30 +538,16 @@ def test_what_other_threads_print_during_an_answer_stays_out_of_it() -> None:
     assert real.getvalue() == "embedding worker: HTTP 503; trying again\n"
 
 
-def test_a_server_whose_kwtree_changed_declines_and_stops(served: tuple[Path, Path, Server]) -> None:
+@pytest.mark.parametrize("module", ["cli/output.py", "integrations/claude_code.py"])
+def test_a_server_whose_kwtree_changed_declines_and_stops(served: tuple[Path, Path, Server], module: str) -> None:
     """An upgrade in place or an edited editable install: the server answers with the code it
-    loaded, so it must not answer once that code changed."""
-    import kwtree.cli.output as loaded  # a module every server loads
-
-    directory, runtime, server = served
-    path = Path(loaded.__file__)
-    before = path.stat()
-    try:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
-        done, by_server = probe(runtime, "recall", str(directory), "uv")
-        assert not by_server and "Uses uv" in done.stdout
-        assert server.wait() == 0
-    finally:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
-def test_a_server_declines_once_a_module_it_has_not_loaded_yet_changed(served: tuple[Path, Path, Server]) -> None:
-    """A module a command imports on first use (the hooks' integration, in review: a server
-    answered a hook with its old code) is as much the server's code as one it loaded."""
+    loaded, so it must not answer once that code changed; a module a command imports on first
+    use (the hooks' integration, which a review found answered with its old code) counts as
+    much as one every server loads (``kwtree.cli.output``)."""
     import kwtree
 
     directory, runtime, server = served
-    path = Path(kwtree.__file__).parent / "integrations" / "claude_code.py"
+    path = Path(kwtree.__file__).parent / module
     before = path.stat()
     try:
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
