@@ -151,6 +151,7 @@ def test_public_api_is_pinned():
         "PROVENANCES",  # issue 25: who said a memory (Info.provenance; recall(provenance=...))
         # issue 26: any OpenAI-compatible LLM, chosen by KWTREE_LLM; what extraction passed over
         "OpenAILLMClient", "llm_from_env", "PassedOver",
+        "LoadedOutline",  # issue 29: what load_outline returns
     ])
 
 

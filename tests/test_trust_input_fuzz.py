@@ -261,6 +261,29 @@ def _info_specs(world: World) -> st.SearchStrategy[Any]:
     return st.lists(st.one_of(spec, HOSTILE), max_size=3)
 
 
+def _outlines(world: World) -> st.SearchStrategy[Any]:
+    """Outlines (``load_outline``): keywords with refs and parents, infos and relations naming
+    refs (some that no keyword has), each item sometimes hostile or with a field outlines lack."""
+    by_name = plausible(world)
+    ref = st.one_of(st.sampled_from(["r1", "r2", "r3"]), HOSTILE)
+    keyword = st.fixed_dictionaries(
+        {"ref": ref, "name": by_name["name"]},
+        optional={"parent": ref, "aliases": by_name["aliases"], "description": by_name["description"],
+                  "metadata": by_name["metadata"], "bogus": st.just(1)})
+    info = st.fixed_dictionaries(
+        {"content": by_name["content"]},
+        optional={"source": by_name["source"], "metadata": by_name["metadata"],
+                  "keywords": st.one_of(st.lists(ref, max_size=2), HOSTILE), "bogus": st.just(1)})
+    relation = st.fixed_dictionaries(
+        {"from": ref, "to": ref},
+        optional={"type": by_name["type"], "weight": by_name["weight"], "reason": by_name["reason"]})
+    return st.one_of(HOSTILE, st.fixed_dictionaries({}, optional={
+        "keywords": st.lists(st.one_of(keyword, HOSTILE), max_size=3),
+        "infos": st.lists(st.one_of(info, HOSTILE), max_size=3),
+        "relations": st.lists(st.one_of(relation, HOSTILE), max_size=2),
+        "bogus": st.just([])}))
+
+
 def _patch(world: World, fields: tuple[str, ...]) -> st.SearchStrategy[Any]:
     """A patch of some of ``fields`` (sometimes with a field that is not one of them)."""
     by_name = plausible(world)
@@ -386,6 +409,7 @@ FUZZED: dict[str, Any] = {
     "update_info": {"patch": lambda world: _patch(world, ("content", "source", "metadata", "provenance"))},
     "batch_create_keywords": {"specs": _keyword_specs},
     "batch_create_infos": {"specs": _info_specs},
+    "load_outline": {"outline": _outlines},
     "snapshot": {"path": lambda world: st.one_of(st.none(), _output_path(world))},
     "verify": {"head": lambda world: _heads()},
     "forget": {"scope": lambda world: st.one_of(st.none(), st.sampled_from(["user:alice", "user:nobody", "alice", ""]),
