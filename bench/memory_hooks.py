@@ -134,8 +134,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`after_turn` p50 {hook['median']:.1f} ms, p99 {hook['p99']:.1f} ms; ÷ `create_info` (medians): "
         f"{hook['median'] / result['create_info']['median']:.1f}×.",
-        "",
-        *_large_markdown(result["large"]),
+        *(["", *_large_markdown(result["large"])] if "large" in result else []),  # (results of before issue 29)
     ])
 
 
