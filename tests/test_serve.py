@@ -130,14 +130,15 @@ def test_the_served_commands_are_the_reading_commands_that_need_no_llm_and_write
     assert set(rendezvous.SERVED.values()) == {1}  # DIR first, as the reading bundle puts it
     hook = next(c for c in COMMANDS if c.name == "hook")
     events = next(options["choices"] for flags, options in hook.args if flags == ("event",))
-    assert set(rendezvous.SERVED_HOOKS) == set(events) - {"stop"}  # stop writes
+    assert set(rendezvous.SERVED_HOOKS) == set(events)  # (stop: only offline, as the hooks' actor)
 
 
 @pytest.mark.parametrize(("argv", "directory"), [
     (["recall", "DIR", "q"], "DIR"),
     (["hook", "prompt", "DIR"], "DIR"),
     (["hook", "session-start", "DIR", "--scope", "user:a"], "DIR"),
-    (["hook", "stop", "DIR"], None),
+    (["hook", "stop", "DIR"], "DIR"),
+    (["hook", "stop"], None),
     (["recall", "--k", "3", "DIR", "q"], None),  # options first: argparse's to read, here
     (["recall", "DIR", "q", "--as-of", "2024-01-01"], None),
     (["recall", "DIR", "--help"], None),
@@ -199,6 +200,88 @@ def test_a_served_hook_prints_what_the_hook_itself_prints(served: tuple[Path, Pa
     bad, by_server = probe(runtime, *args, stdin="not json")  # its error, as the hook reports it
     alone = kwtree(runtime, *args, mode="off", stdin="not json")
     assert by_server and (bad.returncode, bad.stderr) == (1, alone.stderr)
+
+
+def _transcript(path: Path, turns: int) -> Path:
+    """A Claude Code transcript of ``turns`` exchanges (JSONL, as the Stop hook reads it)."""
+    lines = []
+    for turn in range(turns):
+        for role, text in (("user", f"I started learning instrument number {turn} last week."),
+                           ("assistant", "Nice, enjoy it.")):
+            content = text if role == "user" else [{"type": "text", "text": text}]
+            lines.append(json.dumps({"type": role, "message": {"role": role, "content": content},
+                                     "sessionId": "cc-9", "timestamp": f"2024-05-08T10:0{turn}:00.000Z"}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _stop_input(transcript: Path | str) -> str:
+    return json.dumps({"session_id": "cc-9", "transcript_path": str(transcript), "hook_event_name": "Stop"})
+
+
+def _memories(directory: Path) -> list[tuple[str, str, str]]:
+    """What the tree holds of the hook's session: each live info's text, and each operation's kind and actor."""
+    with KeywordTree(directory, read_only=True, worker=False) as tree:
+        texts = sorted(info.content for kid in [k.id for k in tree.find_keywords("cc-9")]
+                       for info in tree.get_infos_of_keyword(kid))
+        return [*(("info", text, "") for text in texts),
+                *((op.kind, op.actor, "") for op in tree.history() if op.kind == "commit_session")]
+
+
+def test_a_served_stop_hook_commits_what_the_hook_itself_commits(served: tuple[Path, Path, Server],
+                                                                 tmp_path: Path) -> None:
+    """Offline, the Stop hook's commit is the server's to make (idempotent: each Stop commits only
+    the turns the last did not, so a stop run again after a server that died before replying
+    commits nothing twice): the same operation, actor and memories as the hook alone."""
+    directory, runtime, _ = served
+    alone_dir = tmp_path / "alone"
+    shutil.copytree(directory, alone_dir)
+    transcript = tmp_path / "transcript.jsonl"
+    for turns in (1, 2, 2):  # the last: nothing new
+        _transcript(transcript, turns)
+        alone = kwtree(runtime, "hook", "stop", str(alone_dir), "--scope", "user:alice", mode="off",
+                       stdin=_stop_input(transcript))
+        served_run, by_server = probe(runtime, "hook", "stop", str(directory), "--scope", "user:alice",
+                                      stdin=_stop_input(transcript))
+        assert by_server and (served_run.returncode, served_run.stdout, served_run.stderr) == (
+            alone.returncode, alone.stdout, alone.stderr) == (0, "", "")
+    assert _memories(directory) == _memories(alone_dir)
+    assert [actor for kind, actor, _ in _memories(directory) if kind == "commit_session"] == ["user", "agent", "agent"]
+    missing, by_server = probe(runtime, "hook", "stop", str(directory), stdin=_stop_input(tmp_path / "gone.jsonl"))
+    alone = kwtree(runtime, "hook", "stop", str(alone_dir), mode="off", stdin=_stop_input(tmp_path / "gone.jsonl"))
+    assert by_server and (missing.returncode, missing.stderr.replace(str(directory), "D")) == (
+        1, alone.stderr.replace(str(alone_dir), "D"))
+
+
+def test_a_stop_hook_runs_by_itself_with_an_llm_another_actor_or_a_relative_transcript(
+        tmp_path: Path, runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's tree has no LLM client and writes as the hooks' actor, and it does not
+    run in the command's directory: those stops are the command's own."""
+    monkeypatch.setenv("KWTREE_LLM", "openai")  # (the server is started with it too: same endpoint)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # refused at once: the commit goes offline
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("KWTREE_OPENAI_MODEL", "test-model")
+    directory = tmp_path / "tree"
+    _fill(directory)
+    transcript = _transcript(tmp_path / "transcript.jsonl", 1)
+    server = Server(directory, runtime, "--idle", "120").ready()
+    try:
+        done, by_server = probe(runtime, "hook", "stop", str(directory), stdin=_stop_input(transcript))
+        assert not by_server and done.returncode == 0 and "the LLM failed" in done.stderr
+        monkeypatch.delenv("KWTREE_LLM")
+    finally:
+        server.kill()
+    server = Server(directory, runtime, "--idle", "120").ready()
+    try:
+        for turns, actor, where in ((2, "claude", transcript), (3, "agent", Path("transcript.jsonl"))):
+            _transcript(transcript, turns)  # (a turn more each time: each stop commits)
+            done, by_server = probe(runtime, "hook", "stop", str(directory), "--actor", actor,
+                                    stdin=_stop_input(where), cwd=tmp_path)
+            assert not by_server and done.returncode == 0, done.stderr
+            with KeywordTree(directory, read_only=True, worker=False) as tree:
+                assert tree.history()[-1].actor == actor
+    finally:
+        server.kill()
 
 
 def test_a_relative_directory_is_read_from_the_command_s_working_directory(served: tuple[Path, Path, Server]) -> None:

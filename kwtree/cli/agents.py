@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from kwtree.cli.env import llm_client, on_agent_failure
 from kwtree.cli.output import agent_warning
+from kwtree.cli.rendezvous import Unserved
 from kwtree.cli.table import Command, arg
 from kwtree.integrations.bounded import DEFAULT_MAX_CHARS
 from kwtree.memory_schema import DEFAULT_SCOPE
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "HOOK_ACTOR"]
 
 
 def _mcp(_: None, args: argparse.Namespace) -> None:
@@ -38,9 +40,17 @@ def _hook(_: None, args: argparse.Namespace) -> None:
     from kwtree.validate import clean_int
 
     payload = claude_code.read_hook_input(sys.stdin.read())
+    held = getattr(args, "held", None)  # a server's tree (kwtree.cli.main.answer_request): it stays open
     if args.event == "stop":
-        with KeywordTree(args.dir, actor=args.actor, llm_client=llm_client(),
-                         on_agent_failure=on_agent_failure()) as tree:
+        client, failure = llm_client(), on_agent_failure()
+        if held is not None:  # (a server's tree has no LLM and writes as HOOK_ACTOR; it runs in "/")
+            transcript = payload.get("transcript_path")
+            if client is not None or args.actor != HOOK_ACTOR or not (
+                    isinstance(transcript, str) and os.path.isabs(transcript)):
+                raise Unserved("a stop with an LLM, another actor or a relative transcript path")
+        committing = contextlib.nullcontext(held) if held is not None else KeywordTree(
+            args.dir, actor=args.actor, llm_client=client, on_agent_failure=failure)
+        with committing as tree:
             warning = agent_warning(claude_code.stop(tree, payload, args.scope))
         if warning is not None:  # committed all the same (exit 0); say what the failing LLM did not do
             print(warning, file=sys.stderr)
@@ -53,7 +63,6 @@ def _hook(_: None, args: argparse.Namespace) -> None:
     if not (Path(args.dir) / MANIFEST_NAME).is_file():
         return  # nothing stored yet: nothing to add to the context, and a read creates nothing
     answer = claude_code.session_start if starting else claude_code.submitted_prompt
-    held = getattr(args, "held", None)  # a server's tree (kwtree.cli.main.answer_request): it stays open
     reading = contextlib.nullcontext(held) if held is not None else KeywordTree(args.dir, read_only=True)
     with reading as tree:  # beside a writer, or in a read-only directory
         output = answer(tree, payload, args.scope, budget)
@@ -62,7 +71,10 @@ def _hook(_: None, args: argparse.Namespace) -> None:
 
 
 _DIR = arg("dir", metavar="DIR", help="the tree's directory (created when new)")
-_ACTOR = arg("--actor", default="agent", metavar="NAME", help="who writes, kept in the history (default: agent)")
+#: Who the hooks write as unless told (the directory's server opens its tree as this actor).
+HOOK_ACTOR = "agent"
+_ACTOR = arg("--actor", default=HOOK_ACTOR, metavar="NAME",
+             help=f"who writes, kept in the history (default: {HOOK_ACTOR})")
 
 COMMANDS: tuple[Command, ...] = (
     Command(

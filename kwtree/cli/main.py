@@ -160,11 +160,12 @@ def _serve(_: None, args: argparse.Namespace) -> None:
     def open_tree() -> tuple[KeywordTree, bool]:
         # Writable where it may be, for its embedding worker: commands and hooks exit before
         # the texts they wrote are embedded, and the server, which outlives them, embeds them.
-        # It never writes the log (it answers only reading commands).
+        # It writes the log only for an offline Stop hook, as the hooks' actor (kwtree.cli.agents).
         # A short lock_timeout: a cache lock another process holds makes a command decline
         # (it then runs by itself, never waiting for that lock) rather than wait 10 s.
         try:
-            return kwtree.KeywordTree(where.directory, lock_timeout=_SERVER_LOCK_TIMEOUT), True
+            return kwtree.KeywordTree(where.directory, lock_timeout=_SERVER_LOCK_TIMEOUT,
+                                      actor=agents.HOOK_ACTOR), True
         except (StorageError, ReadOnlyError, LockTimeoutError):
             return kwtree.KeywordTree(where.directory, read_only=True), False
 
@@ -788,6 +789,8 @@ def answer_request(tree: KeywordTree, request: dict[str, Any]) -> dict[str, Any]
         return {"rc": _reported(args, own=_SERVER_OWN)}
     except _SERVER_OWN as exc:
         return {"declined": f"the server's own {type(exc).__name__}"}
+    except rendezvous.Unserved as exc:  # (raised before the command did anything)
+        return {"declined": str(exc)}
     finally:
         sys.stdin = saved
 

@@ -26,8 +26,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["DEFAULT_IDLE", "MAX_MESSAGE", "SERVED", "SERVED_HOOKS", "Endpoint", "endpoint", "peer_is_me", "receive",
-           "send", "served_directory", "touch"]
+__all__ = ["DEFAULT_IDLE", "MAX_MESSAGE", "SERVED", "SERVED_HOOKS", "Endpoint", "Unserved", "endpoint", "peer_is_me",
+           "receive", "send", "served_directory", "touch"]
 
 #: The largest message either side reads (a request's stdin, a reply's output).
 MAX_MESSAGE = 256 << 20
@@ -44,8 +44,10 @@ SERVED: dict[str, int] = {
     "get": 1, "children": 1, "path": 1, "find": 1, "info": 1, "infos": 1, "keywords-of": 1, "relations": 1,
     "recall": 1, "context": 1, "assemble": 1, "bootstrap": 1, "memories": 1, "history": 1, "metrics": 1,
 }
-#: The hook events a server answers (``kwtree hook EVENT DIR``): those that only read.
-SERVED_HOOKS = ("prompt", "session-start")
+#: The hook events a server answers (``kwtree hook EVENT DIR``): those that only read, and
+#: ``stop`` when it commits offline, as the hooks' actor, a transcript named by an absolute path
+#: (any other stop it leaves to run by itself: ``Unserved``).
+SERVED_HOOKS = ("prompt", "session-start", "stop")
 #: How long a server waits for a request before it stops, unless told otherwise (seconds).
 DEFAULT_IDLE = 600.0
 
@@ -61,6 +63,11 @@ def served_directory(argv: Sequence[str]) -> str | None:
     if place is None or len(argv) <= place or argv[place].startswith("-"):
         return None
     return argv[place]
+
+
+class Unserved(Exception):
+    """Raised by a command a server runs, before it does anything, when it is one the server
+    leaves to run by itself (the server declines it)."""
 
 
 class Endpoint(NamedTuple):

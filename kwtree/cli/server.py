@@ -1,9 +1,12 @@
 """``kwtree serve DIR``: one long-lived process per directory that holds the tree open and
-answers the reading commands of ``kwtree`` (``kwtree.cli.entry``) and Claude Code's reading
-hooks, so each of them costs a round trip instead of an import and a replay.
+answers the reading commands of ``kwtree`` (``kwtree.cli.entry``) and Claude Code's hooks, so
+each of them costs a round trip instead of an import and a replay.
 
-The server never writes the log (its tree's embedding worker fills the vector store with what
-commands wrote and left in the outbox: ``kwtree.cli.main``'s ``_serve`` opens it). Before each
+The server writes the log only for the Stop hook, when it commits offline (its tree has no LLM
+client; ``kwtree.cli.agents``): a commit of the session's new turns, which a stop run again
+after a server that died before replying repeats as a commit of nothing. Its tree's embedding
+worker fills the vector store with what commands wrote and left in the outbox
+(``kwtree.cli.main``'s ``_serve`` opens it). Before each
 answer it reads what other processes appended (``refresh()``), so an answer is what a command
 opening the tree at that moment would print: what the command prints goes to a buffer of the
 thread answering it (``_Routed``; the embedding worker's messages go to the server's own
