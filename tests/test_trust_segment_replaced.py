@@ -57,3 +57,23 @@ def test_open_trees_follow_a_log_whose_segment_was_renamed_over(tmp_path: Path) 
                                               "yak, written after the swap"}
         assert [k.name for k in reopened.get_children(ROOT_ID)] == ["Python"]
         assert reopened.verify().ok
+
+
+def test_a_segment_that_sorts_before_the_open_one_is_read_as_itself(tmp_path: Path) -> None:
+    """A segment added before the one an open tree holds (a git merge brings the other side's):
+    each segment is read under its own name, never the file held open for another (found in
+    review: the open file of the old list's position was read again, labelled with the new
+    segment's name)."""
+    with KeywordTree(tmp_path / "earlier", worker=False) as other:
+        other.create_keyword("FromEarlier", llm_auto_place=False)
+    with KeywordTree(tmp_path / "tree", worker=False) as tree:
+        tree.create_keyword("FromTree", llm_auto_place=False)
+    reader = KeywordTree(tmp_path / "tree", read_only=True, worker=False)
+    try:
+        assert len(reader.history()) == 2
+        (segment,) = (tmp_path / "earlier" / "log").glob("*.jsonl")
+        shutil.copyfile(segment, tmp_path / "tree" / "log" / segment.name)
+        kinds = [(op.kind, op.changes[0].after.name) for op in reader.history() if op.kind == "create_keyword"]
+        assert sorted(kinds) == [("create_keyword", "FromEarlier"), ("create_keyword", "FromTree")]
+    finally:
+        reader.close()

@@ -146,10 +146,10 @@ class EventLog:
         self._seals = b""  # (their bytes)
         self._hidden = 0  # non-padding bytes found after that NUL (a torn tail: see hidden_bytes)
         self._fd = -1
-        self._fd_index = -1
-        self._fd_ino = 0  # the inode of the segment file ``_fd`` has open
+        self._fd_name = ""  # the segment ``_fd`` has open (by name: a new listing may move its index)
+        self._fd_ino = 0  # the inode of that segment's file
         self._path_str: str | None = None
-        self._path_index = -1
+        self._path_name = ""
         # Size of the newest segment as last seen. Only a hint: a stale value costs a sync
         # that also commits the file size, never correctness (data always goes at the end
         # of what was caught up to, and nothing live lies beyond it).
@@ -178,9 +178,7 @@ class EventLog:
                 return True
             if self._fd < 0:
                 return False
-            if self._fd_index >= len(self._segments):
-                return True  # (the segments were listed again, and fewer)
-            return os.stat(self._segments[self._fd_index] + SEGMENT_SUFFIX, dir_fd=self._dir_fd).st_ino != self._fd_ino
+            return os.stat(self._fd_name + SEGMENT_SUFFIX, dir_fd=self._dir_fd).st_ino != self._fd_ino
         except FileNotFoundError:
             return True
 
@@ -236,23 +234,23 @@ class EventLog:
 
     def _path_text(self) -> str:
         """The current segment's path as text (cached: it is asked for on every write)."""
-        if self._path_index != self._index or self._path_str is None:
+        if self._path_name != self._segments[self._index] or self._path_str is None:
             self._path_str = str(self._path(self._index))
-            self._path_index = self._index
+            self._path_name = self._segments[self._index]
         return self._path_str
 
     def _descriptor(self) -> int:
-        if self._fd_index != self._index:
+        if self._fd_name != self._segments[self._index]:
             self._close_fd()
             flags = os.O_RDWR if self.writable else os.O_RDONLY
             self._fd = os.open(self._segments[self._index] + SEGMENT_SUFFIX, flags, dir_fd=self._dir_fd)
-            self._fd_index, self._fd_ino = self._index, os.fstat(self._fd).st_ino
+            self._fd_name, self._fd_ino = self._segments[self._index], os.fstat(self._fd).st_ino
         return self._fd
 
     def _close_fd(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd, self._fd_index = -1, -1
+        self._fd, self._fd_name = -1, ""
 
     def read_pending(self) -> Pending | None:
         """The bytes of the current segment after the read position (None if no segment)."""
