@@ -24,7 +24,8 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, KwtreeError
-from kwtree.models import Change, Keyword
+from kwtree.models import Change, Info, Keyword, Relation
+from kwtree.validate import shown
 from kwtree.writes import Stamp, name_in_message
 from kwtree.writes.infos import batch_create_infos, relate
 from kwtree.writes.keywords import batch_create_keywords
@@ -72,14 +73,15 @@ def check_outline(outline: object) -> Mapping[str, list[Any]]:
 def _keyword_specs(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     specs, refs = [], set()
     for index, item in enumerate(items):
+        if type(item["ref"]) is not str or not item["ref"]:
+            raise InvalidInputError(f"keywords[{index}].ref must be a non-empty string, got {shown(item['ref'])}")
         spec = {key: value for key, value in item.items() if key != "parent"}
         if "parent" in item:
             if type(item["parent"]) is not str or item["parent"] not in refs:
                 raise InvalidInputError(f"keywords[{index}].parent: {item['parent']!r} is not the ref of an "
                                         f"earlier keyword of this outline")
             spec["parent_ref"] = item["parent"]
-        if type(item["ref"]) is str:
-            refs.add(item["ref"])
+        refs.add(item["ref"])
         specs.append(spec)
     return specs
 
@@ -99,8 +101,9 @@ def _renamed(exc: KwtreeError, section: str) -> KwtreeError:
 def load_outline(state: State, stamp: Stamp, sections: Mapping[str, list[Any]]) -> list[Change]:
     """The keywords, infos (with their links) and relations of an outline that passed
     ``check_outline``, in that order."""
+    specs = _keyword_specs(sections.get("keywords", []))  # (its errors name the outline's items already)
     try:
-        keyword_changes = batch_create_keywords(state, stamp, _keyword_specs(sections.get("keywords", [])))
+        keyword_changes = batch_create_keywords(state, stamp, specs)
     except KwtreeError as exc:
         raise _renamed(exc, "keywords") from None
     ids = {item["ref"]: keyword.id for item, keyword in zip(sections.get("keywords", []), _keywords(keyword_changes),
@@ -143,7 +146,10 @@ def _keywords(changes: Sequence[Change]) -> list[Keyword]:
 
 
 def loaded(changes: Sequence[Change], outline: Mapping[str, list[Any]]) -> LoadedOutline:
-    """What ``load_outline``'s committed ``changes`` of ``outline`` created."""
+    """What ``load_outline``'s committed ``changes`` of ``outline`` wrote: the new keywords by
+    ref, and how many infos and relations (a relation given twice, or as it already was, counts
+    as what was written)."""
     refs = [item["ref"] for item in outline.get("keywords", [])]
     return LoadedOutline(dict(zip(refs, (keyword.id for keyword in _keywords(changes)), strict=True)),
-                         len(outline.get("infos", [])), len(outline.get("relations", [])))
+                         sum(type(change.after) is Info for change in changes),
+                         sum(type(change.after) is Relation for change in changes))
