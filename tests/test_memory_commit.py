@@ -388,3 +388,18 @@ def test_a_commit_resolves_its_scope_and_branches_once_however_many_memories(
         tree.commit_session(messages, session_id=session, scope="user:ann", options=options(*candidates))
         counted.append(dict(lookups))
     assert counted[1] == counted[2]
+
+
+@pytest.mark.parametrize("calls", [{"name\ud800": "x"}, [{"arguments": "\udfff"}], {1: "non-string key"},
+                                   [{"big": 2**70}]])
+def test_tool_calls_that_cannot_be_stored_are_refused_naming_them(tmp_path: Path, calls: Any) -> None:
+    """A tool call's record (kept as the turn's text when it has none) that has no JSON form
+    (a lone surrogate, a key that is no string, an integer over 64 bits) is InvalidInputError
+    naming messages[i].tool_calls, with nothing written (found by the hostile-input fuzz: a
+    TypeError from the encoder, under the writer lock)."""
+    with KeywordTree(tmp_path / "t", worker=False) as tree:
+        before = log_bytes(tmp_path / "t")
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": calls}]
+        with pytest.raises(InvalidInputError, match=r"messages\[1\]\.tool_calls"):
+            tree.after_turn(messages, "s1", "user:ann")
+        assert log_bytes(tmp_path / "t") == before

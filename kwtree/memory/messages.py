@@ -47,6 +47,8 @@ def clean_messages(messages: object) -> list[Message]:
             raise InvalidInputError(f"{where}.content must be a string (a tool call may leave it empty), "
                                     f"got {shown(content)}")
         clean_text(content, f"{where}.content", allow_empty=True)
+        if message.get("tool_calls"):
+            _calls_text(message["tool_calls"], f"{where}.tool_calls")
         parse_time(message.get("ts"), f"{where}.ts")
         cleaned.append({**message, "role": message["role"].strip(), "content": content})
     return cleaned
@@ -59,8 +61,18 @@ def turn_text(message: Message) -> str:
         return content
     calls = message.get("tool_calls")
     if calls:
-        return "tool call: " + orjson.dumps(calls, default=str).decode()[:4000]
+        return "tool call: " + _calls_text(calls, "tool_calls")[:4000]
     return ""
+
+
+def _calls_text(calls: object, field: str) -> str:
+    """A message's tool calls as JSON (a value JSON lacks as its ``str``); InvalidInputError
+    naming ``field`` when they have no such form (a lone surrogate, a key that is no string)."""
+    try:
+        return orjson.dumps(calls, default=str).decode()
+    except TypeError as exc:
+        raise InvalidInputError(f"{field} cannot be stored as JSON ({exc}); pass strings, numbers, lists and "
+                                f"dicts with string keys") from None
 
 
 def digest(messages: Sequence[Message]) -> str:
