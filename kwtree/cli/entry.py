@@ -74,12 +74,13 @@ def ask(where: rendezvous.Endpoint, request: dict[str, Any]) -> dict[str, Any] |
 
 
 def _idle() -> float:
-    """How long a server waits for a request before it stops (``KWTREE_SERVE_IDLE``; 0: forever)."""
+    """How long a server waits for a request before it stops (``KWTREE_SERVE_IDLE``; 0: forever;
+    the default for a value that is no number of seconds)."""
     try:
         idle = float(os.environ.get("KWTREE_SERVE_IDLE", "") or rendezvous.DEFAULT_IDLE)
     except ValueError:
         return rendezvous.DEFAULT_IDLE
-    return idle if idle > 0 else float("inf")
+    return idle if idle > 0 else float("inf") if idle == 0 else rendezvous.DEFAULT_IDLE
 
 
 def _within(path: str, seconds: float) -> bool:
