@@ -63,8 +63,8 @@ elif kind == "chain":
     table = "bench_chain_" + cache
     try:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (seq bigint PRIMARY KEY, body text)")
-    except psycopg.errors.UniqueViolation:
-        pass  # another writer made it at the same instant
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+        pass  # another writer made it at the same instant (IF NOT EXISTS is no guard against that)
     end_of = lambda: conn.execute(f"SELECT coalesce(max(seq), 0) FROM {table}").fetchone()[0]
     last = [end_of()]
     def write(i):
