@@ -230,9 +230,13 @@ def test_load_an_outline(tmp_path: Path, kw, js) -> None:
         "relations": [{"from": "py", "to": "t", "type": "part_of"}],
     }))
     out, _ = kw("load", tmp_path / "new", outline)
-    assert out == f"loaded 2 keywords, 1 infos and 1 relations into {tmp_path / 'new'}\n"
+    with KeywordTree(tmp_path / "new", read_only=True) as tree:
+        op = tree.last_op_id
+    assert out == (f"loaded 2 keywords, 1 infos and 1 relations into {tmp_path / 'new'} (operation {op}: "
+                   f"kwtree undo {tmp_path / 'new'} {op} takes it back)\n")
     loaded = js("load", tmp_path / "other", outline)
     assert set(loaded["keyword_ids"]) == {"t", "py"} and (loaded["infos"], loaded["relations"]) == (1, 1)
+    assert len(loaded["op_id"]) == 32
     _, err = kw("load", tmp_path / "new", outline, code=1)
     assert "already has a child named 'Tools'" in err
     kw("load", tmp_path / "third", tmp_path / "missing.json", code=1)

@@ -37,7 +37,7 @@ def test_a_load_is_one_operation(tmp_path: Path) -> None:
         before = tree.history()
         loaded = tree.load_outline(GOOD)
         (op,) = tree.history()[len(before):]
-        assert op.kind == "load_outline"
+        assert op.kind == "load_outline" and loaded.op_id == op.op_id
         assert (loaded.infos, loaded.relations) == (2, 1) and set(loaded.keyword_ids) == {"t", "py", "js"}
         ids = loaded.keyword_ids
         assert tree.get_keyword(ids["py"]).parent_id == ids["t"] and tree.get_keyword(ids["py"]).aliases == ("py3",)
@@ -89,6 +89,7 @@ def test_relations_to_existing_keywords_and_repeats(tmp_path: Path) -> None:
         assert (rel.weight, rel.version, loaded.relations) == (0.9, 1, 1)  # (what it wrote: one relation)
         alone = tree.load_outline({"infos": [{"content": "no keywords"}]})
         assert (alone.keyword_ids, alone.infos, alone.relations) == ({}, 1, 0)
+        assert tree.load_outline({}) == type(alone)({}, 0, 0, None)  # (nothing to write)
 
 
 def test_load_outline_takes_only_an_outline(tmp_path: Path) -> None:

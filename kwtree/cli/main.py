@@ -297,13 +297,14 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "load", "kwtree.cli.outline.load_outline", "add the keywords, infos and relations of an outline file",
         example="./notes data/quickstart.json", opens="create", call=_load,
-        args=(arg("file", type=Path, metavar="FILE", help="a JSON outline (see kwtree/cli/outline.py)"),
+        args=(arg("file", type=Path, metavar="FILE", help="a JSON outline (see kwtree/writes/outline.py)"),
               arg("--no-wait", action="store_true", help="return once written, leaving the embedding of the "
                                                          "texts to the next process that embeds (kwtree serve, "
                                                          "kwtree worker, a writer)")),
         long=True,
         show=lambda r, t, a: print(
-            f"loaded {len(r.keyword_ids)} keywords, {r.infos} infos and {r.relations} relations into {a.dir}"),
+            f"loaded {len(r.keyword_ids)} keywords, {r.infos} infos and {r.relations} relations into {a.dir}"
+            + (f" (operation {r.op_id}: kwtree undo {a.dir} {r.op_id} takes it back)" if r.op_id else "")),
     ),
     # --- reads -----------------------------------------------------------------------------
     Command(

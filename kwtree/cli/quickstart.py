@@ -63,7 +63,7 @@ def run_quickstart(data_dir: Path | None = None, console: Console | None = None)
         ids = loaded.keyword_ids
         console.rule("[bold]kwtree quickstart")
         console.print(f"Loaded {outline.name} into [bold]{data_dir}[/bold]: {len(ids)} keywords, "
-                      f"{loaded.infos} memories, {loaded.relations} relations — each list one durable operation.\n")
+                      f"{loaded.infos} memories, {loaded.relations} relations — one durable operation.\n")
         console.print(render_tree(tree))
 
         console.rule("Exact lookups (case, width, punctuation and spacing ignored)")

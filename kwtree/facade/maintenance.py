@@ -240,10 +240,10 @@ class MaintenanceMethods(ForgetMethods):
         """Add an outline's keywords (under the root, or under an earlier keyword of it),
         infos and relations (see ``kwtree.writes.outline``) in ONE operation: an outline wrong
         anywhere writes nothing, and one ``undo`` takes the whole load back. Returns the new
-        keyword ids by ``ref`` and the counts. InvalidInputError (or DuplicateKeywordError)
-        names the item that is wrong."""
+        keyword ids by ``ref``, the counts and the operation's id. InvalidInputError (or
+        DuplicateKeywordError) names the item that is wrong."""
         from kwtree.writes import outline as outlines
 
         sections = outlines.check_outline(outline)
         op = self._commit("load_outline", lambda state, stamp: outlines.load_outline(state, stamp, sections))
-        return outlines.loaded(() if op is None else op.changes, sections)
+        return outlines.loaded(op, sections)

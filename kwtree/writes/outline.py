@@ -24,7 +24,7 @@ from typing import Any
 
 from kwtree.engine.state import State
 from kwtree.errors import InvalidInputError, KwtreeError
-from kwtree.models import Change, Info, Keyword, Relation
+from kwtree.models import Change, Info, Keyword, Operation, Relation
 from kwtree.validate import shown
 from kwtree.writes import Stamp, name_in_message
 from kwtree.writes.infos import batch_create_infos, relate
@@ -44,11 +44,13 @@ _SECTIONS = (("keywords", _KEYWORD_FIELDS, ("ref", "name")), ("infos", _INFO_FIE
 
 @dataclass(frozen=True, slots=True)
 class LoadedOutline:
-    """What a load created: the new keywords' ids by ref, and how many infos and relations."""
+    """What a load wrote: the new keywords' ids by ref, how many infos and relations, and the
+    operation that wrote them (``undo`` takes it back; None when there was nothing to write)."""
 
     keyword_ids: dict[str, str]
     infos: int
     relations: int
+    op_id: str | None = None
 
 
 def check_outline(outline: object) -> Mapping[str, list[Any]]:
@@ -145,11 +147,12 @@ def _keywords(changes: Sequence[Change]) -> list[Keyword]:
     return [change.after for change in changes if type(change.after) is Keyword]
 
 
-def loaded(changes: Sequence[Change], outline: Mapping[str, list[Any]]) -> LoadedOutline:
-    """What ``load_outline``'s committed ``changes`` of ``outline`` wrote: the new keywords by
-    ref, and how many infos and relations (a relation given twice, or as it already was, counts
-    as what was written)."""
+def loaded(op: Operation | None, outline: Mapping[str, list[Any]]) -> LoadedOutline:
+    """What ``load_outline``'s committed operation ``op`` (None: nothing written) of ``outline``
+    wrote: the new keywords by ref, and how many infos and relations (a relation given twice, or
+    as it already was, counts as what was written)."""
+    changes = () if op is None else op.changes
     refs = [item["ref"] for item in outline.get("keywords", [])]
     return LoadedOutline(dict(zip(refs, (keyword.id for keyword in _keywords(changes)), strict=True)),
                          sum(type(change.after) is Info for change in changes),
-                         sum(type(change.after) is Relation for change in changes))
+                         sum(type(change.after) is Relation for change in changes), None if op is None else op.op_id)
