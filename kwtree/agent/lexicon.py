@@ -21,6 +21,7 @@ candidate can be judged by the best match anywhere below it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -162,11 +163,8 @@ class KeywordLexicon:
         else:
             changed = dict.fromkeys(journal)
         state.keyword_journal = []
-        if len(changed) < _MANY:
-            for kid in changed:
-                self._reindex(state, kid)
-            return
-        with collector_paused():  # (a profile per keyword: no cycles among them)
+        # (a profile per keyword, no cycles among them: no collection need walk the heap meanwhile)
+        with collector_paused() if len(changed) >= _MANY else contextlib.nullcontext():
             for kid in changed:
                 self._reindex(state, kid)
 

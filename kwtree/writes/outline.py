@@ -130,13 +130,12 @@ def load_outline(state: State, stamp: Stamp, sections: Mapping[str, list[Any]]) 
     relation_changes: list[Change] = []
     for index, item in enumerate(relations):
         where = f"relations[{index}]"
+        source, target = _resolve(ids, item["from"], f"{where}.from"), _resolve(ids, item["to"], f"{where}.to")
         try:
-            made = relate(fork, stamp, _resolve(ids, item["from"], f"{where}.from"),
-                          _resolve(ids, item["to"], f"{where}.to"), item.get("type", "related_to"),
-                          item.get("weight", 1.0), item.get("reason", ""))
+            made = relate(fork, stamp, source, target, item.get("type", "related_to"), item.get("weight", 1.0),
+                          item.get("reason", ""))
         except KwtreeError as exc:
-            if not str(exc).startswith(where):
-                name_in_message(exc, f"{where}: ")
+            name_in_message(exc, f"{where}: ")
             raise
         put_changes(fork, made)
         relation_changes.extend(made)
