@@ -61,10 +61,10 @@ elif kind == "chain":
     import psycopg
     conn = psycopg.connect(target, autocommit=True)
     table = "bench_chain_" + cache
-    try:
+    with conn.transaction():  # (the writers of a chain create its table one at a time: IF NOT
+        # EXISTS alone lets two at the same instant collide on the table or on its row type)
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (seq bigint PRIMARY KEY, body text)")
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-        pass  # another writer made it at the same instant (IF NOT EXISTS is no guard against that)
     end_of = lambda: conn.execute(f"SELECT coalesce(max(seq), 0) FROM {table}").fetchone()[0]
     last = [end_of()]
     def write(i):
