@@ -375,6 +375,7 @@ class KwtreeMachine(RuleBasedStateMachine):
         self.base = Path(tempfile.mkdtemp(prefix="kwtree-props-"))
         self.dir = self.base / "tree"
         self.tree: KeywordTree | None = None
+        self.open_options: dict[str, Any] = {}
         self.keyword_ids: list[str] = []  # every keyword id ever returned, creation order
         self.info_ids: list[str] = []
         self.records: dict[str, Record] = {}
@@ -474,8 +475,9 @@ class KwtreeMachine(RuleBasedStateMachine):
         seed write goes through ``attempt`` too), so that every example has something to work
         on whichever rules hypothesis enables for it."""
         # 4096-byte segments make the log rotate every few operations.
-        self.tree = KeywordTree(self.dir, durability="none", segment_bytes=4096 if small_segments else None,
-                                **self.log_option())
+        self.open_options = {"durability": "none", "segment_bytes": 4096 if small_segments else None,
+                             **self.log_option()}
+        self.tree = KeywordTree(self.dir, **self.open_options)
         self.record("init")
         for name, where in shape:
             live = live_keyword_ids(self.t)
@@ -840,6 +842,23 @@ class KwtreeMachine(RuleBasedStateMachine):
                 self.t._engine.save_checkpoint()
         finally:
             checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION = saved
+        self.check_reopen()
+
+    @rule()
+    def writer_reopens_from_its_checkpoint(self) -> None:
+        """§4.1 for a writer that opened from a state checkpoint: it closes (writing one), opens
+        again from it, and every rule after this one reads and writes a state whose entities and
+        indexes are made as they are first read (kwtree.engine.lazy_rows)."""
+        saved = checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION
+        checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION = 1, 0.0
+        try:
+            self.t.close()
+        finally:
+            checkpoint.MIN_LOG_BYTES, checkpoint.REFRESH_FRACTION = saved
+        self.tree = None
+        self.tree = KeywordTree(self.dir, **self.open_options)
+        if not self.log_option():  # (a PostgreSQL log has no checkpoint)
+            assert self.t._engine._checkpointed > 0
         self.check_reopen()
 
     def check_as_of(self, op_id: str) -> None:

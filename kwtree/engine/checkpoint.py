@@ -30,8 +30,11 @@ process that read the old one, so an erased text does not come back through this
 
 The state is stored with pickle as plain containers, entities by column (the loader is
 restricted to two metadata constructors: the documented way to load pickles that must not run
-other code); entities are rebuilt by their constructors, the strings they share stay shared,
-and equal times become one float.
+other code). Keywords, infos, links and the indexes over them (names, children, links by
+keyword and by info) are loaded as ``LazyRows`` (``kwtree.engine.lazy_rows``): their keys'
+rows sorted by key, and each value made from the columns when it is first read, so an open
+makes no object per entity. Relations (few) are made at once by their constructors, the
+strings they share stay shared, and equal times become one float.
 """
 
 from __future__ import annotations
@@ -45,14 +48,15 @@ import logging
 import operator
 import pickle
 import zlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from kwtree.engine.events import GENESIS, last_operation, op_digest
+from kwtree.engine.lazy_rows import LazyRows, Rows, sorted_rows
 from kwtree.engine.state import State
 from kwtree.heap import collector_paused
 from kwtree.models import EMPTY_METADATA, Info, Keyword, Link, Relation, RelationType
@@ -75,7 +79,7 @@ MIN_LOG_BYTES = 4 << 20
 REFRESH_FRACTION = 0.25
 _MAGIC = b"kwtree state checkpoint\n"
 _CHUNK = 1 << 20
-_FORMAT = 2  # (2: no head in the header; it is read from the log)
+_FORMAT = 3  # (2: no head in the header, it is read from the log; 3: entities and indexes made as read)
 _ENTITIES = (Keyword, Info, Link, Relation)
 
 
@@ -134,19 +138,50 @@ def _columns(cls: type, entities: Collection[Any]) -> list[Any]:
     return columns
 
 
+def _grouped(index: Mapping[str, str | Sequence[str]]) -> tuple[list[str], list[str], array.array[int], list[int]]:
+    """An index of str -> str or sequence of str as columns: its keys, every value's strings
+    in one list, where each key's strings end in it, and the keys' rows sorted by key."""
+    keys, flat, ends = list(index), [], array.array("q")
+    for value in index.values():
+        if type(value) is str:
+            flat.append(value)
+        else:
+            flat.extend(value)
+        ends.append(len(flat))
+    return keys, flat, ends, sorted_rows(keys)
+
+
+def _link_rows(state: State) -> tuple[list[str], array.array[int], array.array[int], list[int]]:
+    """The index of each keyword's links as columns: its keywords, the rows (in the link
+    columns) of every keyword's links in one array, where each keyword's end in it, and the
+    keywords' rows sorted by id."""
+    row_of = {key: row for row, key in enumerate(state.links)}
+    keys, flat, ends = list(state.infos_by_keyword), array.array("q"), array.array("q")
+    for kid, links in state.infos_by_keyword.items():
+        flat.extend([row_of[iid, kid] for iid in links])
+        ends.append(len(flat))
+    return keys, flat, ends, sorted_rows(keys)
+
+
 def _snapshot(state: State) -> dict[str, Any]:
-    """``state`` as plain containers: entities by column; the indexes that hold entities as
-    the keys they list, in their order."""
+    """``state`` as plain containers: entities by column, with their rows sorted by key; the
+    name, children, link indexes as columns; the relation indexes as the keys they list, in
+    their order."""
+    keyword_columns, info_columns = _columns(Keyword, state.keywords.values()), _columns(Info, state.infos.values())
+    link_columns = _columns(Link, state.links.values())
     return {
-        "entities": [_columns(cls, entities.values()) for cls, entities in (
-            (Keyword, state.keywords), (Info, state.infos), (Link, state.links), (Relation, state.relations))],
-        "names": state.names,
-        "children": state.children,
-        "keywords_by_info": state.keywords_by_info,
-        "solo_links": state.solo_links,  # (the tuples keywords_by_info shares: pickle keeps them shared)
-        "infos_by_keyword": {kid: list(infos) for kid, infos in state.infos_by_keyword.items()},
+        "entities": [keyword_columns, info_columns, link_columns, _columns(Relation, state.relations.values())],
+        "sorted": [array.array("q", sorted_rows(keyword_columns[0])), array.array("q", sorted_rows(info_columns[0])),
+                   array.array("q", sorted_rows(_Pairs(link_columns[0], link_columns[1])))],
+        "names": _grouped(state.names),
+        "children": _grouped(state.children),
+        "keywords_by_info": _grouped(state.keywords_by_info),
+        "solo_links": state.solo_links,
+        "infos_by_keyword": _link_rows(state),
         "rel_out": {kid: list(rels) for kid, rels in state.rel_out.items()},
         "rel_in": {kid: list(rels) for kid, rels in state.rel_in.items()},
+        "forgotten": state.forgotten,
+        "abstracted": state.abstracted,
         "counters": (state.op_count, state.last_op_id, state.last_timestamp, state.shared_time),
     }
 
@@ -154,33 +189,121 @@ def _snapshot(state: State) -> dict[str, Any]:
 _RELATIONS = {relation.value: relation for relation in RelationType}
 
 
+class _Pairs(Sequence[tuple[str, str]]):
+    """The keys of the links, (info id, keyword id), over their two columns."""
+
+    def __init__(self, first: Sequence[str], second: Sequence[str]) -> None:
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __getitem__(self, row: Any) -> Any:
+        return self.first[row], self.second[row]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return zip(self.first, self.second, strict=True)
+
+
+class _Relations(Sequence[RelationType]):
+    """A link column of relation values, as the RelationType each names."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, row: Any) -> Any:
+        return _RELATIONS[self.values[row]]
+
+    def __iter__(self) -> Iterator[RelationType]:
+        return map(_RELATIONS.__getitem__, self.values)
+
+
+class _Maker(NamedTuple):
+    """What makes the entity of one row of an entity class's columns, and of many."""
+
+    one: Callable[[int], Any]
+    many: Callable[[list[int]], Iterable[Any]]
+
+
+def _maker(cls: type, columns: Sequence[Sequence[Any]]) -> _Maker:
+    def one(row: int) -> Any:
+        return cls(*[column[row] for column in columns])
+
+    def many(rows: list[int]) -> Iterable[Any]:
+        if len(rows) == len(columns[0]):  # (all of them, in their order)
+            return map(cls, *columns)
+        return map(cls, *[[column[row] for row in rows] for column in columns])
+
+    return _Maker(one, many)
+
+
+def _spans(columns: Sequence[Any], value: Callable[[Any, int, int], Any]) -> LazyRows[str, Any]:
+    """An index ``_grouped`` or ``_link_rows`` stored, each key's value made by ``value(flat,
+    start, end)`` from its span of the flat column."""
+    keys, flat, ends, by_key = columns
+
+    def make(row: int) -> Any:
+        return value(flat, ends[row - 1] if row else 0, ends[row])
+
+    return LazyRows(Rows(keys, by_key), make)
+
+
+def _name(flat: list[str], start: int, end: int) -> str | list[str]:
+    """A name index's value: one id, or the ids sharing the name."""
+    found: str | list[str] = flat[start] if end - start == 1 else flat[start:end]
+    return found
+
+
+def _children(flat: list[str], start: int, end: int) -> list[str]:
+    return flat[start:end]
+
+
 def _state_of(snapshot: dict[str, Any]) -> State:
-    """The State ``_snapshot`` describes (entities made by their constructors)."""
+    """The State ``_snapshot`` describes: relations made by their constructors; the other
+    entities and the indexes (but the relations') made as they are read."""
+    (keyword_columns, info_columns, link_columns, rel_columns) = snapshot["entities"]
+    keywords_by_id, infos_by_id, links_by_key = snapshot["sorted"]
     times: dict[float, float] = {}
-    made = []
-    for cls, columns in zip(_ENTITIES, snapshot["entities"], strict=True):
-        columns = list(columns)
-        for at, name in enumerate(_fields(cls)):
-            if name in _TIMES:
-                columns[at] = list(map(times.setdefault, columns[at], columns[at]))
-            elif cls is Link and name == "relation":
-                columns[at] = list(map(_RELATIONS.__getitem__, columns[at]))
-        made.append((columns, list(map(cls, *columns))))
-    (keyword_columns, keywords), (info_columns, infos), (link_columns, links), (rel_columns, rels) = made
+    rel_columns = list(rel_columns)
+    for at, name in enumerate(_fields(Relation)):
+        if name in _TIMES:
+            rel_columns[at] = list(map(times.setdefault, rel_columns[at], rel_columns[at]))
+    rels = list(map(Relation, *rel_columns))
+    link_columns = list(link_columns)
+    link_columns[_fields(Link).index("relation")] = _Relations(link_columns[_fields(Link).index("relation")])
     state = State()
-    state.keywords = dict(zip(keyword_columns[0], keywords, strict=True))
-    state.infos = dict(zip(info_columns[0], infos, strict=True))
-    state.links = dict(zip(zip(link_columns[0], link_columns[1], strict=True), links, strict=True))
+    state.keywords = LazyRows(Rows(keyword_columns[0], keywords_by_id), *_maker(Keyword, keyword_columns))
+    state.infos = LazyRows(Rows(info_columns[0], infos_by_id), *_maker(Info, info_columns))
+    link = _maker(Link, link_columns)
+    state.links = LazyRows(Rows(_Pairs(link_columns[0], link_columns[1]), links_by_key), *link)
     state.relations = dict(zip(zip(*rel_columns[:3], strict=True), rels, strict=True))
-    state.names, state.children = snapshot["names"], snapshot["children"]
-    state.keywords_by_info, state.solo_links = snapshot["keywords_by_info"], snapshot["solo_links"]
-    by_link, by_relation = state.links, state.relations
-    state.infos_by_keyword = {kid: {iid: by_link[iid, kid] for iid in iids}
-                              for kid, iids in snapshot["infos_by_keyword"].items()}
+    state.names = _spans(snapshot["names"], _name)
+    state.children = _spans(snapshot["children"], _children)
+    state.solo_links = solo = snapshot["solo_links"]
+    info_ids = link_columns[0]
+
+    def keywords_of(flat: list[str], start: int, end: int) -> tuple[str, ...]:
+        """An info's keywords; the one tuple ``solo_links`` holds when it is one."""
+        if end - start == 1:
+            return solo.get(flat[start]) or (flat[start],)
+        return tuple(flat[start:end])
+
+    def links_of(flat: array.array[int], start: int, end: int) -> dict[str, Link]:
+        """A keyword's links by info, made from their rows (not read from the state's links:
+        a fork shares this function, and its base's links may hold versions it must not see)."""
+        return {info_ids[row]: link.one(row) for row in flat[start:end]}
+
+    state.keywords_by_info = _spans(snapshot["keywords_by_info"], keywords_of)
+    state.infos_by_keyword = _spans(snapshot["infos_by_keyword"], links_of)
+    by_relation = state.relations
     state.rel_out = {kid: {(to, kind): by_relation[kid, to, kind] for to, kind in keys}
                      for kid, keys in snapshot["rel_out"].items()}
     state.rel_in = {kid: {(frm, kind): by_relation[frm, kid, kind] for frm, kind in keys}
                     for kid, keys in snapshot["rel_in"].items()}
+    state.forgotten, state.abstracted = snapshot["forgotten"], snapshot["abstracted"]
     state.op_count, state.last_op_id, state.last_timestamp, shared_time = snapshot["counters"]
     state.shared_time = times.get(shared_time, shared_time)
     return state
@@ -206,18 +329,37 @@ def _covered(directory: Path, store: SegmentStore, position: Position) -> _Cover
     names = store.segment_names()
     if segment not in names:
         raise FileNotFoundError(f"no segment {segment} in the log")
+    covered = names[: names.index(segment) + 1]
     segments, last = [], b""
-    for name in names[: names.index(segment) + 1]:
-        data = _segment_path(directory, name).read_bytes()
-        if name == segment:
-            data = data[:offset]
-        segments.append((name, len(data), zlib.crc32(data)))
-        if data:
-            last = data  # (every sealed segment holds operations; only the newest may hold none yet)
+    for at, name in enumerate(covered):
+        path = _segment_path(directory, name)
+        # The segment whose last operation is the head is read whole (its checksum and its
+        # head from the same bytes): the position's, or the one before a position at 0.
+        if name == segment or (offset == 0 and at == len(covered) - 2):
+            data = path.read_bytes()
+            if name == segment:
+                data = data[:offset]
+            segments.append((name, len(data), zlib.crc32(data)))
+            if data:
+                last = data  # (every sealed segment holds operations; only the newest may hold none yet)
+        else:
+            with open(path, "rb", buffering=0) as file:
+                segments.append((name, *_checksum(file)))
     padding = last.find(b"\0")
     operations = last if padding < 0 else last[:padding]
     operations = operations[: seals_start(operations)]
     return _Covered(segments, op_digest(last_operation(operations)) if operations else GENESIS)
+
+
+def _checksum(file: io.RawIOBase | io.BufferedIOBase) -> tuple[int, int]:
+    """The bytes from ``file``'s position to its end, and their CRC-32, read piece by piece
+    into one buffer (never held whole, never copied into new objects)."""
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    crc = size = 0
+    while count := file.readinto(view):
+        crc, size = zlib.crc32(view[:count], crc), size + count
+    return size, crc
 
 
 def _key(position: Position) -> tuple[str, int]:
@@ -367,15 +509,14 @@ def examine(directory: Path, store: SegmentStore) -> Loaded | Unusable | None:
         return Unusable(f"{type(exc).__name__}: {exc}", True)
 
 
-def _loaded(directory: Path, store: SegmentStore, file: BinaryIO) -> Loaded:
+def _loaded(directory: Path, store: SegmentStore, file: io.BufferedReader) -> Loaded:
     if file.read(len(_MAGIC)) != _MAGIC:
         raise ValueError("it does not start as a checkpoint does")
     header = orjson.loads(file.readline())
     if header.get("format") != _FORMAT or header.get("layout") != _LAYOUT:
         raise _Stale("written by another version of kwtree")
-    start, crc, size = file.tell(), 0, 0
-    while chunk := file.read(_CHUNK):  # (checked in pieces: the payload is never held twice)
-        crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    start = file.tell()
+    size, crc = _checksum(file)
     if size != header["payload_bytes"] or crc != header["payload_crc"]:
         raise ValueError("its bytes do not match its checksum")
     segment, offset, line = header["position"]

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kwtree.models import NOTE, ROOT_ID, Entity, Info, Keyword, Link, Note, Operation, Relation
+from kwtree.memory_schema import ABSTRACT_KEY
+from kwtree.models import FORGOTTEN_BY, NOTE, ROOT_ID, Entity, Info, Keyword, Link, Note, Operation, Relation
 from kwtree.normalize import normalize_name
 
 __all__ = ["State", "apply", "apply_rows", "name_keys"]
@@ -45,7 +46,9 @@ class State:
 
     __slots__ = (
         "_own",
+        "abstracted",
         "children",
+        "forgotten",
         "infos",
         "infos_by_keyword",
         "keyword_journal",
@@ -81,6 +84,14 @@ class State:
         self.solo_links: dict[str, tuple[str]] = {}
         self.rel_out: dict[str, dict[tuple[str, str], Relation]] = {}
         self.rel_in: dict[str, dict[tuple[str, str], Relation]] = {}
+        #: ("keyword" or "info", id) -> the forget operation whose tombstone that entity's
+        #: current version is (``kwtree.writes.forget``): which forget came last, without a
+        #: look at every entity
+        self.forgotten: dict[tuple[str, str], str] = {}
+        #: ids of the keywords whose current version holds a stored abstract
+        #: (``ABSTRACT_KEY`` in its metadata; deleted ones too): what recall's signposts read,
+        #: without a look at every keyword
+        self.abstracted: dict[str, None] = {}
         self.op_count = 0
         self.last_op_id: str | None = None
         self.last_timestamp = 0.0
@@ -102,18 +113,20 @@ class State:
         stored), and so are the index containers until one of the two changes one: it copies
         that one first (copy on write), so a fork costs one copy of each map, not of every
         list and dict in them (a deep copy took 0.85 s at a million keywords)."""
-        copy = State()
-        copy.keywords = dict(self.keywords)
-        copy.infos = dict(self.infos)
-        copy.links = dict(self.links)
-        copy.relations = dict(self.relations)
-        copy.names = dict(self.names)
-        copy.children = dict(self.children)
-        copy.infos_by_keyword = dict(self.infos_by_keyword)
-        copy.keywords_by_info = dict(self.keywords_by_info)  # (tuples: shared)
-        copy.solo_links = dict(self.solo_links)
-        copy.rel_out = dict(self.rel_out)
-        copy.rel_in = dict(self.rel_in)
+        copy = State()  # (``copy()``, not ``dict()``: a map loaded from the checkpoint stays lazy)
+        copy.keywords = self.keywords.copy()
+        copy.infos = self.infos.copy()
+        copy.links = self.links.copy()
+        copy.relations = self.relations.copy()
+        copy.names = self.names.copy()
+        copy.children = self.children.copy()
+        copy.infos_by_keyword = self.infos_by_keyword.copy()
+        copy.keywords_by_info = self.keywords_by_info.copy()  # (tuples: shared)
+        copy.solo_links = self.solo_links.copy()
+        copy.rel_out = self.rel_out.copy()
+        copy.rel_in = self.rel_in.copy()
+        copy.forgotten = self.forgotten.copy()
+        copy.abstracted = self.abstracted.copy()
         self._own, copy._own = set(), set()  # (both share every container now)
         copy.op_count = self.op_count
         copy.last_op_id = self.last_op_id
@@ -207,6 +220,8 @@ class State:
                 parent = keywords.get(k.parent_id)  # type: ignore[arg-type]
                 if parent is not None and not parent.deleted and parent is not k:
                     self._add_fresh(k, parent)
+                    if ABSTRACT_KEY in k.metadata:
+                        self.abstracted[kid] = None
                     return
         if old is not None:
             k.version = old.version + 1
@@ -223,6 +238,12 @@ class State:
         elif old is not None:
             k.level = old.level
         keywords[kid] = k  # (already there for a new id; replaces the old version otherwise)
+        if k.deleted or self.forgotten:
+            self._note_forgotten("keyword", k)
+        if ABSTRACT_KEY in k.metadata:
+            self.abstracted[kid] = None
+        elif self.abstracted:
+            self.abstracted.pop(kid, None)
 
         moved = was_live and (k.deleted or old.parent_id != k.parent_id)  # type: ignore[union-attr]
         if moved:
@@ -353,6 +374,15 @@ class State:
         if old is not None:
             info.version = old.version + 1
         self.infos[info.id] = info
+        if info.deleted or self.forgotten:
+            self._note_forgotten("info", info)
+
+    def _note_forgotten(self, kind: str, entity: Keyword | Info) -> None:
+        """Keep ``forgotten`` in step with the version of ``entity`` just stored."""
+        if entity.deleted and FORGOTTEN_BY in entity.metadata:
+            self.forgotten[kind, entity.id] = str(entity.metadata[FORGOTTEN_BY])
+        else:
+            self.forgotten.pop((kind, entity.id), None)
 
     def put_link(self, link: Link) -> None:
         # The link holds its info's and keyword's own id strings, not equal copies (decoded

@@ -56,9 +56,9 @@ class _Abstracts:
         self.key = key
         self.texts: dict[str, tuple[str, str]] = {}
         self.postings: dict[str, list[str]] = {}
-        for kid, keyword in state.keywords.items():
-            if ABSTRACT_KEY not in keyword.metadata:  # (most keywords: the cheapest test first)
-                continue
+        keywords = state.keywords
+        for kid in state.abstracted:
+            keyword = keywords[kid]
             stored = keyword.metadata[ABSTRACT_KEY]
             if keyword.deleted or kid == ROOT_ID or not isinstance(stored, Mapping):
                 continue
@@ -73,8 +73,8 @@ _last_lock = threading.Lock()
 
 
 def _abstracts_of(state: State) -> _Abstracts:
-    """The stored abstracts of ``state`` as it is now, built on the first read after a write:
-    one pass over the keywords (the caller holds the state lock)."""
+    """The stored abstracts of ``state`` as it is now, built on the first read after a write
+    from the keywords that hold one (the caller holds the state lock)."""
     key = (id(state), state.op_count, state.last_op_id)
     with _last_lock:
         if _last and _last[0].key == key:

@@ -67,8 +67,7 @@ def tombstone(entity: Entity, op_id: str) -> Entity:
 def last_forget(state: State) -> str | None:
     """The id of the last forget operation that erased an entity (the newest ``forgotten_by``
     of a tombstone in ``state``), None when nothing was forgotten."""
-    return max((str(entity.metadata[FORGOTTEN_BY]) for entities in (state.infos, state.keywords)
-                for entity in entities.values() if is_forgotten(entity)), default=None)
+    return max(state.forgotten.values(), default=None)
 
 
 def refuse_forgotten(state: State, op: Operation) -> None:
