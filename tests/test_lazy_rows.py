@@ -30,6 +30,7 @@ _POINT_CALLS = st.one_of(
     st.tuples(st.just("pop_default"), _KEYS, _VALUES),
     st.tuples(st.just("update"), st.dictionaries(_KEYS, _VALUES, max_size=3)),
     st.tuples(st.just("copy")),
+    st.tuples(st.just("original"), _KEYS),
 )
 #: ... and calls on the whole map, which make every value still to be made (rarer: after
 #: one, the map is a plain dict)
@@ -125,11 +126,31 @@ def test_lazy_rows_answers_as_the_dict_it_stands_for(start: dict[str, list[int]]
     made: list[int] = []
     pairs: list[tuple[dict[str, Any], LazyRows[str, Any]]] = [({key: list(value) for key, value in start.items()},
                                                                 lazy(start, made))]
+    replaced: list[set[str]] = [set()]  # (each pair's keys whose value is not start's any more)
     for call in calls:
         if call[0] == "copy":
             model, subject = pairs[-1]
             pairs.append((model.copy(), subject.copy()))
+            replaced.append(set(replaced[-1]))
             continue
+        if call[0] == "original":
+            for (_, subject), gone in zip(pairs, replaced, strict=True):
+                key = call[1]
+                found = subject.original(key, lambda: ["fresh"])
+                if key in start and key not in gone:
+                    assert found == start[key] and found is subject[key]
+                else:
+                    assert found == ["fresh"]
+            continue
+        for (model, _), gone in zip(pairs, replaced, strict=True):
+            if call[0] in ("set", "del", "pop") or (call[0] == "pop_default" and call[1] in model):
+                gone.add(call[1])
+            elif call[0] == "update":
+                gone.update(call[1])
+            elif call[0] == "clear":
+                gone.update(start)
+            elif call[0] == "popitem" and model:
+                gone.add(next(reversed(model)))
         if call[0] == "eq":
             for model, subject in pairs:
                 assert subject == model and model == subject and not (subject != model)  # noqa: SIM202 (__ne__ too)
@@ -182,3 +203,21 @@ def test_a_key_deleted_and_set_again_goes_last_as_in_a_dict() -> None:
         rows["x"] = [4]
         rows["y"] = [5]  # (set while still pending: keeps its place)
         assert list(rows.items()) == [("y", [5]), ("z", [3]), ("x", [4])]
+
+
+def test_original_is_the_row_s_value_while_the_map_holds_it() -> None:
+    rows = lazy({"x": [1], "y": [2], "z": [3]}, [])
+    fresh = [0]
+    x = rows.original("x", lambda: fresh)  # (pending: made now, and kept)
+    assert x == [1] and rows["x"] is x
+    assert rows["y"] == [2] and rows.original("y", lambda: fresh) is rows["y"]  # (made by a read)
+    rows["y"] = [5]  # (set after it was made)
+    rows["z"] = [6]  # (set while pending)
+    del rows["x"]
+    assert rows.original("y", lambda: fresh) is fresh and rows.original("z", lambda: fresh) is fresh
+    assert rows.original("x", lambda: fresh) is fresh and rows.original("new", lambda: fresh) is fresh
+    rows["x"] = [7]
+    assert list(rows) == ["y", "z", "x"]  # (every value made now: the map still knows which are rows')
+    assert rows.original("y", lambda: fresh) is fresh and rows.original("x", lambda: fresh) is fresh
+    kept = lazy({"x": [1], "y": [2]}, [])
+    assert list(kept.values()) == [[1], [2]] and kept.original("y", lambda: fresh) is kept["y"]

@@ -205,6 +205,24 @@ class _Pairs(Sequence[tuple[str, str]]):
         return zip(self.first, self.second, strict=True)
 
 
+class _Times(Sequence[float]):
+    """A column of times as floats, equal ones as one float object (``times``: of the whole
+    load): the rows of one operation share their time, as after a replay."""
+
+    def __init__(self, values: Sequence[float], times: dict[float, float]) -> None:
+        self.values, self.times = values, times
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, row: Any) -> Any:
+        value = self.values[row]
+        return self.times.setdefault(value, value)
+
+    def __iter__(self) -> Iterator[float]:
+        return map(self.times.setdefault, self.values, self.values)
+
+
 class _Relations(Sequence[RelationType]):
     """A link column of relation values, as the RelationType each names."""
 
@@ -261,6 +279,12 @@ def _children(flat: list[str], start: int, end: int) -> list[str]:
     return flat[start:end]
 
 
+def _timed(cls: type, columns: Sequence[Any], times: dict[float, float]) -> list[Any]:
+    """``cls``'s columns with its time columns read through ``times`` (``_Times``)."""
+    return [_Times(column, times) if name in _TIMES else column for name, column in zip(_fields(cls), columns,
+                                                                                          strict=True)]
+
+
 def _state_of(snapshot: dict[str, Any]) -> State:
     """The State ``_snapshot`` describes: relations made by their constructors; the other
     entities and the indexes (but the relations') made as they are read."""
@@ -272,7 +296,8 @@ def _state_of(snapshot: dict[str, Any]) -> State:
         if name in _TIMES:
             rel_columns[at] = list(map(times.setdefault, rel_columns[at], rel_columns[at]))
     rels = list(map(Relation, *rel_columns))
-    link_columns = list(link_columns)
+    keyword_columns, info_columns, link_columns = (_timed(Keyword, keyword_columns, times),
+                                                   _timed(Info, info_columns, times), _timed(Link, link_columns, times))
     link_columns[_fields(Link).index("relation")] = _Relations(link_columns[_fields(Link).index("relation")])
     state = State()
     state.keywords = LazyRows(Rows(keyword_columns[0], keywords_by_id), *_maker(Keyword, keyword_columns))
@@ -283,7 +308,7 @@ def _state_of(snapshot: dict[str, Any]) -> State:
     state.names = _spans(snapshot["names"], _name)
     state.children = _spans(snapshot["children"], _children)
     state.solo_links = solo = snapshot["solo_links"]
-    info_ids = link_columns[0]
+    info_ids, keyword_ids, links = link_columns[0], link_columns[1], state.links
 
     def keywords_of(flat: list[str], start: int, end: int) -> tuple[str, ...]:
         """An info's keywords; the one tuple ``solo_links`` holds when it is one."""
@@ -292,9 +317,13 @@ def _state_of(snapshot: dict[str, Any]) -> State:
         return tuple(flat[start:end])
 
     def links_of(flat: array.array[int], start: int, end: int) -> dict[str, Link]:
-        """A keyword's links by info, made from their rows (not read from the state's links:
-        a fork shares this function, and its base's links may hold versions it must not see)."""
-        return {info_ids[row]: link.one(row) for row in flat[start:end]}
+        """A keyword's links by info, as their rows give them: the objects the links map holds
+        while they are those (a fork shares this function, and its base's map may hold later
+        versions, which it must not see), else made from the rows."""
+        def at(row: int) -> Link:
+            return links.original((info_ids[row], keyword_ids[row]), lambda: link.one(row))
+
+        return {info_ids[row]: at(row) for row in flat[start:end]}
 
     state.keywords_by_info = _spans(snapshot["keywords_by_info"], keywords_of)
     state.infos_by_keyword = _spans(snapshot["infos_by_keyword"], links_of)

@@ -57,6 +57,25 @@ class Rows(Generic[K]):
         return -1
 
 
+class _Every(Generic[K]):
+    """Every key of ``rows``, as a set of them answers ``in`` and ``len`` (by bisection): what
+    a map has taken once every value was made."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: Rows[K]) -> None:
+        self.rows = rows
+
+    def __contains__(self, key: object) -> bool:
+        return self.rows.row(key) >= 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, key: K) -> None:
+        """(Every key is in already.)"""
+
+
 def sorted_rows(keys: Sequence[Any]) -> list[int]:
     """The rows of ``keys`` in the order of their keys (``Rows.by_key``)."""
     return sorted(range(len(keys)), key=keys.__getitem__)
@@ -72,7 +91,7 @@ class LazyRows(dict[K, V]):
     that are pending no longer (made, set, or deleted); ``moved`` those of them deleted since,
     which lose their place as they would in a dict."""
 
-    __slots__ = ("_lock", "_make", "_make_many", "_moved", "_rows", "_taken")
+    __slots__ = ("_lock", "_make", "_make_many", "_moved", "_replaced", "_rows", "_taken")
 
     def __init__(self, rows: Rows[K], make: Callable[[int], V],
                  make_many: Callable[[list[int]], Iterable[V]] | None = None) -> None:
@@ -82,8 +101,11 @@ class LazyRows(dict[K, V]):
         self._rows = rows
         self._make = make
         self._make_many = make_many if make_many is not None else (lambda rows: map(make, rows))
-        self._taken: set[K] = set()
+        self._taken: set[K] | _Every[K] = set()
         self._moved: set[K] = set()
+        #: the checkpoint's keys whose value is not their row's any more (set, or deleted);
+        #: kept once every value is made, for ``original``
+        self._replaced: set[K] = set()
         self._lock = threading.Lock()  # (a reader never sees a key neither pending nor made)
 
     def _pending_row(self, key: Any) -> int:
@@ -138,8 +160,11 @@ class LazyRows(dict[K, V]):
 
     def __setitem__(self, key: K, value: V) -> None:
         with self._lock:
-            if self._pending_row(key) >= 0:
+            if key in self._taken:
+                self._replaced.add(key)
+            elif self._pending_row(key) >= 0:
                 self._taken.add(key)
+                self._replaced.add(key)
             dict.__setitem__(self, key, value)
 
     def setdefault(self, key: K, default: V, /) -> V:
@@ -162,12 +187,14 @@ class LazyRows(dict[K, V]):
             if dict.__contains__(self, key):
                 if key in self._taken:
                     self._moved.add(key)
+                    self._replaced.add(key)
                 return dict.pop(self, key)
             row = self._pending_row(key)
             if row < 0:
                 return dict.pop(self, key, *default)  # (KeyError, or the default)
             self._taken.add(key)
             self._moved.add(key)
+            self._replaced.add(key)
             return self._make(row)
 
     def popitem(self) -> tuple[K, V]:
@@ -176,8 +203,10 @@ class LazyRows(dict[K, V]):
 
     def clear(self) -> None:
         with self._lock:
-            self._taken = set(self._rows.keys)
-            self._moved = set(self._taken)
+            every = set(self._rows.keys)
+            if type(self._taken) is not _Every:
+                self._taken, self._moved = every, set(every)
+            self._replaced |= every
             dict.clear(self)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -190,25 +219,42 @@ class LazyRows(dict[K, V]):
 
     # --- the whole map ------------------------------------------------------------------------
 
+    def original(self, key: K, made: Callable[[], V]) -> V:
+        """The value the checkpoint's row gives ``key``: this map's own object while it holds
+        that one (made from the row, and neither set nor deleted since; made now if still
+        pending), else ``made()``, from a caller that makes it from the row itself."""
+        with self._lock:
+            pending = False
+            if key in self._taken:
+                if key not in self._replaced:
+                    found = dict.get(self, key, _ABSENT)  # (never __missing__: the lock is held)
+                    if found is not _ABSENT:
+                        return found  # type: ignore[no-any-return]
+            else:
+                pending = self._pending_row(key) >= 0
+        return self[key] if pending else made()  # (self[key]: __missing__ takes the lock itself)
+
     def _fill(self) -> None:
         """Make every pending value, and put every key where a dict would have it."""
-        if not self._rows.keys:
+        if type(self._taken) is _Every:
             return
         with self._lock, collector_paused():  # (as the open it stands for: objects without cycles)
             rows, taken, moved = self._rows, self._taken, self._moved
-            if not rows.keys:
+            if type(taken) is _Every:
                 return
             made = dict(dict.items(self))
             dict.clear(self)
-            values = iter(self._make_many([row for row, key in enumerate(rows.keys) if key not in taken]))
+            pending = [row for row, key in enumerate(rows.keys) if key not in taken]
+            values = iter(self._make_many(pending) if pending else ())
             for key in rows.keys:  # (the checkpoint's keys, in their order)
                 if key in moved:
                     continue  # (deleted since: gone, or set again later, in its new place)
                 dict.__setitem__(self, key, made.pop(key) if key in taken else next(values))
             for key, value in made.items():  # (keys set since, in their order)
                 dict.__setitem__(self, key, value)
-            # (the columns stay with the copies that still read them, not with this map)
-            self._rows, self._taken, self._moved = Rows((), ()), set(), set()
+            # (the keys stay, for ``original``; the other columns stay with the copies that
+            # still read them, not with this map)
+            self._taken, self._moved = _Every(rows), set()
             self._make = self._make_many = _made_all
 
     def __iter__(self) -> Iterator[K]:
@@ -236,7 +282,9 @@ class LazyRows(dict[K, V]):
         in that one only)."""
         with self._lock:
             twin: LazyRows[K, V] = LazyRows(self._rows, self._make, self._make_many)
-            twin._taken, twin._moved = set(self._taken), set(self._moved)
+            taken = self._taken
+            twin._taken = taken if isinstance(taken, _Every) else set(taken)
+            twin._moved, twin._replaced = set(self._moved), set(self._replaced)
             dict.update(twin, dict.items(self))
         return twin
 
