@@ -6,25 +6,37 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import threading
 from collections.abc import Callable, Iterator
 
 __all__ = ["collector_paused", "release_freed"]
 
 
+_pause_lock = threading.Lock()
+_pauses = 0  # blocks of this process inside collector_paused, in any thread
+_collecting = False  # whether the collector was on when the first of them began
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Run the block with the cyclic garbage collector paused (as it was after): for work that
-    makes many objects among which there are no cycles (a replay, a checkpoint's load, an
-    index of every keyword), where each collection the allocations would trigger walks every
-    object the process holds for nothing (measured: half of the agent's first index of 50,000
-    keywords)."""
-    collecting = gc.isenabled()
-    gc.disable()
+    """Run the block with the cyclic garbage collector paused (as it was after the last of the
+    process's paused blocks ends, whichever thread runs them): for work that makes many
+    objects among which there are no cycles (a replay, a checkpoint's load, an index of every
+    keyword), where each collection the allocations would trigger walks every object the
+    process holds for nothing (measured: half of the agent's first index of 50,000 keywords)."""
+    global _pauses, _collecting
+    with _pause_lock:
+        if _pauses == 0:
+            _collecting = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if collecting:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collecting:
+                gc.enable()
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

@@ -4,6 +4,7 @@ one never outlives a log a forget rewrote."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -131,8 +132,23 @@ def _with_payload(data: bytes, payload: bytes) -> bytes:
     return magic + orjson.dumps(header) + b"\n" + payload
 
 
+def _short_column(data: bytes) -> bytes:
+    """The checkpoint with one keyword column a row short (its checksum made to match): a
+    file whose columns disagree, which only a forger or a bug could write (found by review:
+    the open took it and a later read raised IndexError)."""
+    magic = b"kwtree state checkpoint\n"
+    start = data.index(b"\n", len(magic)) + 1
+    snapshot = checkpoint._Unpickler(io.BytesIO(data[start:])).load()
+    snapshot["entities"][0][1] = snapshot["entities"][0][1][:-1]
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.dispatch_table = checkpoint._reducers()
+    pickler.dump(snapshot)
+    return _with_payload(data, out.getvalue())
+
+
 @pytest.mark.parametrize("damage", ["flipped byte", "cut short", "not a checkpoint", "forged global",
-                                    "wrong layout"])
+                                    "wrong layout", "columns disagree"])
 def test_a_damaged_or_forged_checkpoint_is_ignored_and_reported(tree_dir, caplog, damage, tmp_path):
     with KeywordTree(tree_dir, worker=False) as tree:
         fill(tree)
@@ -144,6 +160,8 @@ def test_a_damaged_or_forged_checkpoint_is_ignored_and_reported(tree_dir, caplog
         _rewrite(tree_dir, lambda d: d[: len(d) // 2])
     elif damage == "not a checkpoint":
         _rewrite(tree_dir, lambda d: b"hello\n" + d)
+    elif damage == "columns disagree":
+        _rewrite(tree_dir, _short_column)
     elif damage == "forged global":  # a valid pickle that would run a command if loaded blindly
         forged = pickle.dumps(type("X", (), {"__reduce__": lambda self: (os.system, (f"touch {witness}",))})())
         _rewrite(tree_dir, lambda d: _with_payload(d, forged))

@@ -285,9 +285,27 @@ def _timed(cls: type, columns: Sequence[Any], times: dict[float, float]) -> list
                                                                                           strict=True)]
 
 
+def _check_shape(snapshot: dict[str, Any]) -> None:
+    """ValueError unless the snapshot's columns agree in length (what a value made on first
+    read relies on; the checksum says only that the bytes are the ones written)."""
+    entities, by_key = snapshot["entities"], snapshot["sorted"]
+    for cls, columns in zip(_ENTITIES, entities, strict=True):
+        if len(columns) != len(_fields(cls)) or len({len(column) for column in columns}) > 1:
+            raise ValueError(f"its {cls.__name__} columns disagree")
+    for columns, rows in zip(entities, by_key, strict=False):
+        if len(rows) != len(columns[0]):
+            raise ValueError("its sorted rows do not match its entities")
+    for name in ("names", "children", "keywords_by_info", "infos_by_keyword"):
+        keys, flat, ends, rows = snapshot[name]
+        if not len(keys) == len(ends) == len(rows) or (len(ends) and ends[-1] != len(flat)):
+            raise ValueError(f"its {name} columns disagree")
+
+
 def _state_of(snapshot: dict[str, Any]) -> State:
     """The State ``_snapshot`` describes: relations made by their constructors; the other
-    entities and the indexes (but the relations') made as they are read."""
+    entities and the indexes (but the relations') made as they are read. ValueError when its
+    columns disagree."""
+    _check_shape(snapshot)
     (keyword_columns, info_columns, link_columns, rel_columns) = snapshot["entities"]
     keywords_by_id, infos_by_id, links_by_key = snapshot["sorted"]
     times: dict[float, float] = {}

@@ -6,8 +6,11 @@ before anything read one: 0.6 s of constructors, 0.2 s a dict, and the garbage c
 walk of them after; most opens read a few. A ``LazyRows`` starts as an empty dict plus the
 checkpoint's keys, sorted, with their rows: reading a key finds its row by binary search and
 makes its value from the checkpoint's columns, once; from then on it is an ordinary entry.
-It behaves as the dict it stands for in every way a dict can be used, iteration order
-included (tests/test_lazy_rows.py holds it to that against a plain dict).
+It answers every call of a dict as the dict it stands for would, iteration order included
+(tests/test_lazy_rows.py holds it to that against a plain dict). Code that reads a dict's C
+structure directly sees only the values made so far: ``json`` and ``orjson`` serialising it,
+``dict``'s methods called unbound (``dict.get(rows, key)``); kwtree does neither with a
+State's maps.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from kwtree.heap import collector_paused
 if TYPE_CHECKING:
     from _collections_abc import dict_items, dict_keys, dict_values
 
-__all__ = ["LazyRows", "Rows"]
+__all__ = ["LazyRows", "Rows", "sorted_rows"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -167,7 +170,7 @@ class LazyRows(dict[K, V]):
                 self._replaced.add(key)
             dict.__setitem__(self, key, value)
 
-    def setdefault(self, key: K, default: V, /) -> V:
+    def setdefault(self, key: K, default: V = None, /) -> V:  # type: ignore[assignment]
         found = self.get(key, _ABSENT)
         if found is not _ABSENT:
             return found  # type: ignore[no-any-return]
@@ -242,16 +245,21 @@ class LazyRows(dict[K, V]):
             rows, taken, moved = self._rows, self._taken, self._moved
             if type(taken) is _Every:
                 return
+            # The whole map is made apart, then put in place in one step: an exception on the
+            # way (a Ctrl-C, MemoryError) leaves the map as it was.
             made = dict(dict.items(self))
-            dict.clear(self)
+            whole: dict[K, V] = {}
             pending = [row for row, key in enumerate(rows.keys) if key not in taken]
             values = iter(self._make_many(pending) if pending else ())
             for key in rows.keys:  # (the checkpoint's keys, in their order)
                 if key in moved:
                     continue  # (deleted since: gone, or set again later, in its new place)
-                dict.__setitem__(self, key, made.pop(key) if key in taken else next(values))
-            for key, value in made.items():  # (keys set since, in their order)
-                dict.__setitem__(self, key, value)
+                whole[key] = made.pop(key) if key in taken else next(values)
+            whole.update(made)  # (keys set since, in their order)
+            try:
+                dict.clear(self)
+            finally:
+                dict.update(self, whole)
             # (the keys stay, for ``original``; the other columns stay with the copies that
             # still read them, not with this map)
             self._taken, self._moved = _Every(rows), set()
