@@ -205,38 +205,22 @@ class _Pairs(Sequence[tuple[str, str]]):
         return zip(self.first, self.second, strict=True)
 
 
-class _Times(Sequence[float]):
-    """A column of times as floats, equal ones as one float object (``times``: of the whole
-    load): the rows of one operation share their time, as after a replay."""
+class _Mapped(Sequence[Any]):
+    """A stored column as read through ``convert``: a link's relation value as its
+    RelationType, a time as the one float object of its value (the rows of one operation
+    share their time, as after a replay)."""
 
-    def __init__(self, values: Sequence[float], times: dict[float, float]) -> None:
-        self.values, self.times = values, times
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __getitem__(self, row: Any) -> Any:
-        value = self.values[row]
-        return self.times.setdefault(value, value)
-
-    def __iter__(self) -> Iterator[float]:
-        return map(self.times.setdefault, self.values, self.values)
-
-
-class _Relations(Sequence[RelationType]):
-    """A link column of relation values, as the RelationType each names."""
-
-    def __init__(self, values: Sequence[str]) -> None:
-        self.values = values
+    def __init__(self, values: Sequence[Any], convert: Callable[[Any], Any]) -> None:
+        self.values, self.convert = values, convert
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, row: Any) -> Any:
-        return _RELATIONS[self.values[row]]
+        return self.convert(self.values[row])
 
-    def __iter__(self) -> Iterator[RelationType]:
-        return map(_RELATIONS.__getitem__, self.values)
+    def __iter__(self) -> Iterator[Any]:
+        return map(self.convert, self.values)
 
 
 class _Maker(NamedTuple):
@@ -279,10 +263,15 @@ def _children(flat: list[str], start: int, end: int) -> list[str]:
     return flat[start:end]
 
 
-def _timed(cls: type, columns: Sequence[Any], times: dict[float, float]) -> list[Any]:
-    """``cls``'s columns with its time columns read through ``times`` (``_Times``)."""
-    return [_Times(column, times) if name in _TIMES else column for name, column in zip(_fields(cls), columns,
-                                                                                          strict=True)]
+def _read_as_stored(cls: type, columns: Sequence[Any], times: dict[float, float]) -> list[Any]:
+    """``cls``'s columns as its constructor takes them (``_Mapped``): each time the one float
+    in ``times`` of its value, a link's relation its RelationType."""
+    def shared(time: float) -> float:
+        return times.setdefault(time, time)
+
+    return [_Mapped(column, shared) if name in _TIMES else _Mapped(column, _RELATIONS.__getitem__)
+            if cls is Link and name == "relation" else column for name, column in zip(_fields(cls), columns,
+                                                                                      strict=True)]
 
 
 def _check_shape(snapshot: dict[str, Any]) -> None:
@@ -314,9 +303,8 @@ def _state_of(snapshot: dict[str, Any]) -> State:
         if name in _TIMES:
             rel_columns[at] = list(map(times.setdefault, rel_columns[at], rel_columns[at]))
     rels = list(map(Relation, *rel_columns))
-    keyword_columns, info_columns, link_columns = (_timed(Keyword, keyword_columns, times),
-                                                   _timed(Info, info_columns, times), _timed(Link, link_columns, times))
-    link_columns[_fields(Link).index("relation")] = _Relations(link_columns[_fields(Link).index("relation")])
+    keyword_columns, info_columns, link_columns = (_read_as_stored(cls, columns, times) for cls, columns in (
+        (Keyword, keyword_columns), (Info, info_columns), (Link, link_columns)))
     state = State()
     state.keywords = LazyRows(Rows(keyword_columns[0], keywords_by_id), *_maker(Keyword, keyword_columns))
     state.infos = LazyRows(Rows(info_columns[0], infos_by_id), *_maker(Info, info_columns))

@@ -146,6 +146,21 @@ class LazyRows(dict[K, V]):
         except KeyError:
             return default
 
+    def original(self, key: K, made: Callable[[], V]) -> V:
+        """The value the checkpoint's row gives ``key``: this map's own object while it holds
+        that one (made from the row, and neither set nor deleted since; made now if still
+        pending), else ``made()``, from a caller that makes it from the row itself."""
+        with self._lock:
+            pending = False
+            if key in self._taken:
+                if key not in self._replaced:
+                    found = dict.get(self, key, _ABSENT)  # (never __missing__: the lock is held)
+                    if found is not _ABSENT:
+                        return found  # type: ignore[no-any-return]
+            else:
+                pending = self._pending_row(key) >= 0
+        return self[key] if pending else made()  # (self[key]: __missing__ takes the lock itself)
+
     def __contains__(self, key: object) -> bool:
         if dict.__contains__(self, key):
             return True
@@ -221,21 +236,6 @@ class LazyRows(dict[K, V]):
         return self
 
     # --- the whole map ------------------------------------------------------------------------
-
-    def original(self, key: K, made: Callable[[], V]) -> V:
-        """The value the checkpoint's row gives ``key``: this map's own object while it holds
-        that one (made from the row, and neither set nor deleted since; made now if still
-        pending), else ``made()``, from a caller that makes it from the row itself."""
-        with self._lock:
-            pending = False
-            if key in self._taken:
-                if key not in self._replaced:
-                    found = dict.get(self, key, _ABSENT)  # (never __missing__: the lock is held)
-                    if found is not _ABSENT:
-                        return found  # type: ignore[no-any-return]
-            else:
-                pending = self._pending_row(key) >= 0
-        return self[key] if pending else made()  # (self[key]: __missing__ takes the lock itself)
 
     def _fill(self) -> None:
         """Make every pending value, and put every key where a dict would have it."""
